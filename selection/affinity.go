@@ -1,0 +1,120 @@
+package selection
+
+import (
+	"sync"
+	"time"
+)
+
+// Session affinity (spec §3.7): a session is bound to the rank its first
+// booked request went to. Each live booking of the session holds a lease;
+// the binding expires TTL after its last lease is released.
+
+// maxSessionIDBytes bounds session ids, as Dynamo does.
+const maxSessionIDBytes = 256
+
+type sessionKey struct {
+	part PartitionKey
+	id   string
+}
+
+type binding struct {
+	rank     Rank
+	leases   int
+	deadline time.Time // idle deadline, meaningful when leases == 0
+}
+
+type affinityTable struct {
+	ttl  time.Duration
+	soft bool
+	cap  int
+	now  func() time.Time
+
+	mu       sync.Mutex
+	bindings map[sessionKey]*binding
+}
+
+func newAffinityTable(ttl time.Duration, soft bool, capacity int, now func() time.Time) *affinityTable {
+	return &affinityTable{ttl: ttl, soft: soft, cap: capacity, now: now, bindings: make(map[sessionKey]*binding)}
+}
+
+func (a *affinityTable) enabled() bool { return a != nil && a.ttl > 0 }
+
+// bound returns the rank a session is bound to, if any and still alive.
+func (a *affinityTable) bound(k sessionKey) (Rank, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.bindings[k]
+	if b == nil || (b.leases == 0 && !b.deadline.After(a.now())) {
+		return Rank{}, false
+	}
+	return b.rank, true
+}
+
+// forget drops a binding (its worker left, or a hard-mode violation).
+func (a *affinityTable) forget(k sessionKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.bindings, k)
+}
+
+// acquire takes a lease for a booking dispatched to r. In hard mode a
+// dispatch away from the bound rank is refused (and the binding dropped);
+// in soft mode the binding follows. A full table leaves the session unpinned
+// (ok, but no lease is taken: leased is false).
+func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.bindings[k]
+	if b != nil && b.leases == 0 && !b.deadline.After(now) {
+		delete(a.bindings, k)
+		b = nil
+	}
+	if b == nil {
+		if len(a.bindings) >= a.cap {
+			return false, nil
+		}
+		a.bindings[k] = &binding{rank: r, leases: 1}
+		return true, nil
+	}
+	if b.rank != r {
+		if !a.soft {
+			delete(a.bindings, k)
+			return false, errorf(KindBadRequest, "session %s is bound to worker %d dp_rank %d; dispatch to worker %d dp_rank %d rejected",
+				k.id, b.rank.WorkerID, b.rank.DPRank, r.WorkerID, r.DPRank)
+		}
+		b.rank = r
+	}
+	b.leases++
+	return true, nil
+}
+
+// release gives back a lease; the idle deadline starts when the last goes.
+func (a *affinityTable) release(k sessionKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b := a.bindings[k]; b != nil && b.leases > 0 {
+		b.leases--
+		if b.leases == 0 {
+			b.deadline = a.now().Add(a.ttl)
+		}
+	}
+}
+
+// sweep drops idle bindings past their deadline.
+func (a *affinityTable) sweep() {
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, b := range a.bindings {
+		if b.leases == 0 && !b.deadline.After(now) {
+			delete(a.bindings, k)
+		}
+	}
+}
+
+func (a *affinityTable) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.bindings)
+}

@@ -1,0 +1,262 @@
+package selection
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+)
+
+// PartitionKey identifies a partition: the workers of one model and routing
+// group. Each partition has one block size, one Eagle setting, its own
+// overlap lookups and its own load accounting.
+type PartitionKey struct {
+	Model string
+	Group string
+}
+
+func (k PartitionKey) withDefaults() PartitionKey {
+	if k.Model == "" {
+		k.Model = "default"
+	}
+	if k.Group == "" {
+		k.Group = "default"
+	}
+	return k
+}
+
+func (k PartitionKey) String() string { return k.Model + ":" + k.Group }
+
+// Rank is the schedulable unit: one data-parallel rank of a worker.
+type Rank struct {
+	WorkerID uint64
+	DPRank   uint32
+}
+
+// Lifecycle states of a catalog worker.
+const (
+	LifecycleIncomplete    = "incomplete"
+	LifecycleSchedulable   = "schedulable"
+	LifecycleDraining      = "draining"
+	LifecycleUnschedulable = "unschedulable"
+)
+
+// WorkerRequest is the body of POST /workers (upsert) and PATCH
+// /workers/{id} (only the fields present are changed). See spec §1.4.5.
+type WorkerRequest struct {
+	WorkerID                  *uint64           `json:"worker_id,omitempty"`
+	ModelName                 *string           `json:"model_name,omitempty"`
+	RoutingGroup              *string           `json:"routing_group,omitempty"`
+	TenantID                  *string           `json:"tenant_id,omitempty"`
+	Endpoint                  *string           `json:"endpoint,omitempty"`
+	KVEventsEndpoint          *string           `json:"kv_events_endpoint,omitempty"`
+	KVEventsEndpoints         map[string]string `json:"kv_events_endpoints,omitempty"`
+	ReplayEndpoint            *string           `json:"replay_endpoint,omitempty"`
+	BlockSize                 *uint32           `json:"block_size,omitempty"`
+	DataParallelStartRank     *uint32           `json:"data_parallel_start_rank,omitempty"`
+	DataParallelSize          *uint32           `json:"data_parallel_size,omitempty"`
+	MaxNumBatchedTokens       *uint64           `json:"max_num_batched_tokens,omitempty"`
+	TotalKVBlocks             *uint64           `json:"total_kv_blocks,omitempty"`
+	StableRoutingID           *string           `json:"stable_routing_id,omitempty"`
+	IsEagle                   *bool             `json:"is_eagle,omitempty"`
+	Taints                    []string          `json:"taints,omitempty"`
+	TopologyDomains           map[string]string `json:"topology_domains,omitempty"`
+	KVTransferDomain          *string           `json:"kv_transfer_domain,omitempty"`
+	KVTransferEnforcement     *string           `json:"kv_transfer_enforcement,omitempty"`
+	KVTransferPreferredWeight *float32          `json:"kv_transfer_preferred_weight,omitempty"`
+	RouterHintWorkerType      *string           `json:"router_hint_worker_type,omitempty"`
+	RouterHintSourceControl   map[string]string `json:"router_hint_source_control_endpoints,omitempty"`
+}
+
+// WorkerRecord is a catalog entry as the API returns it.
+type WorkerRecord struct {
+	WorkerID                  uint64            `json:"worker_id"`
+	ModelName                 string            `json:"model_name"`
+	RoutingGroup              string            `json:"routing_group"`
+	Endpoint                  *string           `json:"endpoint"`
+	KVEventsEndpoint          *string           `json:"kv_events_endpoint,omitempty"`
+	KVEventsEndpoints         map[string]string `json:"kv_events_endpoints,omitempty"`
+	ReplayEndpoint            *string           `json:"replay_endpoint,omitempty"`
+	BlockSize                 *uint32           `json:"block_size"`
+	DataParallelStartRank     uint32            `json:"data_parallel_start_rank"`
+	DataParallelSize          uint32            `json:"data_parallel_size"`
+	MaxNumBatchedTokens       *uint64           `json:"max_num_batched_tokens"`
+	TotalKVBlocks             *uint64           `json:"total_kv_blocks"`
+	StableRoutingID           *string           `json:"stable_routing_id,omitempty"`
+	IsEagle                   *bool             `json:"is_eagle,omitempty"`
+	Taints                    []string          `json:"taints"`
+	TopologyDomains           map[string]string `json:"topology_domains"`
+	KVTransferDomain          *string           `json:"kv_transfer_domain,omitempty"`
+	KVTransferEnforcement     *string           `json:"kv_transfer_enforcement,omitempty"`
+	KVTransferPreferredWeight *float32          `json:"kv_transfer_preferred_weight,omitempty"`
+	RouterHintWorkerType      *string           `json:"router_hint_worker_type,omitempty"`
+	RouterHintSourceControl   map[string]string `json:"router_hint_source_control_endpoints"`
+	Lifecycle                 string            `json:"lifecycle"`
+	NotSchedulableReasons     []string          `json:"not_schedulable_reasons"`
+}
+
+// Partition returns the record's partition key.
+func (w *WorkerRecord) Partition() PartitionKey {
+	return PartitionKey{Model: w.ModelName, Group: w.RoutingGroup}.withDefaults()
+}
+
+// Ranks lists the record's global data-parallel ranks.
+func (w *WorkerRecord) Ranks() []Rank {
+	out := make([]Rank, 0, w.DataParallelSize)
+	for i := uint32(0); i < w.DataParallelSize; i++ {
+		out = append(out, Rank{WorkerID: w.WorkerID, DPRank: w.DataParallelStartRank + i})
+	}
+	return out
+}
+
+// EventEndpoint returns the KV-events endpoint of one global rank, or "".
+// Per-rank endpoints win; the single endpoint serves only a one-rank worker.
+func (w *WorkerRecord) EventEndpoint(dpRank uint32) string {
+	if ep, ok := w.KVEventsEndpoints[strconv.FormatUint(uint64(dpRank), 10)]; ok {
+		return ep
+	}
+	if w.KVEventsEndpoint != nil && w.DataParallelSize == 1 {
+		return *w.KVEventsEndpoint
+	}
+	return ""
+}
+
+// Schedulable reports whether the record can receive traffic.
+func (w *WorkerRecord) Schedulable() bool { return w.Lifecycle == LifecycleSchedulable }
+
+func (w *WorkerRecord) clone() WorkerRecord {
+	c := *w
+	c.KVEventsEndpoints = maps.Clone(w.KVEventsEndpoints)
+	c.Taints = slices.Clone(w.Taints)
+	c.TopologyDomains = maps.Clone(w.TopologyDomains)
+	c.RouterHintSourceControl = maps.Clone(w.RouterHintSourceControl)
+	c.NotSchedulableReasons = slices.Clone(w.NotSchedulableReasons)
+	return c
+}
+
+// effectiveTaints are the worker's taints plus its topology labels.
+func (w *WorkerRecord) effectiveTaints() []string {
+	out := slices.Clone(w.Taints)
+	keys := slices.Sorted(maps.Keys(w.TopologyDomains))
+	for _, k := range keys {
+		out = append(out, "dynamo.topology/"+k+"="+w.TopologyDomains[k])
+	}
+	return out
+}
+
+// applyRequest merges the fields present in req into w.
+func (w *WorkerRecord) applyRequest(req *WorkerRequest) {
+	set := func(dst **string, src *string) {
+		if src != nil {
+			v := *src
+			*dst = &v
+		}
+	}
+	if req.ModelName != nil {
+		w.ModelName = *req.ModelName
+	}
+	if req.RoutingGroup != nil {
+		w.RoutingGroup = *req.RoutingGroup
+	} else if req.TenantID != nil {
+		w.RoutingGroup = *req.TenantID
+	}
+	set(&w.Endpoint, req.Endpoint)
+	set(&w.KVEventsEndpoint, req.KVEventsEndpoint)
+	if req.KVEventsEndpoints != nil {
+		w.KVEventsEndpoints = maps.Clone(req.KVEventsEndpoints)
+	}
+	set(&w.ReplayEndpoint, req.ReplayEndpoint)
+	if req.BlockSize != nil {
+		v := *req.BlockSize
+		w.BlockSize = &v
+	}
+	if req.DataParallelStartRank != nil {
+		w.DataParallelStartRank = *req.DataParallelStartRank
+	}
+	if req.DataParallelSize != nil {
+		w.DataParallelSize = *req.DataParallelSize
+	}
+	if req.MaxNumBatchedTokens != nil {
+		v := *req.MaxNumBatchedTokens
+		w.MaxNumBatchedTokens = &v
+	}
+	if req.TotalKVBlocks != nil {
+		v := *req.TotalKVBlocks
+		w.TotalKVBlocks = &v
+	}
+	set(&w.StableRoutingID, req.StableRoutingID)
+	if req.IsEagle != nil {
+		v := *req.IsEagle
+		w.IsEagle = &v
+	}
+	if req.Taints != nil {
+		w.Taints = slices.Clone(req.Taints)
+	}
+	if req.TopologyDomains != nil {
+		w.TopologyDomains = maps.Clone(req.TopologyDomains)
+	}
+	set(&w.KVTransferDomain, req.KVTransferDomain)
+	set(&w.KVTransferEnforcement, req.KVTransferEnforcement)
+	if req.KVTransferPreferredWeight != nil {
+		v := *req.KVTransferPreferredWeight
+		w.KVTransferPreferredWeight = &v
+	}
+	set(&w.RouterHintWorkerType, req.RouterHintWorkerType)
+	if req.RouterHintSourceControl != nil {
+		w.RouterHintSourceControl = maps.Clone(req.RouterHintSourceControl)
+	}
+}
+
+// validate fills Lifecycle and NotSchedulableReasons (spec §1.4.5).
+func (w *WorkerRecord) validate(cfg *Config) {
+	var reasons []string
+	if w.Endpoint == nil || *w.Endpoint == "" {
+		reasons = append(reasons, "endpoint is required")
+	}
+	if w.BlockSize == nil || *w.BlockSize == 0 {
+		reasons = append(reasons, "block_size must be greater than 0")
+	}
+	if w.DataParallelSize == 0 {
+		reasons = append(reasons, "data_parallel_size must be greater than 0")
+	}
+	if cfg.UseKVEvents {
+		for _, r := range w.Ranks() {
+			if w.EventEndpoint(r.DPRank) == "" {
+				reasons = append(reasons, fmt.Sprintf("kv_events endpoint is required for dp_rank %d", r.DPRank))
+			}
+		}
+	}
+	if w.ReplayEndpoint != nil && *w.ReplayEndpoint != "" && w.DataParallelSize > 1 {
+		reasons = append(reasons, "replay_endpoint is supported only for data_parallel_size 1")
+	}
+	if reasons == nil {
+		reasons = []string{}
+		w.Lifecycle = LifecycleSchedulable
+	} else {
+		w.Lifecycle = LifecycleIncomplete
+	}
+	w.NotSchedulableReasons = reasons
+}
+
+func newWorkerRecord(id uint64, cfg *Config) WorkerRecord {
+	w := WorkerRecord{
+		WorkerID:                id,
+		ModelName:               "default",
+		RoutingGroup:            "default",
+		DataParallelSize:        1,
+		Taints:                  []string{},
+		TopologyDomains:         map[string]string{},
+		RouterHintSourceControl: map[string]string{},
+	}
+	if cfg.DefaultBlockSize > 0 {
+		bs := cfg.DefaultBlockSize
+		w.BlockSize = &bs
+	}
+	return w
+}
+
+// sortRecords orders records by worker id, as GET /workers lists them.
+func sortRecords(recs []WorkerRecord) {
+	sort.Slice(recs, func(i, j int) bool { return recs[i].WorkerID < recs[j].WorkerID })
+}

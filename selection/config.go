@@ -1,0 +1,187 @@
+package selection
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Config holds the scheduler knobs of spec §7.1 and the service limits of
+// §7.2. Start from DefaultConfig: its zero value is not Dynamo's defaults.
+type Config struct {
+	// OverlapScoreCredit is the credit per device-cached block (≥ 0).
+	OverlapScoreCredit float64
+	// OverlapScoreCreditDecay decays the device credit of loaded ranks (≥ 0).
+	OverlapScoreCreditDecay float64
+	// PrefillLoadScale multiplies the uncached prefill blocks (≥ 0).
+	PrefillLoadScale float64
+	// DecodeActiveRequestWeight is the cost per active request.
+	DecodeActiveRequestWeight float64
+	// HostCacheHitWeight is the credit per host-tier continuation block.
+	HostCacheHitWeight float64
+	// DiskCacheHitWeight is the credit per disk or external continuation block.
+	DiskCacheHitWeight float64
+	// SharedCacheMultiplier is the credit per shared-cache block beyond the
+	// device prefix.
+	SharedCacheMultiplier float64
+	// RouterTemperature is the softmax temperature; 0 picks the minimum cost.
+	RouterTemperature float64
+	// UseKVEvents selects the event-fed index; false uses the approximate
+	// index fed by bookings, and workers then need no kv_events endpoint.
+	UseKVEvents bool
+	// TrackActiveBlocks counts decode blocks in the cost.
+	TrackActiveBlocks bool
+	// TrackOutputBlocks counts output blocks reported through output_block.
+	TrackOutputBlocks bool
+	// TrackPrefillTokens counts prefill tokens in the cost.
+	TrackPrefillTokens bool
+	// AssumeKVReuse dedups shared prefixes in the decode-block count.
+	AssumeKVReuse bool
+	// ApproxTTL is how long a booked prefix counts as cached in the
+	// approximate index.
+	ApproxTTL time.Duration
+	// DecodeBusyThreshold, when set, reports decode_busy as
+	// potential_decode_blocks > threshold × total_kv_blocks.
+	DecodeBusyThreshold *float64
+	// PrefillBusyThreshold, when set, reports prefill_busy on advisory
+	// selects as active_prefill_tokens > threshold × max_num_batched_tokens.
+	PrefillBusyThreshold *float64
+	// PendingTTL, PendingMaxEntries and PendingMaxBytes bound the
+	// pending-selection cache.
+	PendingTTL        time.Duration
+	PendingMaxEntries int
+	PendingMaxBytes   int64
+	// SessionAffinityTTL enables session affinity when > 0.
+	SessionAffinityTTL time.Duration
+	// SessionAffinitySoft makes bindings follow the dispatch instead of
+	// rejecting a dispatch away from the bound worker.
+	SessionAffinitySoft bool
+	// SessionTableCap bounds the number of session bindings.
+	SessionTableCap int
+	// ReservationTTL force-frees bookings older than this (stale requests
+	// whose free never came).
+	ReservationTTL time.Duration
+	// DefaultBlockSize applies to workers registered without block_size.
+	DefaultBlockSize uint32
+	// MaxWorkers bounds the catalog size.
+	MaxWorkers int
+	// Rand draws the picker's random numbers in [0, 1); nil uses
+	// math/rand/v2. Tests inject a seeded source.
+	Rand func() float64
+}
+
+// DefaultConfig returns Dynamo's defaults (spec §7.1, §7.2).
+func DefaultConfig() Config {
+	return Config{
+		OverlapScoreCredit: 1.0,
+		PrefillLoadScale:   1.0,
+		HostCacheHitWeight: 0.75,
+		DiskCacheHitWeight: 0.25,
+		UseKVEvents:        true,
+		TrackActiveBlocks:  true,
+		TrackPrefillTokens: true,
+		AssumeKVReuse:      true,
+		ApproxTTL:          120 * time.Second,
+		PendingTTL:         120 * time.Second,
+		PendingMaxEntries:  4096,
+		PendingMaxBytes:    256 << 20,
+		SessionTableCap:    65536,
+		ReservationTTL:     3600 * time.Second,
+		MaxWorkers:         65536,
+	}
+}
+
+// Validate rejects knobs Dynamo's builder rejects.
+func (c *Config) Validate() error {
+	nonNeg := func(name string, v float64) error {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return errors.New(name + " must be finite and non-negative")
+		}
+		return nil
+	}
+	for _, kv := range []struct {
+		n string
+		v float64
+	}{
+		{"overlap_score_credit", c.OverlapScoreCredit},
+		{"overlap_score_credit_decay", c.OverlapScoreCreditDecay},
+		{"prefill_load_scale", c.PrefillLoadScale},
+		{"decode_active_request_weight", c.DecodeActiveRequestWeight},
+		{"host_cache_hit_weight", c.HostCacheHitWeight},
+		{"disk_cache_hit_weight", c.DiskCacheHitWeight},
+		{"shared_cache_multiplier", c.SharedCacheMultiplier},
+		{"router_temperature", c.RouterTemperature},
+	} {
+		if err := nonNeg(kv.n, kv.v); err != nil {
+			return err
+		}
+	}
+	if c.SessionAffinityTTL != 0 && (c.SessionAffinityTTL < time.Second || c.SessionAffinityTTL > 31536000*time.Second) {
+		return errors.New("session affinity ttl must be between 1s and 31536000s")
+	}
+	if c.PendingMaxEntries < 0 || c.PendingMaxBytes < 0 || c.SessionTableCap < 0 || c.MaxWorkers < 0 {
+		return errors.New("limits must be non-negative")
+	}
+	return nil
+}
+
+func (c *Config) rand() float64 {
+	if c.Rand != nil {
+		return c.Rand()
+	}
+	return rand.Float64()
+}
+
+// scoring is the resolved per-request view of the knobs: config values with
+// the request's overrides applied.
+type scoring struct {
+	credit, decay, scale, reqWeight, hostW, diskW, shared, temperature float64
+	assumeReuse, trackPrefill                                          bool
+}
+
+func (c *Config) scoring(o *RouterConfigOverride) (scoring, error) {
+	s := scoring{
+		credit: c.OverlapScoreCredit, decay: c.OverlapScoreCreditDecay, scale: c.PrefillLoadScale,
+		reqWeight: c.DecodeActiveRequestWeight, hostW: c.HostCacheHitWeight, diskW: c.DiskCacheHitWeight,
+		shared: c.SharedCacheMultiplier, temperature: c.RouterTemperature,
+		assumeReuse: c.AssumeKVReuse, trackPrefill: c.TrackPrefillTokens,
+	}
+	if o == nil {
+		return s, nil
+	}
+	check := func(name string, v *float64, dst *float64) error {
+		if v == nil {
+			return nil
+		}
+		if math.IsNaN(*v) || math.IsInf(*v, 0) || *v < 0 {
+			return errorf(KindBadRequest, "router_config_override.%s must be finite and non-negative", name)
+		}
+		*dst = *v
+		return nil
+	}
+	if err := check("overlap_score_credit", o.OverlapScoreCredit, &s.credit); err != nil {
+		return s, err
+	}
+	if o.PrefillLoadScale == nil {
+		if err := check("overlap_score_weight", o.OverlapScoreWeight, &s.scale); err != nil {
+			return s, err
+		}
+	}
+	if err := check("prefill_load_scale", o.PrefillLoadScale, &s.scale); err != nil {
+		return s, err
+	}
+	if err := check("router_temperature", o.RouterTemperature, &s.temperature); err != nil {
+		return s, err
+	}
+	if err := check("shared_cache_multiplier", o.SharedCacheMultiplier, &s.shared); err != nil {
+		return s, err
+	}
+	if o.AssumeKVReuse != nil {
+		s.assumeReuse = *o.AssumeKVReuse
+	}
+	if o.TrackPrefillTokens != nil {
+		s.trackPrefill = *o.TrackPrefillTokens
+	}
+	return s, nil
+}

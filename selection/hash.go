@@ -1,0 +1,153 @@
+package selection
+
+import (
+	"encoding/binary"
+	"slices"
+	"unsafe"
+
+	"github.com/zeebo/xxh3"
+)
+
+// HashSeed is the base XXH3 seed of Dynamo's public block hash scheme
+// ("public-xxh3-v1"). Using the same seed makes our block hashes equal to
+// the ones Dynamo-style clients send in block_hashes.
+const HashSeed uint64 = 1337
+
+// SaltedSeed folds a LoRA adapter name and a cache salt into the base seed,
+// as Dynamo's compute_salt_hash does: each non-empty string adds (wrapping)
+// its own XXH3 hash, the LoRA name with seed 0 and the salt with seed 1.
+func SaltedSeed(loraName, cacheSalt string) uint64 {
+	seed := HashSeed
+	if loraName != "" {
+		seed += xxh3.HashStringSeed(loraName, 0)
+	}
+	if cacheSalt != "" {
+		seed += xxh3.HashStringSeed(cacheSalt, 1)
+	}
+	return seed
+}
+
+// littleEndian is true on the machines where a []uint32 already is its
+// little-endian byte image, so a block can be hashed in place without a copy.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// tokenBytes returns the little-endian bytes of tokens, in place where the
+// machine allows it, else encoded into scratch.
+func tokenBytes(tokens []uint32, scratch []byte) []byte {
+	if len(tokens) == 0 {
+		return scratch[:0]
+	}
+	if littleEndian {
+		return unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), len(tokens)*4)
+	}
+	scratch = scratch[:0]
+	for _, t := range tokens {
+		scratch = binary.LittleEndian.AppendUint32(scratch, t)
+	}
+	return scratch
+}
+
+// BlockMMInfo is the multimodal content of one block: the hashes of the
+// multimodal objects that overlap it. A nil *BlockMMInfo is a text-only block.
+type BlockMMInfo struct {
+	// MMObjects lists the multimodal objects in the block.
+	MMObjects []MMObject `json:"mm_objects"`
+}
+
+// MMObject is one multimodal object (an image, say) and where it sits.
+type MMObject struct {
+	// MMHash identifies the object's content.
+	MMHash uint64 `json:"mm_hash"`
+	// Offsets are [start, end) token ranges the object occupies.
+	Offsets [][2]uint64 `json:"offsets,omitempty"`
+}
+
+// HashOptions tunes block hashing for one prompt.
+type HashOptions struct {
+	// Seed is the salted seed (SaltedSeed); zero means the unsalted HashSeed.
+	Seed uint64
+	// Eagle hashes each block over block_size+1 tokens (spec §5.2).
+	Eagle bool
+	// MM holds per-block multimodal info; entry i applies to block i.
+	MM []*BlockMMInfo
+}
+
+// BlockCount is the number of complete blocks n tokens make.
+func BlockCount(n, blockSize int, eagle bool) int {
+	if blockSize <= 0 || n <= 0 {
+		return 0
+	}
+	if eagle {
+		return (n - 1) / blockSize
+	}
+	return n / blockSize
+}
+
+// AppendBlockHashes appends the local block hash of every complete block of
+// tokens to dst and returns it. It allocates nothing when dst has room and no
+// block carries multimodal data.
+func AppendBlockHashes(dst []uint64, tokens []uint32, blockSize int, opt HashOptions) []uint64 {
+	seed := opt.Seed
+	if seed == 0 {
+		seed = HashSeed
+	}
+	n := BlockCount(len(tokens), blockSize, opt.Eagle)
+	window := blockSize
+	if opt.Eagle {
+		window = blockSize + 1
+	}
+	var scratch []byte
+	for i := 0; i < n; i++ {
+		blk := tokens[i*blockSize : i*blockSize+window]
+		var mm *BlockMMInfo
+		if i < len(opt.MM) {
+			mm = opt.MM[i]
+		}
+		if mm == nil || len(mm.MMObjects) == 0 {
+			dst = append(dst, xxh3.HashSeed(tokenBytes(blk, scratch[:0]), seed))
+			continue
+		}
+		// Multimodal block: token bytes, then the objects' hashes sorted
+		// ascending, each as a little-endian u64.
+		scratch = scratch[:0]
+		for _, t := range blk {
+			scratch = binary.LittleEndian.AppendUint32(scratch, t)
+		}
+		hashes := make([]uint64, len(mm.MMObjects))
+		for j, o := range mm.MMObjects {
+			hashes[j] = o.MMHash
+		}
+		slices.Sort(hashes)
+		for _, h := range hashes {
+			scratch = binary.LittleEndian.AppendUint64(scratch, h)
+		}
+		dst = append(dst, xxh3.HashSeed(scratch, seed))
+	}
+	return dst
+}
+
+// NextSequenceHash chains a block hash onto the previous sequence hash:
+// XXH3-64 (seed 1337) of the previous hash then the block hash, both as
+// little-endian u64.
+func NextSequenceHash(prev, block uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], prev)
+	binary.LittleEndian.PutUint64(b[8:], block)
+	return xxh3.HashSeed(b[:], HashSeed)
+}
+
+// AppendSequenceHashes appends the chained sequence hashes of blocks to dst:
+// the first equals the first block hash, each next one chains the previous.
+func AppendSequenceHashes(dst []uint64, blocks []uint64) []uint64 {
+	for i, h := range blocks {
+		if i == 0 {
+			dst = append(dst, h)
+			continue
+		}
+		dst = append(dst, NextSequenceHash(dst[len(dst)-1], h))
+	}
+	return dst
+}

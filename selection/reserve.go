@@ -1,0 +1,371 @@
+package selection
+
+import (
+	"slices"
+	"sort"
+)
+
+// Select picks a rank without booking load (spec §1.4.1). With a
+// selection_id the pick is cached so CreateReservation can book it by id.
+func (r *Router) Select(req *SelectRequest) (*SelectResponse, error) {
+	return r.selectRequest(req, false, false)
+}
+
+// SelectAndReserve picks a rank and books the request on it atomically
+// (spec §1.4.2). The booking is keyed by selection_id, a UUIDv4 if absent.
+func (r *Router) SelectAndReserve(req *SelectRequest) (*SelectResponse, error) {
+	return r.selectRequest(req, true, false)
+}
+
+// SelectAndReserveExplained is SelectAndReserve with the per-candidate
+// breakdown filled in resp.Candidates (for the proxy's explain output).
+func (r *Router) SelectAndReserveExplained(req *SelectRequest) (*SelectResponse, error) {
+	return r.selectRequest(req, true, true)
+}
+
+func checkSession(id string) error {
+	if len(id) > maxSessionIDBytes {
+		return errorf(KindBadRequest, "session_id must be at most %d bytes", maxSessionIDBytes)
+	}
+	return nil
+}
+
+func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectResponse, error) {
+	key := req.Partition.Key()
+	s, err := r.cfg.scoring(req.RouterConfigOverride)
+	if err != nil {
+		return nil, err
+	}
+	session := req.Placement.session()
+	if err := checkSession(session); err != nil {
+		return nil, err
+	}
+	p, err := r.schedulablePartition(key)
+	if err != nil {
+		return nil, err
+	}
+	w := getWork()
+	defer putWork(w)
+	np, err := r.normalize(&req.Prompt, p, &s, w, true)
+	if err != nil {
+		return nil, err
+	}
+	r.index.FindMatches(key, w.blocks, &w.matches)
+	id := req.SelectionID
+	if book {
+		if id == "" {
+			id = newSelectionID()
+		}
+		if err := r.claim(id); err != nil {
+			return nil, err
+		}
+	}
+	p.mu.Lock()
+	sel, err := r.choose(p, w, &s, np, choice{placement: &req.Placement, session: session, explain: explain})
+	if err != nil {
+		p.mu.Unlock()
+		if book {
+			r.unclaim(id)
+		}
+		return nil, err
+	}
+	resp := r.response(p, &sel, id)
+	fillDP(p, w, resp)
+	if !book {
+		r.busy(&sel, resp, req.Advisory)
+		p.mu.Unlock()
+		if id != "" {
+			r.pending.insert(&pendingEntry{
+				key: pendingKey{key, id}, rank: sel.rs.rank,
+				blocks: slices.Clone(w.blocks), hashes: slices.Clone(w.tracking),
+				isl: np.isl, prefill: sel.prefill, track: s.trackPrefill,
+				expected: req.ExpectedOutputTokens, lora: req.LoraName, session: session,
+			})
+		}
+		return resp, nil
+	}
+	b, err := r.bookLocked(p, sel.rs, id, session, w.tracking, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
+	if err != nil {
+		p.mu.Unlock()
+		r.unclaim(id)
+		return nil, err
+	}
+	r.busy(&sel, resp, false)
+	p.mu.Unlock()
+	r.commit(id, b)
+	if r.recorder != nil {
+		r.recorder.RecordBooking(key, sel.rs.rank, w.blocks)
+	}
+	isl, track := np.isl, s.trackPrefill
+	resp.SequenceHashes, resp.ISLTokens, resp.TrackPrefillTokens = b.hashes, &isl, &track
+	return resp, nil
+}
+
+// bookLocked books a request on rs; p.mu must be held. With a session and
+// affinity on, it takes the session's lease first (and may refuse).
+func (r *Router) bookLocked(p *partition, rs *rankState, id, session string, tracking []uint64,
+	isl, prefill uint64, track bool, expected *uint32) (*booking, error) {
+	leased := false
+	if session != "" && r.affinity.enabled() {
+		var err error
+		if leased, err = r.affinity.acquire(sessionKey{p.key, session}, rs.rank); err != nil {
+			return nil, err
+		}
+	}
+	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: slices.Clone(tracking),
+		isl: isl, expected: expected, createdAt: r.now()}
+	if leased {
+		b.session = session
+	}
+	if track {
+		b.prefill = prefill
+	}
+	p.load.add(b, r.cfg.TrackActiveBlocks)
+	return b, nil
+}
+
+// CreateReservation books a request (spec §1.4.3): from the pending cache
+// when only selection_id is given, or explicitly on worker_id/dp_rank.
+func (r *Router) CreateReservation(req *ReservationRequest) (*ReservationResponse, error) {
+	if req.SelectionID == nil {
+		return nil, errorf(KindUnprocessable, "missing field `selection_id`")
+	}
+	session := req.Placement.session()
+	if err := checkSession(session); err != nil {
+		return nil, err
+	}
+	if req.WorkerID != nil {
+		return r.explicitReservation(req, session)
+	}
+	return r.cachedReservation(req, session)
+}
+
+func (r *Router) cachedReservation(req *ReservationRequest, session string) (*ReservationResponse, error) {
+	id, key := *req.SelectionID, req.Partition.Key()
+	pk := pendingKey{key, id}
+	e := r.pending.peek(pk)
+	if e == nil {
+		return nil, errorf(KindNotFound, "no pending selection %s for %s (expired, already used, or never selected)", id, key)
+	}
+	if session == "" {
+		session = e.session
+	}
+	if err := r.claim(id); err != nil {
+		return nil, err
+	}
+	p := r.partition(key)
+	if p == nil {
+		r.unclaim(id)
+		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, e.rank.WorkerID, e.rank.DPRank)
+	}
+	p.mu.Lock()
+	rs := p.byRank[e.rank]
+	if rs == nil {
+		p.mu.Unlock()
+		r.unclaim(id)
+		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, e.rank.WorkerID, e.rank.DPRank)
+	}
+	b, err := r.bookLocked(p, rs, id, session, e.hashes, e.isl, e.prefill, e.track, e.expected)
+	endpoint := rs.endpoint
+	p.mu.Unlock()
+	if err != nil {
+		r.unclaim(id)
+		if StatusOf(err) == 400 {
+			r.pending.discard(pk) // a hard-affinity refusal consumes the entry
+		}
+		return nil, err
+	}
+	r.commit(id, b)
+	r.pending.remove(pk, e.generation)
+	if r.recorder != nil {
+		r.recorder.RecordBooking(key, rs.rank, e.blocks)
+	}
+	return &ReservationResponse{SelectionID: id, ModelName: key.Model, RoutingGroup: key.Group,
+		WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Endpoint: endpoint}, nil
+}
+
+func (r *Router) explicitReservation(req *ReservationRequest, session string) (*ReservationResponse, error) {
+	id, key := *req.SelectionID, req.Partition.Key()
+	s, err := r.cfg.scoring(req.RouterConfigOverride)
+	if err != nil {
+		return nil, err
+	}
+	track := s.trackPrefill
+	if req.TrackPrefillTokens != nil {
+		track = *req.TrackPrefillTokens
+	}
+	rank := Rank{WorkerID: *req.WorkerID}
+	if req.DPRank != nil {
+		rank.DPRank = *req.DPRank
+	} else if wr, ok := r.Worker(rank.WorkerID); ok {
+		rank.DPRank = wr.DataParallelStartRank
+	}
+	notSchedulable := errorf(KindNotFound, "worker %d dp_rank %d is not schedulable in %s", rank.WorkerID, rank.DPRank, key)
+	p := r.partition(key)
+	if p == nil {
+		return nil, notSchedulable
+	}
+	w := getWork()
+	defer putWork(w)
+	np, err := r.normalize(&req.Prompt, p, &s, w, false)
+	if err != nil {
+		return nil, err
+	}
+	if e := req.EffectivePrefillTokens; e != nil && *e > np.isl {
+		return nil, errorf(KindBadRequest, "effective_prefill_tokens (%d) must not exceed isl_tokens (%d)", *e, np.isl)
+	}
+	prefill := np.isl
+	if req.EffectivePrefillTokens != nil {
+		prefill = *req.EffectivePrefillTokens
+	} else if np.hasBlocks {
+		r.index.FindMatches(key, w.blocks, &w.matches)
+		for _, m := range w.matches.List {
+			if m.Rank == rank {
+				prefill = effectivePrefill(np.isl, s.cachedTokens(m.Tiers, p.blockSize))
+			}
+		}
+	}
+	if err := r.claim(id); err != nil {
+		return nil, err
+	}
+	r.pending.discard(pendingKey{key, id})
+	p.mu.Lock()
+	rs := p.byRank[rank]
+	if rs == nil {
+		p.mu.Unlock()
+		r.unclaim(id)
+		return nil, notSchedulable
+	}
+	b, err := r.bookLocked(p, rs, id, session, w.tracking, np.isl, prefill, track, req.ExpectedOutputTokens)
+	endpoint := rs.endpoint
+	p.mu.Unlock()
+	if err != nil {
+		r.unclaim(id)
+		return nil, err
+	}
+	r.commit(id, b)
+	if r.recorder != nil && np.hasBlocks {
+		r.recorder.RecordBooking(key, rank, w.blocks)
+	}
+	return &ReservationResponse{SelectionID: id, ModelName: key.Model, RoutingGroup: key.Group,
+		WorkerID: rank.WorkerID, DPRank: rank.DPRank, Endpoint: endpoint}, nil
+}
+
+// Loads reports every rank's current load, per partition, sorted by
+// (model, group); empty filters match everything.
+func (r *Router) Loads(model, group string) []ModelLoadResponse {
+	r.mu.RLock()
+	parts := make([]*partition, 0, len(r.parts))
+	for k, p := range r.parts {
+		if (model == "" || k.Model == model) && (group == "" || k.Group == group) {
+			parts = append(parts, p)
+		}
+	}
+	r.mu.RUnlock()
+	sort.Slice(parts, func(i, j int) bool {
+		a, b := parts[i].key, parts[j].key
+		return a.Model < b.Model || a.Model == b.Model && a.Group < b.Group
+	})
+	out := make([]ModelLoadResponse, 0, len(parts))
+	for _, p := range parts {
+		p.mu.Lock()
+		loads := make([]PotentialLoad, len(p.ranks))
+		for i, rs := range p.ranks {
+			loads[i] = PotentialLoad{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank,
+				PotentialPrefillTokens: rs.prefillTokens, PotentialDecodeBlocks: rs.decodeBlocks(), ActiveRequests: rs.requests}
+		}
+		p.mu.Unlock()
+		out = append(out, ModelLoadResponse{ModelName: p.key.Model, RoutingGroup: p.key.Group, Loads: loads})
+	}
+	return out
+}
+
+// scoreRequest runs the shared part of PotentialLoads and OverlapScores and
+// calls fn with the partition locked and w filled.
+func (r *Router) scoreRequest(req *ScoreRequest, fn func(p *partition, w *work, s *scoring, np normPrompt)) error {
+	key := req.Partition.Key()
+	s, err := r.cfg.scoring(req.RouterConfigOverride)
+	if err != nil {
+		return err
+	}
+	p, err := r.schedulablePartition(key)
+	if err != nil {
+		return err
+	}
+	w := getWork()
+	defer putWork(w)
+	np, err := r.normalize(&req.Prompt, p, &s, w, true)
+	if err != nil {
+		return err
+	}
+	r.index.FindMatches(key, w.blocks, &w.matches)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.scoreInputs(w)
+	fn(p, w, &s, np)
+	return nil
+}
+
+// PotentialLoads reports the load every rank would have with this prompt
+// added (spec §1.4.7).
+func (r *Router) PotentialLoads(req *ScoreRequest) ([]PotentialLoad, error) {
+	var out []PotentialLoad
+	err := r.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
+		out = make([]PotentialLoad, len(p.ranks))
+		for i, rs := range p.ranks {
+			prefill := rs.prefillTokens
+			if s.trackPrefill {
+				prefill += effectivePrefill(np.isl, s.cachedTokens(w.tiers[i], p.blockSize))
+			}
+			out[i] = PotentialLoad{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank,
+				PotentialPrefillTokens: prefill,
+				PotentialDecodeBlocks:  rs.decodeBlocks() + uint64(len(w.tracking)) - uint64(w.hits[i]),
+				ActiveRequests:         rs.requests}
+		}
+	})
+	return out, err
+}
+
+// OverlapScores reports every schedulable rank's tiered overlap and credit
+// (spec §1.4.8).
+func (r *Router) OverlapScores(req *ScoreRequest) (*OverlapScoresResponse, error) {
+	var out *OverlapScoresResponse
+	err := r.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
+		out = &OverlapScoresResponse{BlockSize: p.blockSize, NumBlocks: uint64(len(w.blocks)),
+			Workers: make([]OverlapScore, len(p.ranks)), SharedCache: SharedCache{Ranges: [][2]uint64{}}}
+		for i, rs := range p.ranks {
+			t := w.tiers[i]
+			out.Workers[i] = OverlapScore{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank,
+				DeviceBlocks: t.Device, HostPinnedBlocks: t.Device + t.Host, DiskBlocks: t.Device + t.Host + t.Disk,
+				HostPinnedExtensionBlocks: t.Host, DiskExtensionBlocks: t.Disk,
+				RouterCreditBlocks: s.overlapCredit(&costInput{tiers: t}, 1)}
+		}
+	})
+	return out, err
+}
+
+// DumpPartition is one partition's entry in Dump.
+type DumpPartition struct {
+	BlockSize uint32        `json:"block_size"`
+	Events    []RouterEvent `json:"events"`
+}
+
+// Dump returns every partition's index as replayable events, keyed
+// "model:group" (spec §1.4.9).
+func (r *Router) Dump() map[string]DumpPartition {
+	r.mu.RLock()
+	parts := make([]*partition, 0, len(r.parts))
+	for _, p := range r.parts {
+		parts = append(parts, p)
+	}
+	r.mu.RUnlock()
+	out := make(map[string]DumpPartition, len(parts))
+	for _, p := range parts {
+		ev := r.index.Dump(p.key)
+		if ev == nil {
+			ev = []RouterEvent{}
+		}
+		out[p.key.String()] = DumpPartition{BlockSize: p.blockSize, Events: ev}
+	}
+	return out
+}

@@ -1,0 +1,274 @@
+package selection
+
+// Wire types of the selection API (spec §1.3–1.4). Every prompt-carrying
+// request embeds Prompt, so its fields sit at the top level of the JSON body.
+// Pointers mark fields whose absence means something different from zero.
+
+// Prompt is the prompt part of a request: either tokens (the preferred path,
+// hashed here) or precomputed hashes (the hash path).
+type Prompt struct {
+	// TokenIDs are the prompt's token ids. The JSON field token_ids is read by
+	// the dedicated one-pass decoder (DecodeJSON), never by the generic one.
+	// Nil means the field was absent or null.
+	TokenIDs []uint32 `json:"-"`
+	// MMRoutingInfo is the multimodal routing view; when its
+	// routing_token_ids is non-empty it is hashed instead of TokenIDs.
+	MMRoutingInfo *MMRoutingInfo `json:"mm_routing_info,omitempty"`
+	// BlockMMInfos is per-block multimodal info for the TokenIDs path.
+	BlockMMInfos []*BlockMMInfo `json:"block_mm_infos,omitempty"`
+	// BlockHashes are precomputed local block hashes (hash path).
+	BlockHashes Hashes `json:"block_hashes,omitempty"`
+	// SequenceHashes are precomputed chained sequence hashes (hash path),
+	// used to track active load.
+	SequenceHashes Hashes `json:"sequence_hashes,omitempty"`
+	// ISLTokens is the input length in tokens; required on the hash path.
+	ISLTokens *uint64 `json:"isl_tokens,omitempty"`
+	// LoraName is the LoRA adapter; it salts the hash seed.
+	LoraName string `json:"lora_name,omitempty"`
+	// CacheSalt is the cache namespace; it salts the hash seed.
+	CacheSalt string `json:"cache_salt,omitempty"`
+	// IsEagle selects Eagle hashing; nil means the partition's setting.
+	IsEagle *bool `json:"is_eagle,omitempty"`
+}
+
+func (p *Prompt) prompt() *Prompt { return p }
+
+// MMRoutingInfo is the multimodal routing view of a prompt.
+type MMRoutingInfo struct {
+	// RoutingTokenIDs are the tokens to hash instead of token_ids.
+	RoutingTokenIDs TokenList `json:"routing_token_ids,omitempty"`
+	// BlockMMInfos is the per-block multimodal info for RoutingTokenIDs.
+	BlockMMInfos []*BlockMMInfo `json:"block_mm_infos,omitempty"`
+}
+
+// RouterConfigOverride overrides scheduler knobs for one request (spec §1.3.2).
+type RouterConfigOverride struct {
+	OverlapScoreCredit    *float64 `json:"overlap_score_credit,omitempty"`
+	PrefillLoadScale      *float64 `json:"prefill_load_scale,omitempty"`
+	OverlapScoreWeight    *float64 `json:"overlap_score_weight,omitempty"` // deprecated alias of prefill_load_scale
+	RouterTemperature     *float64 `json:"router_temperature,omitempty"`
+	AssumeKVReuse         *bool    `json:"assume_kv_reuse,omitempty"`
+	TrackPrefillTokens    *bool    `json:"track_prefill_tokens,omitempty"`
+	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier,omitempty"`
+}
+
+// SessionContext is the structured session info; it wins over session_id.
+type SessionContext struct {
+	SessionID       string `json:"session_id"`
+	ParentSessionID string `json:"parent_session_id,omitempty"`
+	SessionFinal    bool   `json:"session_final,omitempty"`
+	InputTrigger    string `json:"input_trigger,omitempty"`
+}
+
+// AffinityTarget is a soft preference for a worker (any rank when DPRank is nil).
+type AffinityTarget struct {
+	WorkerID uint64  `json:"worker_id"`
+	DPRank   *uint32 `json:"dp_rank,omitempty"`
+}
+
+// PinnedWorker is a hard pin to one rank.
+type PinnedWorker struct {
+	WorkerID uint64 `json:"worker_id"`
+	DPRank   uint32 `json:"dp_rank"`
+}
+
+// RoutingConstraints filter and bias candidates by worker taints.
+type RoutingConstraints struct {
+	RequiredTaints  []string           `json:"required_taints,omitempty"`
+	PreferredTaints map[string]float32 `json:"preferred_taints,omitempty"`
+}
+
+// Placement holds the session and placement fields of select-like requests.
+type Placement struct {
+	SessionID          string              `json:"session_id,omitempty"`
+	SessionContext     *SessionContext     `json:"session_context,omitempty"`
+	AffinityTarget     *AffinityTarget     `json:"affinity_target,omitempty"`
+	PinnedWorker       *PinnedWorker       `json:"pinned_worker,omitempty"`
+	AllowedWorkerIDs   []uint64            `json:"allowed_worker_ids,omitempty"`
+	RoutingConstraints *RoutingConstraints `json:"routing_constraints,omitempty"`
+}
+
+// session returns the effective session id: session_context wins.
+func (p *Placement) session() string {
+	if p.SessionContext != nil && p.SessionContext.SessionID != "" {
+		return p.SessionContext.SessionID
+	}
+	return p.SessionID
+}
+
+// Partition names the (model_name, routing_group) a request addresses.
+// tenant_id is read as the older name of routing_group.
+type Partition struct {
+	ModelName    string `json:"model_name,omitempty"`
+	RoutingGroup string `json:"routing_group,omitempty"`
+	TenantID     string `json:"tenant_id,omitempty"`
+}
+
+// Key returns the partition key with Dynamo's defaults applied.
+func (p *Partition) Key() PartitionKey {
+	k := PartitionKey{Model: p.ModelName, Group: p.RoutingGroup}
+	if k.Group == "" {
+		k.Group = p.TenantID
+	}
+	return k.withDefaults()
+}
+
+// SelectRequest is the body of POST /select and /select_and_reserve.
+type SelectRequest struct {
+	Partition
+	Prompt
+	Placement
+	// SelectionID is echoed; on /select it keys the pending cache, on
+	// /select_and_reserve it keys the booking (a UUIDv4 when absent).
+	SelectionID          string                `json:"selection_id,omitempty"`
+	RouterConfigOverride *RouterConfigOverride `json:"router_config_override,omitempty"`
+	ExpectedOutputTokens *uint32               `json:"expected_output_tokens,omitempty"`
+	PriorityJump         float64               `json:"priority_jump,omitempty"`
+	StrictPriority       uint32                `json:"strict_priority,omitempty"`
+	// Advisory adds worker_load to a /select response.
+	Advisory bool `json:"advisory,omitempty"`
+}
+
+// ReservationRequest is the body of POST /reservations.
+type ReservationRequest struct {
+	Partition
+	Prompt
+	Placement
+	SelectionID            *string               `json:"selection_id"`
+	WorkerID               *uint64               `json:"worker_id,omitempty"`
+	DPRank                 *uint32               `json:"dp_rank,omitempty"`
+	RouterConfigOverride   *RouterConfigOverride `json:"router_config_override,omitempty"`
+	ExpectedOutputTokens   *uint32               `json:"expected_output_tokens,omitempty"`
+	EffectivePrefillTokens *uint64               `json:"effective_prefill_tokens,omitempty"`
+	TrackPrefillTokens     *bool                 `json:"track_prefill_tokens,omitempty"`
+}
+
+// ScoreRequest is the body of POST /potential_loads and /overlap_scores.
+type ScoreRequest struct {
+	Partition
+	Prompt
+	RouterConfigOverride *RouterConfigOverride `json:"router_config_override,omitempty"`
+}
+
+// OutputBlockRequest is the optional body of POST /reservations/{id}/output_block.
+type OutputBlockRequest struct {
+	DecayFraction *float64 `json:"decay_fraction,omitempty"`
+}
+
+// Overlap summarises the cache hit of a selection, in tokens (spec §1.4.1a).
+type Overlap struct {
+	LongestMatched uint64            `json:"longest_matched"`
+	GPU            uint64            `json:"gpu"`
+	DP             map[string]uint64 `json:"dp"`
+	CPU            uint64            `json:"cpu"`
+	Disk           uint64            `json:"disk"`
+}
+
+// WorkerLoad is the advisory load report of a /select response.
+type WorkerLoad struct {
+	ActivePrefillTokens  uint64  `json:"active_prefill_tokens"`
+	PrefillTokenCapacity *uint64 `json:"prefill_token_capacity"`
+	TotalKVBlocks        *uint64 `json:"total_kv_blocks,omitempty"`
+	PrefillBusy          *bool   `json:"prefill_busy,omitempty"`
+}
+
+// SelectResponse is the answer of /select and /select_and_reserve.
+type SelectResponse struct {
+	SelectionID            string      `json:"selection_id,omitempty"`
+	SequenceHashes         Hashes      `json:"sequence_hashes,omitempty"`
+	ISLTokens              *uint64     `json:"isl_tokens,omitempty"`
+	TrackPrefillTokens     *bool       `json:"track_prefill_tokens,omitempty"`
+	ModelName              string      `json:"model_name"`
+	RoutingGroup           string      `json:"routing_group"`
+	WorkerID               uint64      `json:"worker_id"`
+	DPRank                 uint32      `json:"dp_rank"`
+	Endpoint               string      `json:"endpoint"`
+	BlockSize              uint32      `json:"block_size"`
+	Overlap                Overlap     `json:"overlap"`
+	EffectivePrefillTokens uint64      `json:"effective_prefill_tokens"`
+	PotentialDecodeBlocks  uint64      `json:"potential_decode_blocks"`
+	DecodeBusy             *bool       `json:"decode_busy,omitempty"`
+	WorkerLoad             *WorkerLoad `json:"worker_load,omitempty"`
+	// CachedTokens is the device-tier hit in tokens for the chosen rank. It is
+	// kept for in-process callers (the proxy's response headers) and never
+	// serialized: Dynamo removed cached_tokens from the wire.
+	CachedTokens uint64 `json:"-"`
+	// Candidates is the per-rank breakdown, filled only when asked for
+	// (Explain); never serialized on the selection API.
+	Candidates []Candidate `json:"-"`
+}
+
+// Candidate is one rank's row of a selection, for explain output.
+type Candidate struct {
+	WorkerID      uint64
+	DPRank        uint32
+	DeviceBlocks  uint32
+	PrefillTokens uint64
+	DecodeBlocks  uint64
+	Cost          float64
+}
+
+// ReservationResponse is the answer of POST /reservations.
+type ReservationResponse struct {
+	SelectionID  string `json:"selection_id"`
+	ModelName    string `json:"model_name"`
+	RoutingGroup string `json:"routing_group"`
+	WorkerID     uint64 `json:"worker_id"`
+	DPRank       uint32 `json:"dp_rank"`
+	Endpoint     string `json:"endpoint"`
+}
+
+// PotentialLoad is one rank's (potential) load.
+type PotentialLoad struct {
+	WorkerID               uint64 `json:"worker_id"`
+	DPRank                 uint32 `json:"dp_rank"`
+	PotentialPrefillTokens uint64 `json:"potential_prefill_tokens"`
+	PotentialDecodeBlocks  uint64 `json:"potential_decode_blocks"`
+	ActiveRequests         uint64 `json:"active_requests"`
+}
+
+// ModelLoadResponse is one partition's entry of GET /loads.
+type ModelLoadResponse struct {
+	ModelName        string          `json:"model_name"`
+	RoutingGroup     string          `json:"routing_group"`
+	Loads            []PotentialLoad `json:"loads"`
+	PendingCount     uint64          `json:"pending_count"`
+	PendingISLTokens uint64          `json:"pending_isl_tokens"`
+}
+
+// OverlapScoresResponse is the answer of POST /overlap_scores.
+type OverlapScoresResponse struct {
+	BlockSize   uint32         `json:"block_size"`
+	NumBlocks   uint64         `json:"num_blocks"`
+	Workers     []OverlapScore `json:"workers"`
+	SharedCache SharedCache    `json:"shared_cache"`
+}
+
+// OverlapScore is one rank's tiered overlap.
+type OverlapScore struct {
+	WorkerID                  uint64  `json:"worker_id"`
+	DPRank                    uint32  `json:"dp_rank"`
+	DeviceBlocks              uint32  `json:"device_blocks"`
+	HostPinnedBlocks          uint32  `json:"host_pinned_blocks"`
+	DiskBlocks                uint32  `json:"disk_blocks"`
+	HostPinnedExtensionBlocks uint32  `json:"host_pinned_extension_blocks"`
+	DiskExtensionBlocks       uint32  `json:"disk_extension_blocks"`
+	SharedBeyondDeviceBlocks  *uint32 `json:"shared_beyond_device_blocks"`
+	RouterCreditBlocks        float64 `json:"router_credit_blocks"`
+}
+
+// SharedCache reports the shared-cache lookup; no shared cache is wired in,
+// so it is always disabled.
+type SharedCache struct {
+	Enabled        bool        `json:"enabled"`
+	TotalHitBlocks uint64      `json:"total_hit_blocks"`
+	Ranges         [][2]uint64 `json:"ranges"`
+	Error          *string     `json:"error"`
+}
+
+// ReadyResponse is the answer of GET /ready.
+type ReadyResponse struct {
+	Ready              bool           `json:"ready"`
+	SchedulableWorkers int            `json:"schedulable_workers"`
+	Workers            []WorkerRecord `json:"workers"`
+}

@@ -1,0 +1,231 @@
+package selection
+
+import (
+	"slices"
+)
+
+// Catalog operations (spec §1.4.5). Updates are serialized by catalogMu.
+
+// UpsertWorker creates or replaces a worker from req. An incomplete worker
+// is accepted (not schedulable, with reasons). A block size or Eagle setting
+// that conflicts with the worker's partition is a 409.
+func (r *Router) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
+	if req.WorkerID == nil {
+		return WorkerRecord{}, errorf(KindUnprocessable, "missing field `worker_id`")
+	}
+	rec := newWorkerRecord(*req.WorkerID, &r.cfg)
+	rec.applyRequest(req)
+	return r.commitWorker(&rec, true)
+}
+
+// PatchWorker changes only the fields present in patch.
+func (r *Router) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, error) {
+	r.catalogMu.Lock()
+	r.mu.RLock()
+	old := r.workers[id]
+	r.mu.RUnlock()
+	if old == nil {
+		r.catalogMu.Unlock()
+		return WorkerRecord{}, errorf(KindNotFound, "worker %d not found", id)
+	}
+	rec := old.clone()
+	r.catalogMu.Unlock()
+	rec.applyRequest(patch)
+	return r.commitWorker(&rec, false)
+}
+
+func (r *Router) commitWorker(rec *WorkerRecord, create bool) (WorkerRecord, error) {
+	rec.ModelName, rec.RoutingGroup = rec.Partition().Model, rec.Partition().Group
+	rec.validate(&r.cfg)
+	r.catalogMu.Lock()
+	defer r.catalogMu.Unlock()
+	r.mu.Lock()
+	old := r.workers[rec.WorkerID]
+	if !create && old == nil {
+		r.mu.Unlock()
+		return WorkerRecord{}, errorf(KindNotFound, "worker %d not found", rec.WorkerID)
+	}
+	if old == nil && r.cfg.MaxWorkers > 0 && len(r.workers) >= r.cfg.MaxWorkers {
+		r.mu.Unlock()
+		return WorkerRecord{}, errorf(KindConflict, "worker catalog is full (%d workers)", r.cfg.MaxWorkers)
+	}
+	key := rec.Partition()
+	if err := r.checkPartitionLocked(key, rec); err != nil {
+		r.mu.Unlock()
+		return WorkerRecord{}, err
+	}
+	moved := old != nil && old.Partition() != key
+	if old != nil {
+		keep := map[Rank]bool{}
+		if !moved && rec.Schedulable() {
+			for _, rk := range rec.Ranks() {
+				keep[rk] = true
+			}
+		}
+		r.dropRanksLocked(old, keep)
+	}
+	if rec.Schedulable() {
+		r.addRanksLocked(key, rec)
+	}
+	stored := rec.clone()
+	r.workers[rec.WorkerID] = &stored
+	r.mu.Unlock()
+	if moved {
+		r.index.RemoveWorker(old.Partition(), old.WorkerID)
+	}
+	r.notify(old, &stored)
+	return stored.clone(), nil
+}
+
+// checkPartitionLocked enforces one block size and one Eagle setting per
+// partition; the first worker sets them.
+func (r *Router) checkPartitionLocked(key PartitionKey, rec *WorkerRecord) error {
+	p := r.parts[key]
+	if p == nil || rec.BlockSize == nil {
+		return nil
+	}
+	others := false
+	for _, w := range r.workers {
+		if w.WorkerID != rec.WorkerID && w.Partition() == key && w.Schedulable() {
+			others = true
+			break
+		}
+	}
+	if !others {
+		return nil
+	}
+	if *rec.BlockSize != p.blockSize {
+		return errorf(KindConflict, "block_size %d conflicts with block_size %d of partition %s", *rec.BlockSize, p.blockSize, key)
+	}
+	eagle := rec.IsEagle != nil && *rec.IsEagle
+	if eagle != p.isEagle {
+		return errorf(KindConflict, "is_eagle %t conflicts with is_eagle %t of partition %s", eagle, p.isEagle, key)
+	}
+	return nil
+}
+
+// addRanksLocked makes rec's ranks schedulable in its partition, keeping
+// the live state of ranks that were already there.
+func (r *Router) addRanksLocked(key PartitionKey, rec *WorkerRecord) {
+	p := r.parts[key]
+	eagle := rec.IsEagle != nil && *rec.IsEagle
+	if p == nil {
+		p = &partition{key: key, blockSize: *rec.BlockSize, isEagle: eagle,
+			byRank: make(map[Rank]*rankState), load: newLoadTracker()}
+		r.parts[key] = p
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	alone := true
+	for _, rs := range p.ranks {
+		alone = alone && rs.rank.WorkerID == rec.WorkerID
+	}
+	if alone {
+		p.blockSize, p.isEagle = *rec.BlockSize, eagle
+	}
+	taints := rec.effectiveTaints()
+	for _, rk := range rec.Ranks() {
+		rs := p.byRank[rk]
+		if rs == nil {
+			rs = &rankState{rank: rk}
+			p.byRank[rk] = rs
+			p.ranks = append(p.ranks, rs)
+		}
+		rs.endpoint = *rec.Endpoint
+		rs.maxBatched, rs.totalKV = deref(rec.MaxNumBatchedTokens), deref(rec.TotalKVBlocks)
+		rs.taints = taints
+	}
+	sortRanks(p.ranks)
+}
+
+// dropRanksLocked removes old's ranks from its partition, except keep.
+func (r *Router) dropRanksLocked(old *WorkerRecord, keep map[Rank]bool) {
+	p := r.parts[old.Partition()]
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ranks = slices.DeleteFunc(p.ranks, func(rs *rankState) bool {
+		if rs.rank.WorkerID != old.WorkerID || keep[rs.rank] {
+			return false
+		}
+		rs.removed = true
+		delete(p.byRank, rs.rank)
+		return true
+	})
+	sortRanks(p.ranks)
+}
+
+func deref(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// DeleteWorker drains a worker: it leaves the candidate set, its index
+// entries are dropped, and its record is returned as unschedulable.
+func (r *Router) DeleteWorker(id uint64) (WorkerRecord, error) {
+	r.catalogMu.Lock()
+	defer r.catalogMu.Unlock()
+	r.mu.Lock()
+	old := r.workers[id]
+	if old == nil {
+		r.mu.Unlock()
+		return WorkerRecord{}, errorf(KindNotFound, "worker %d not found", id)
+	}
+	old.Lifecycle = LifecycleDraining
+	r.dropRanksLocked(old, nil)
+	delete(r.workers, id)
+	r.mu.Unlock()
+	r.index.RemoveWorker(old.Partition(), id)
+	old.Lifecycle = LifecycleUnschedulable
+	old.NotSchedulableReasons = []string{"worker deleted"}
+	r.notify(old, nil)
+	return old.clone(), nil
+}
+
+func (r *Router) notify(old, cur *WorkerRecord) {
+	for _, h := range r.hooks {
+		h(old, cur)
+	}
+}
+
+// ListWorkers returns the catalog sorted by worker id, filtered by model
+// and group when they are non-empty.
+func (r *Router) ListWorkers(model, group string) []WorkerRecord {
+	r.mu.RLock()
+	out := make([]WorkerRecord, 0, len(r.workers))
+	for _, w := range r.workers {
+		if (model == "" || w.ModelName == model) && (group == "" || w.RoutingGroup == group) {
+			out = append(out, w.clone())
+		}
+	}
+	r.mu.RUnlock()
+	sortRecords(out)
+	return out
+}
+
+// Worker returns one catalog record.
+func (r *Router) Worker(id uint64) (WorkerRecord, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	w := r.workers[id]
+	if w == nil {
+		return WorkerRecord{}, false
+	}
+	return w.clone(), true
+}
+
+// Ready reports readiness: at least one schedulable worker.
+func (r *Router) Ready() ReadyResponse {
+	ws := r.ListWorkers("", "")
+	n := 0
+	for i := range ws {
+		if ws[i].Schedulable() {
+			n++
+		}
+	}
+	return ReadyResponse{Ready: n > 0, SchedulableWorkers: n, Workers: ws}
+}
