@@ -538,6 +538,9 @@ func (s *scanner) tokenError(at int, field string, idx int) error {
 	if err := s.skipValue(1); err != nil {
 		return err
 	}
+	if s.i < len(s.b) && !(isSpace(s.b[s.i]) || s.b[s.i] == ',' || s.b[s.i] == ']') {
+		return s.syntax("expected `,` or `]`") // "01", "1x": broken JSON, not a bad token
+	}
 	elem := s.b[start:s.i]
 	s.i = start
 	what := "invalid type: " + kindOf(c)

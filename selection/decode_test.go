@@ -1,0 +1,185 @@
+package selection
+
+import (
+	stdjson "encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestDecodeTokenIDs(t *testing.T) {
+	tests := []struct {
+		body   string
+		tokens []uint32 // nil: absent
+		model  string
+	}{
+		{`{"token_ids":[1,2,3],"model_name":"m"}`, []uint32{1, 2, 3}, "m"},
+		{`{"model_name":"m", "token_ids" : [ 0 , 4294967295 ] }`, []uint32{0, 4294967295}, "m"},
+		{` {"token_ids":[]}`, []uint32{}, ""},
+		{`{"token_ids":null,"model_name":"x"}`, nil, "x"},
+		{`{"model_name":"a","TOKEN_IDS":[7]}`, []uint32{7}, "a"},
+		{`{"model_name":"a"}`, nil, "a"},
+		{"{\n\"token_ids\":[5,\n6],\"model_name\":\"q\"\n}", []uint32{5, 6}, "q"},
+		{`{"routing_group":"g","token_ids":[9],"model_name":"m","session_id":"s"}`, []uint32{9}, "m"},
+	}
+	for i, tc := range tests {
+		var req SelectRequest
+		if err := DecodeJSON([]byte(tc.body), &req); err != nil {
+			t.Errorf("Test %d: %v", i, err)
+			continue
+		}
+		if (tc.tokens == nil) != (req.TokenIDs == nil) || !slices.Equal(tc.tokens, req.TokenIDs) {
+			t.Errorf("Test %d: tokens %v, want %v", i, req.TokenIDs, tc.tokens)
+		}
+		if req.ModelName != tc.model {
+			t.Errorf("Test %d: model %q, want %q", i, req.ModelName, tc.model)
+		}
+	}
+}
+
+func TestDecodeRejections(t *testing.T) {
+	tests := []struct {
+		body   string
+		kind   Kind
+		substr string
+	}{
+		{`{"token_ids":[1,-2]}`, KindUnprocessable, "token_ids[1]: invalid value: integer `-2`"},
+		{`{"token_ids":[1.5]}`, KindUnprocessable, "token_ids[0]: invalid type: floating point"},
+		{`{"token_ids":[1e3]}`, KindUnprocessable, "token_ids[0]: invalid type: floating point"},
+		{`{"token_ids":[4294967296]}`, KindUnprocessable, "token_ids[0]: invalid value: integer `4294967296`"},
+		{`{"token_ids":[1,2,99999999999999999999]}`, KindUnprocessable, "token_ids[2]"},
+		{`{"token_ids":["1"]}`, KindUnprocessable, "token_ids[0]: invalid type: string"},
+		{`{"token_ids":[true]}`, KindUnprocessable, "token_ids[0]: invalid type: true"},
+		{`{"token_ids":[1,null]}`, KindUnprocessable, "token_ids[1]: invalid type: null"},
+		{`{"token_ids":[[1]]}`, KindUnprocessable, "token_ids[0]: invalid type: sequence"},
+		{`{"token_ids":"abc"}`, KindUnprocessable, "token_ids: invalid type: string"},
+		{`{"token_ids":[1,2],"token_ids":[3]}`, KindUnprocessable, "duplicate field"},
+		{`{"is_eagle":"false"}`, KindUnprocessable, ""},
+		{`{"isl_tokens":-1}`, KindUnprocessable, ""},
+		{`{"token_ids":[01]}`, KindMalformed, ""},
+		{`{"token_ids":[1,]}`, KindMalformed, ""},
+		{`{"token_ids":[1 2]}`, KindMalformed, ""},
+		{`{"token_ids":[1`, KindMalformed, ""},
+		{`{"token_ids":[1.]}`, KindMalformed, ""},
+		{`{"token_ids":[-]}`, KindMalformed, ""},
+		{`{"model_name":"a",}`, KindMalformed, ""},
+		{`{"model_name":"a"} x`, KindMalformed, "trailing"},
+		{`{"model_name":"a`, KindMalformed, ""},
+		{`not json`, KindMalformed, ""},
+		{``, KindMalformed, ""},
+		{`[1,2]`, KindUnprocessable, ""},
+		{`{"a":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`, KindMalformed, "recursion"},
+		{`{"block_hashes":[1,"x"]}`, KindUnprocessable, ""},
+		{`{"block_hashes":[18446744073709551616]}`, KindUnprocessable, "[0]"},
+		{`{"mm_routing_info":{"routing_token_ids":[1,-1]}}`, KindUnprocessable, "routing_token_ids[1]"},
+	}
+	for i, tc := range tests {
+		var req SelectRequest
+		err := DecodeJSON([]byte(tc.body), &req)
+		e, ok := err.(*Error)
+		if !ok {
+			t.Errorf("Test %d (%s): error %v (%T), want kind %d", i, tc.body, err, err, tc.kind)
+			continue
+		}
+		if e.Kind != tc.kind || !strings.Contains(e.Msg, tc.substr) {
+			t.Errorf("Test %d (%s): got kind %d %q, want kind %d containing %q", i, tc.body, e.Kind, e.Msg, tc.kind, tc.substr)
+		}
+		wantPrefix := shapePrefix
+		if tc.kind == KindMalformed {
+			wantPrefix = syntaxPrefix
+		}
+		if !strings.HasPrefix(e.Msg, wantPrefix) {
+			t.Errorf("Test %d: message %q lacks prefix %q", i, e.Msg, wantPrefix)
+		}
+	}
+}
+
+// TestDecodeMatchesEncodingJSON decodes the same bodies with encoding/json
+// into an equivalent struct whose token_ids is a plain []uint32, and checks
+// both agree on every field.
+func TestDecodeMatchesEncodingJSON(t *testing.T) {
+	type ref struct {
+		ModelName      string   `json:"model_name"`
+		RoutingGroup   string   `json:"routing_group"`
+		TokenIDs       []uint32 `json:"token_ids"`
+		BlockHashes    []int64  `json:"block_hashes"`
+		LoraName       string   `json:"lora_name"`
+		CacheSalt      string   `json:"cache_salt"`
+		IsEagle        *bool    `json:"is_eagle"`
+		SelectionID    string   `json:"selection_id"`
+		AllowedWorkers []uint64 `json:"allowed_worker_ids"`
+	}
+	bodies := []string{
+		`{"model_name":"m","token_ids":[1,2,3,4,5],"lora_name":"l","is_eagle":true}`,
+		`{"token_ids":[0],"routing_group":"g","cache_salt":"s\"q","selection_id":"id-1"}`,
+		`{"block_hashes":[-1,2,9223372036854775807],"allowed_worker_ids":[3,4],"is_eagle":null}`,
+		`{"selection_id":"x","token_ids":[]}`,
+		`{"model_name":"é\u00e9","unknown":{"a":[1,{"b":null}]},"token_ids":[42]}`,
+	}
+	for i, body := range bodies {
+		var want ref
+		if err := stdjson.Unmarshal([]byte(body), &want); err != nil {
+			t.Fatal(err)
+		}
+		var got SelectRequest
+		if err := DecodeJSON([]byte(body), &got); err != nil {
+			t.Fatalf("Test %d: %v", i, err)
+		}
+		hashes := make([]int64, len(got.BlockHashes))
+		for k, h := range got.BlockHashes {
+			hashes[k] = int64(h)
+		}
+		if got.ModelName != want.ModelName || got.RoutingGroup != want.RoutingGroup || got.LoraName != want.LoraName ||
+			got.CacheSalt != want.CacheSalt || got.SelectionID != want.SelectionID ||
+			!slices.Equal(got.TokenIDs, want.TokenIDs) || (got.TokenIDs == nil) != (want.TokenIDs == nil) ||
+			!slices.Equal(hashes, want.BlockHashes) || !slices.Equal(got.AllowedWorkerIDs, want.AllowedWorkers) ||
+			(got.IsEagle == nil) != (want.IsEagle == nil) || got.IsEagle != nil && *got.IsEagle != *want.IsEagle {
+			t.Errorf("Test %d: got %+v, want %+v", i, got, want)
+		}
+	}
+}
+
+func TestDecodeReusesTokenBuffer(t *testing.T) {
+	body := []byte(`{"token_ids":[1,2,3,4,5,6,7,8]}`)
+	var req SelectRequest
+	if err := DecodeJSON(body, &req); err != nil {
+		t.Fatal(err)
+	}
+	first := &req.TokenIDs[:1][0]
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := DecodeJSON(body, &req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if &req.TokenIDs[:1][0] != first {
+		t.Fatal("token buffer was not reused")
+	}
+	if allocs > 8 {
+		t.Fatalf("%v allocations per decode, want at most 8", allocs)
+	}
+}
+
+func TestHashesRoundTrip(t *testing.T) {
+	var h Hashes
+	if err := h.UnmarshalJSON([]byte(`[-1, 18446744073709551615, 0, 5]`)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(h, Hashes{^uint64(0), ^uint64(0), 0, 5}) {
+		t.Fatalf("got %v", h)
+	}
+	out, _ := h.MarshalJSON()
+	if string(out) != "[-1,-1,0,5]" {
+		t.Fatalf("marshal %s", out)
+	}
+}
+
+func TestIsJSONContentType(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"application/json": true, "application/json; charset=utf-8": true, "application/vnd.api+json": true,
+		"": false, "text/plain": false, "application/x-www-form-urlencoded": false, "json": false,
+	} {
+		if IsJSONContentType(ct) != want {
+			t.Errorf("%q: want %v", ct, want)
+		}
+	}
+}
