@@ -179,6 +179,11 @@ func (a *ApproxIndex) sweepLocked(now int64) {
 }
 
 // FindMatches implements Indexer. Only the device tier is ever populated.
+//
+// Every booking records its whole path and refreshes every node on it, so
+// along a path a rank's expiry never grows with depth: the nodes a rank
+// still holds form a prefix. Its match depth is therefore found by a binary
+// search over the path, not by checking every rank at every depth.
 func (a *ApproxIndex) FindMatches(p PartitionKey, blocks []uint64, out *Matches) {
 	now := a.now().UnixNano()
 	a.mu.RLock()
@@ -187,42 +192,49 @@ func (a *ApproxIndex) FindMatches(p PartitionKey, blocks []uint64, out *Matches)
 	if len(nodes) == 0 || len(blocks) == 0 {
 		return
 	}
-	start := len(out.List)
+	path := approxPathPool.Get().(*[]*approxNode)
+	defer approxPathPool.Put(path)
+	*path = (*path)[:0]
 	var prev uint64
 	for i, local := range blocks {
 		key := chainHash(prev, i, local)
 		prev = key
 		n := nodes[key]
 		if n == nil {
-			return
+			break
 		}
-		if i == 0 {
-			for _, h := range n.holders {
-				if h.expires > now {
-					out.List = append(out.List, Match{Rank: h.rank, Tiers: Tiers{Device: 1}})
-				}
-			}
+		*path = append(*path, n)
+	}
+	if len(*path) == 0 {
+		return
+	}
+	for _, h := range (*path)[0].holders {
+		if h.expires <= now {
 			continue
 		}
-		// A rank still in the running extends its depth when it holds this
-		// block too; ranks that dropped out keep the depth they reached.
-		alive := false
-		for m := start; m < len(out.List); m++ {
-			if out.List[m].Tiers.Device != uint32(i) {
-				continue
-			}
-			for _, h := range n.holders {
-				if h.rank == out.List[m].Rank && h.expires > now {
-					out.List[m].Tiers.Device++
-					alive = true
-					break
-				}
+		// Invariant: the rank holds path[lo-1]; find the first depth it lacks.
+		lo, hi := 1, len(*path)
+		for lo < hi {
+			mid := int(uint(lo+hi) >> 1)
+			if (*path)[mid].holds(h.rank, now) {
+				lo = mid + 1
+			} else {
+				hi = mid
 			}
 		}
-		if !alive {
-			return
+		out.List = append(out.List, Match{Rank: h.rank, Tiers: Tiers{Device: uint32(lo)}})
+	}
+}
+
+var approxPathPool = sync.Pool{New: func() any { p := make([]*approxNode, 0, 1024); return &p }}
+
+func (n *approxNode) holds(r Rank, now int64) bool {
+	for _, h := range n.holders {
+		if h.rank == r {
+			return h.expires > now
 		}
 	}
+	return false
 }
 
 // RemoveWorker implements Indexer.
