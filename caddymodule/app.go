@@ -1,0 +1,626 @@
+// Package caddymodule plugs the KV-aware router into Caddy: the kv_router
+// app that owns the selection router and keeps it across config reloads,
+// the kv_selection handler that serves Dynamo's selection API, and their
+// Caddyfile syntax. It is the only package of the project that imports
+// Caddy; the routing decisions themselves live in package selection.
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// routers holds the selection router of the kv_router app. It is pooled so
+// that a config reload hands the running router (its catalog, reservations,
+// pending selections and index) to the new config instead of rebuilding it:
+// the new config's Provision raises the count before the old config's
+// Cleanup lowers it, so the router is destroyed only when a config without
+// the app replaces the last one that had it.
+var routers = caddy.NewUsagePool()
+
+// routerKey is the only key of routers: Caddy runs at most one kv_router app,
+// so the process has one router.
+const routerKey = "default"
+
+// App is the kv_router app. It owns the selection router that every
+// kv_router module of the process shares: the worker catalog, the load
+// accounting, the reservations and the prefix index. Handlers reach it with
+// ctx.App("kv_router").
+//
+// The router survives config reloads: workers registered through the
+// selection API, reservations and cached prefixes are kept. Workers declared
+// in this config are upserted on every load, and a worker that an earlier
+// config declared but this one does not is deleted. The scheduler settings
+// are read once, when the router is created; a reload that changes them logs
+// a warning and the new values take effect only after Caddy restarts.
+type App struct {
+	// BlockSize is the default KV block size, in tokens, for workers that do
+	// not give their own: the workers declared here and those registered
+	// through the selection API without block_size. Zero, the default, means
+	// there is no default and every worker must give its block size.
+	BlockSize uint32 `json:"block_size,omitempty"`
+
+	// UseKVEvents selects the event-fed prefix index, which follows the
+	// KV-cache events the workers publish over ZMQ. It is not available yet
+	// (it arrives with the KV event listener), so it must be false or unset.
+	// When false, the router uses its approximate index, which assumes that a
+	// prefix booked on a worker stays cached there for approx_ttl. Default:
+	// false.
+	UseKVEvents *bool `json:"use_kv_events,omitempty"`
+
+	// OverlapScoreCredit is the cost credit, in blocks, for each prompt block
+	// already cached on a worker's device. It must be finite and
+	// non-negative. Default: 1.0.
+	OverlapScoreCredit *float64 `json:"overlap_score_credit,omitempty"`
+
+	// OverlapScoreCreditDecay reduces the device-cache credit of workers in
+	// proportion to their load, so that a busy worker with a cached prefix
+	// loses some of its advantage. It must be finite and non-negative.
+	// Default: 0 (no decay).
+	OverlapScoreCreditDecay *float64 `json:"overlap_score_credit_decay,omitempty"`
+
+	// PrefillLoadScale multiplies the uncached prefill blocks in the cost.
+	// It must be finite and non-negative. Default: 1.0.
+	PrefillLoadScale *float64 `json:"prefill_load_scale,omitempty"`
+
+	// DecodeActiveRequestWeight is the cost added for each request a worker
+	// is already serving. It must be finite and non-negative. Default: 0.
+	DecodeActiveRequestWeight *float64 `json:"decode_active_request_weight,omitempty"`
+
+	// HostCacheHitWeight is the credit for each block cached in a worker's
+	// host memory beyond its device prefix. It must be finite and
+	// non-negative. Default: 0.75.
+	HostCacheHitWeight *float64 `json:"host_cache_hit_weight,omitempty"`
+
+	// DiskCacheHitWeight is the credit for each block cached on a worker's
+	// disk or external tier beyond its host prefix. It must be finite and
+	// non-negative. Default: 0.25.
+	DiskCacheHitWeight *float64 `json:"disk_cache_hit_weight,omitempty"`
+
+	// SharedCacheMultiplier is the credit for each block found in a shared
+	// cache beyond a worker's device prefix. It must be finite and
+	// non-negative. Default: 0.
+	SharedCacheMultiplier *float64 `json:"shared_cache_multiplier,omitempty"`
+
+	// RouterTemperature is the softmax temperature of the worker choice.
+	// Zero always picks the cheapest worker; higher values spread requests
+	// over workers of similar cost. It must be finite and non-negative.
+	// Default: 0.
+	RouterTemperature *float64 `json:"router_temperature,omitempty"`
+
+	// AssumeKVReuse makes the decode-block count of a worker count a prefix
+	// shared by several of its requests once. Default: true.
+	AssumeKVReuse *bool `json:"assume_kv_reuse,omitempty"`
+
+	// TrackPrefillTokens counts the prefill tokens of in-flight requests in
+	// the cost. Default: true.
+	TrackPrefillTokens *bool `json:"track_prefill_tokens,omitempty"`
+
+	// TrackActiveBlocks counts the decode blocks of in-flight requests in the
+	// cost. Default: true.
+	TrackActiveBlocks *bool `json:"track_active_blocks,omitempty"`
+
+	// TrackOutputBlocks counts the output blocks that clients report through
+	// the selection API's output_block route. Default: false.
+	TrackOutputBlocks *bool `json:"track_output_blocks,omitempty"`
+
+	// DecodeBusyThreshold, when set, makes selections report decode_busy when
+	// a worker's potential decode blocks exceed this fraction of its
+	// total_kv_blocks. It must be finite and non-negative. Default: unset.
+	DecodeBusyThreshold *float64 `json:"decode_busy_threshold,omitempty"`
+
+	// PrefillBusyThreshold, when set, makes advisory selections report
+	// prefill_busy when a worker's active prefill tokens exceed this
+	// fraction of its max_num_batched_tokens. It must be finite and
+	// non-negative. Default: unset.
+	PrefillBusyThreshold *float64 `json:"prefill_busy_threshold,omitempty"`
+
+	// ApproxTTL is how long the approximate index treats a prefix booked on
+	// a worker as cached there. Default: 120s.
+	ApproxTTL caddy.Duration `json:"approx_ttl,omitempty"`
+
+	// SessionAffinityTTL enables session affinity when positive: requests
+	// that carry the same session id go to the same worker while the session
+	// has been idle for less than this long. It must be between 1s and one
+	// year. Default: 0 (off).
+	SessionAffinityTTL caddy.Duration `json:"session_affinity_ttl,omitempty"`
+
+	// SessionAffinityMode is "hard" or "soft". With "hard", a reservation on
+	// a worker other than the session's bound worker is rejected; with
+	// "soft", the binding follows the worker the request was dispatched to.
+	// Default: "hard".
+	SessionAffinityMode string `json:"session_affinity_mode,omitempty"`
+
+	// SessionTableCap bounds the number of session bindings kept.
+	// Default: 65536.
+	SessionTableCap int `json:"session_table_cap,omitempty"`
+
+	// PendingTTL is how long a /select answer given with a selection_id is
+	// kept for a later /reservations call. Default: 120s.
+	PendingTTL caddy.Duration `json:"pending_ttl,omitempty"`
+
+	// PendingMaxEntries bounds the number of pending selections kept.
+	// Default: 4096.
+	PendingMaxEntries int `json:"pending_max_entries,omitempty"`
+
+	// PendingMaxBytes bounds the memory, in bytes, used by pending
+	// selections. Default: 268435456 (256 MiB).
+	PendingMaxBytes int64 `json:"pending_max_bytes,omitempty"`
+
+	// ReservationTTL frees a reservation that is still held after this long,
+	// for clients that never sent its release. Default: 1h.
+	ReservationTTL caddy.Duration `json:"reservation_ttl,omitempty"`
+
+	// MaxWorkers bounds the number of workers in the catalog.
+	// Default: 65536.
+	MaxWorkers int `json:"max_workers,omitempty"`
+
+	// Workers are the workers declared in the config. They are upserted into
+	// the catalog on every config load, replacing any change made through
+	// the selection API, and a worker removed from this list is deleted on
+	// the next load. Workers registered through the selection API are not
+	// touched.
+	Workers []WorkerConfig `json:"workers,omitempty"`
+
+	state  *routerState
+	loaded bool // routers holds one reference for this App
+	logger *zap.Logger
+}
+
+// WorkerConfig declares one worker of the catalog.
+type WorkerConfig struct {
+	// WorkerID is the worker's id in the catalog and in the selection API.
+	// It is required and must be unique among the declared workers.
+	WorkerID *uint64 `json:"worker_id,omitempty"`
+
+	// ModelName is the model the worker serves. Requests name it in
+	// model_name. Default: "default".
+	ModelName string `json:"model_name,omitempty"`
+
+	// RoutingGroup is the routing group of the worker within its model.
+	// Default: "default".
+	RoutingGroup string `json:"routing_group,omitempty"`
+
+	// Endpoint is the worker's address as returned by selections, for
+	// example "10.0.0.1:8000". Required.
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// KVEventsEndpoint is the ZMQ endpoint where the worker publishes its
+	// KV-cache events, for example "tcp://10.0.0.1:5557". It is recorded in
+	// the catalog and used once the event-fed index is available.
+	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
+
+	// ReplayEndpoint is the ZMQ endpoint that replays the worker's missed
+	// KV-cache events. Only a worker with one data-parallel rank may have one.
+	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
+
+	// BlockSize is the worker's KV block size in tokens. All workers of a
+	// model and routing group must share one block size. Default: the app's
+	// block_size.
+	BlockSize uint32 `json:"block_size,omitempty"`
+
+	// DataParallelStartRank is the first global data-parallel rank the
+	// worker serves. Default: 0.
+	DataParallelStartRank uint32 `json:"data_parallel_start_rank,omitempty"`
+
+	// DataParallelSize is the number of data-parallel ranks the worker
+	// serves; each rank is scheduled on its own. Default: 1.
+	DataParallelSize uint32 `json:"data_parallel_size,omitempty"`
+
+	// MaxNumBatchedTokens is the worker's prefill token budget per batch,
+	// used for the prefill_busy report. Default: unknown.
+	MaxNumBatchedTokens uint64 `json:"max_num_batched_tokens,omitempty"`
+
+	// TotalKVBlocks is the number of KV blocks the worker can hold, used for
+	// the decode_busy report. Default: unknown.
+	TotalKVBlocks uint64 `json:"total_kv_blocks,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "kv_router",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision builds the router, or takes over the one kept from the previous
+// config, and brings the catalog in line with the declared workers.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	cfg, workers, err := a.build()
+	if err != nil {
+		return err
+	}
+	val, loaded, err := routers.LoadOrNew(routerKey, func() (caddy.Destructor, error) {
+		r, err := selection.NewRouter(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return &routerState{router: r, fromConfig: map[uint64]struct{}{}}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("creating router: %v", err)
+	}
+	a.loaded = true
+	a.state = val.(*routerState)
+	if loaded {
+		// The router keeps the settings it was built with: rebuilding it
+		// would drop its reservations and index, and selection.Router has no
+		// way yet to change them in place.
+		if changed := changedSettings(a.state.router.Config(), cfg); len(changed) > 0 {
+			a.logger.Warn("kv_router settings changed; the running router keeps its previous settings until Caddy restarts",
+				zap.Strings("settings", changed))
+		}
+	}
+	gen, err := a.state.syncWorkers(workers, a.logger)
+	if err != nil {
+		return err
+	}
+	a.logger.Info("router ready",
+		zap.Bool("reused", loaded),
+		zap.Int("generation", gen),
+		zap.Int("config_workers", len(workers)),
+		zap.Int("workers", len(a.state.router.ListWorkers("", ""))),
+		zap.Int("active_reservations", a.state.router.ActiveReservations()))
+	return nil
+}
+
+// Validate checks the config without side effects. Provision runs the same
+// checks before it touches the shared router.
+func (a *App) Validate() error {
+	_, _, err := a.build()
+	return err
+}
+
+// Start implements caddy.App. The router runs from Provision on, so there is
+// nothing to start.
+func (a *App) Start() error { return nil }
+
+// Stop implements caddy.App. The router outlives the config (see Cleanup),
+// so there is nothing to stop.
+func (a *App) Stop() error { return nil }
+
+// Cleanup releases this config's reference to the pooled router; the last
+// release closes it.
+func (a *App) Cleanup() error {
+	if !a.loaded {
+		return nil
+	}
+	a.loaded = false
+	_, err := routers.Delete(routerKey)
+	return err
+}
+
+// Router returns the selection router. It is nil before Provision.
+func (a *App) Router() *selection.Router {
+	if a.state == nil {
+		return nil
+	}
+	return a.state.router
+}
+
+// build turns the config into router settings and worker upserts, and
+// reports the first invalid setting. It has no side effects.
+func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents = false
+	if a.UseKVEvents != nil && *a.UseKVEvents {
+		return cfg, nil, errors.New("use_kv_events: the event-fed index is not available yet (it arrives with the KV event listener); set use_kv_events off to use the approximate index")
+	}
+	cfg.DefaultBlockSize = a.BlockSize
+
+	for _, f := range []struct {
+		name string
+		src  *float64
+		dst  *float64
+	}{
+		{"overlap_score_credit", a.OverlapScoreCredit, &cfg.OverlapScoreCredit},
+		{"overlap_score_credit_decay", a.OverlapScoreCreditDecay, &cfg.OverlapScoreCreditDecay},
+		{"prefill_load_scale", a.PrefillLoadScale, &cfg.PrefillLoadScale},
+		{"decode_active_request_weight", a.DecodeActiveRequestWeight, &cfg.DecodeActiveRequestWeight},
+		{"host_cache_hit_weight", a.HostCacheHitWeight, &cfg.HostCacheHitWeight},
+		{"disk_cache_hit_weight", a.DiskCacheHitWeight, &cfg.DiskCacheHitWeight},
+		{"shared_cache_multiplier", a.SharedCacheMultiplier, &cfg.SharedCacheMultiplier},
+		{"router_temperature", a.RouterTemperature, &cfg.RouterTemperature},
+	} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	for _, f := range []struct {
+		src *bool
+		dst *bool
+	}{
+		{a.AssumeKVReuse, &cfg.AssumeKVReuse},
+		{a.TrackPrefillTokens, &cfg.TrackPrefillTokens},
+		{a.TrackActiveBlocks, &cfg.TrackActiveBlocks},
+		{a.TrackOutputBlocks, &cfg.TrackOutputBlocks},
+	} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+		dst  **float64
+	}{
+		{"decode_busy_threshold", a.DecodeBusyThreshold, &cfg.DecodeBusyThreshold},
+		{"prefill_busy_threshold", a.PrefillBusyThreshold, &cfg.PrefillBusyThreshold},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) || *f.v < 0 {
+			return cfg, nil, fmt.Errorf("%s must be finite and non-negative", f.name)
+		}
+		v := *f.v
+		*f.dst = &v
+	}
+	for _, f := range []struct {
+		name string
+		v    caddy.Duration
+		dst  *time.Duration
+	}{
+		{"approx_ttl", a.ApproxTTL, &cfg.ApproxTTL},
+		{"session_affinity_ttl", a.SessionAffinityTTL, &cfg.SessionAffinityTTL},
+		{"pending_ttl", a.PendingTTL, &cfg.PendingTTL},
+		{"reservation_ttl", a.ReservationTTL, &cfg.ReservationTTL},
+	} {
+		if f.v < 0 {
+			return cfg, nil, fmt.Errorf("%s must not be negative", f.name)
+		}
+		if f.v > 0 {
+			*f.dst = time.Duration(f.v)
+		}
+	}
+	switch a.SessionAffinityMode {
+	case "", "hard":
+		cfg.SessionAffinitySoft = false
+	case "soft":
+		cfg.SessionAffinitySoft = true
+	default:
+		return cfg, nil, fmt.Errorf("session_affinity_mode must be hard or soft, not %q", a.SessionAffinityMode)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+		set  func(int64)
+	}{
+		{"session_table_cap", int64(a.SessionTableCap), func(v int64) { cfg.SessionTableCap = int(v) }},
+		{"pending_max_entries", int64(a.PendingMaxEntries), func(v int64) { cfg.PendingMaxEntries = int(v) }},
+		{"pending_max_bytes", a.PendingMaxBytes, func(v int64) { cfg.PendingMaxBytes = v }},
+		{"max_workers", int64(a.MaxWorkers), func(v int64) { cfg.MaxWorkers = int(v) }},
+	} {
+		if f.v < 0 {
+			return cfg, nil, fmt.Errorf("%s must not be negative", f.name)
+		}
+		if f.v > 0 {
+			f.set(f.v)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, nil, err
+	}
+
+	workers, err := a.workerRequests()
+	if err != nil {
+		return cfg, nil, err
+	}
+	return cfg, workers, nil
+}
+
+// workerRequests checks the declared workers and returns their upserts. It
+// rejects what the catalog would accept only as an incomplete or
+// conflicting worker, so that a bad config fails before the shared router
+// is changed.
+func (a *App) workerRequests() ([]*selection.WorkerRequest, error) {
+	reqs := make([]*selection.WorkerRequest, 0, len(a.Workers))
+	seen := make(map[uint64]bool, len(a.Workers))
+	blockSizes := make(map[string]uint32) // partition → block size
+	for i, w := range a.Workers {
+		if w.WorkerID == nil {
+			return nil, fmt.Errorf("workers[%d]: worker_id is required", i)
+		}
+		id := *w.WorkerID
+		if seen[id] {
+			return nil, fmt.Errorf("worker %d: declared more than once", id)
+		}
+		seen[id] = true
+		if w.Endpoint == "" {
+			return nil, fmt.Errorf("worker %d: endpoint is required", id)
+		}
+		bs := w.BlockSize
+		if bs == 0 {
+			bs = a.BlockSize
+		}
+		if bs == 0 {
+			return nil, fmt.Errorf("worker %d: block_size is required (set it on the worker or as the kv_router default)", id)
+		}
+		dpSize := w.DataParallelSize
+		if dpSize == 0 {
+			dpSize = 1
+		}
+		if w.ReplayEndpoint != "" && dpSize > 1 {
+			return nil, fmt.Errorf("worker %d: replay_endpoint is supported only for data_parallel_size 1", id)
+		}
+		part := partitionName(w.ModelName, w.RoutingGroup)
+		if prev, ok := blockSizes[part]; ok && prev != bs {
+			return nil, fmt.Errorf("worker %d: block_size %d conflicts with block_size %d of the other workers of %s", id, bs, prev, part)
+		}
+		blockSizes[part] = bs
+		reqs = append(reqs, w.request(bs, dpSize))
+	}
+	return reqs, nil
+}
+
+// request is the catalog upsert for the worker, with its block size and
+// data-parallel size resolved.
+func (w *WorkerConfig) request(blockSize, dpSize uint32) *selection.WorkerRequest {
+	id, start := *w.WorkerID, w.DataParallelStartRank
+	req := &selection.WorkerRequest{
+		WorkerID:              &id,
+		Endpoint:              stringPtr(w.Endpoint),
+		BlockSize:             &blockSize,
+		DataParallelStartRank: &start,
+		DataParallelSize:      &dpSize,
+	}
+	if w.ModelName != "" {
+		req.ModelName = stringPtr(w.ModelName)
+	}
+	if w.RoutingGroup != "" {
+		req.RoutingGroup = stringPtr(w.RoutingGroup)
+	}
+	if w.KVEventsEndpoint != "" {
+		req.KVEventsEndpoint = stringPtr(w.KVEventsEndpoint)
+	}
+	if w.ReplayEndpoint != "" {
+		req.ReplayEndpoint = stringPtr(w.ReplayEndpoint)
+	}
+	if w.MaxNumBatchedTokens > 0 {
+		v := w.MaxNumBatchedTokens
+		req.MaxNumBatchedTokens = &v
+	}
+	if w.TotalKVBlocks > 0 {
+		v := w.TotalKVBlocks
+		req.TotalKVBlocks = &v
+	}
+	return req
+}
+
+func stringPtr(s string) *string { return &s }
+
+// partitionName names a (model, routing group) with the catalog's defaults.
+func partitionName(model, group string) string {
+	if model == "" {
+		model = "default"
+	}
+	if group == "" {
+		group = "default"
+	}
+	return model + ":" + group
+}
+
+// routerState is the pooled value: the router and what the configs that
+// shared it have declared.
+type routerState struct {
+	router *selection.Router
+
+	mu         sync.Mutex
+	fromConfig map[uint64]struct{} // worker ids declared by the latest config
+	generation int                 // configs that have provisioned with this router
+}
+
+// syncWorkers upserts the declared workers and deletes those an earlier
+// config declared and this one does not. It returns how many configs have
+// used the router, this one included.
+//
+// Upserts run before deletions, so a rejected upsert leaves the workers of
+// the previous config in place; the ones upserted before it stay and are
+// remembered as declared, so that a later config can remove them.
+func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.Logger) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.generation++
+	next := make(map[uint64]struct{}, len(reqs))
+	for _, req := range reqs {
+		if _, err := s.router.UpsertWorker(req); err != nil {
+			for id := range next {
+				s.fromConfig[id] = struct{}{}
+			}
+			return s.generation, fmt.Errorf("worker %d: %v", *req.WorkerID, err)
+		}
+		next[*req.WorkerID] = struct{}{}
+	}
+	for id := range s.fromConfig {
+		if _, keep := next[id]; keep {
+			continue
+		}
+		// Not found means the worker was already deleted through the API.
+		if _, err := s.router.DeleteWorker(id); err == nil {
+			logger.Info("deleted worker removed from the config", zap.Uint64("worker_id", id))
+		}
+	}
+	s.fromConfig = next
+	return s.generation, nil
+}
+
+// Destruct stops the router's background work when the last config that
+// used it is unloaded.
+func (s *routerState) Destruct() error {
+	s.router.Close()
+	return nil
+}
+
+// settingNames maps the selection.Config fields whose kv_router option has
+// another name; the others are the field name in snake_case.
+var settingNames = map[string]string{
+	"DefaultBlockSize":    "block_size",
+	"SessionAffinitySoft": "session_affinity_mode",
+}
+
+// changedSettings lists, by kv_router option name, the router settings that
+// differ between old and cur.
+func changedSettings(old, cur selection.Config) []string {
+	var out []string
+	ov, cv := reflect.ValueOf(old), reflect.ValueOf(cur)
+	t := ov.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() || f.Type.Kind() == reflect.Func {
+			continue
+		}
+		if reflect.DeepEqual(ov.Field(i).Interface(), cv.Field(i).Interface()) {
+			continue
+		}
+		if name, ok := settingNames[f.Name]; ok {
+			out = append(out, name)
+		} else {
+			out = append(out, snakeCase(f.Name))
+		}
+	}
+	return out
+}
+
+// snakeCase turns a Go field name into its snake_case form, keeping
+// initialisms together: ApproxTTL → approx_ttl, UseKVEvents → use_kv_events.
+func snakeCase(name string) string {
+	rs := []rune(name)
+	var b strings.Builder
+	for i, r := range rs {
+		if unicode.IsUpper(r) && i > 0 {
+			prevLower := unicode.IsLower(rs[i-1])
+			nextLower := i+1 < len(rs) && unicode.IsLower(rs[i+1])
+			if prevLower || (unicode.IsUpper(rs[i-1]) && nextLower) {
+				b.WriteByte('_')
+			}
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.Validator    = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+	_ caddy.Destructor   = (*routerState)(nil)
+)
