@@ -1,0 +1,91 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+func init() {
+	caddy.RegisterModule(SelectionHandler{})
+}
+
+// SelectionHandler serves the selection API, wire-compatible with NVIDIA
+// Dynamo's standalone selection service, over the kv_router app's router:
+// /select, /select_and_reserve, /reservations, /workers, /health, /ready,
+// /loads, /potential_loads, /overlap_scores and /dump.
+//
+// The routes are matched against the request path as the handler sees it,
+// so to serve the API under a prefix, strip the prefix first (for example
+// with handle_path). The handler is terminal: it answers every request it
+// gets, with {"error": "..."} bodies and Dynamo's status codes on errors
+// (404 for an unknown path), and never calls the next handler. It writes
+// those error responses itself rather than returning them to Caddy, because
+// clients of the API expect Dynamo's error bodies.
+type SelectionHandler struct {
+	// MaxBodySize is the largest request body accepted, in bytes; a larger
+	// body is answered with 413. Default: 8388608 (8 MiB), as in Dynamo.
+	MaxBodySize int64 `json:"max_body_size,omitempty"`
+
+	api *selection.Handler
+}
+
+// CaddyModule returns the Caddy module information.
+func (SelectionHandler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.kv_selection",
+		New: func() caddy.Module { return new(SelectionHandler) },
+	}
+}
+
+// Provision binds the handler to the kv_router app's router. An absent app
+// is created with default settings.
+func (h *SelectionHandler) Provision(ctx caddy.Context) error {
+	if h.MaxBodySize < 0 {
+		return errors.New("max_body_size must not be negative")
+	}
+	appIface, err := ctx.App("kv_router")
+	if err != nil {
+		return fmt.Errorf("getting kv_router app: %v", err)
+	}
+	app, ok := appIface.(*App)
+	if !ok {
+		return fmt.Errorf("kv_router app has unexpected type %T", appIface)
+	}
+	router := app.Router()
+	if router == nil {
+		return errors.New("kv_router app has no router")
+	}
+	maxBody := h.MaxBodySize
+	if maxBody == 0 {
+		maxBody = selection.DefaultMaxBodyBytes
+	}
+	h.api = selection.NewHandler(router, maxBody)
+	return nil
+}
+
+// Validate checks the handler's settings.
+func (h *SelectionHandler) Validate() error {
+	if h.MaxBodySize < 0 {
+		return errors.New("max_body_size must not be negative")
+	}
+	return nil
+}
+
+// ServeHTTP answers the request from the selection API.
+func (h *SelectionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	h.api.ServeHTTP(w, r)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*SelectionHandler)(nil)
+	_ caddy.Validator             = (*SelectionHandler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*SelectionHandler)(nil)
+)
