@@ -1,0 +1,329 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+)
+
+// The integration tests share one Caddy that runs inside the test binary,
+// on these loopback ports, so they must not run in parallel.
+const (
+	testAdminPort = 23981
+	testHTTPPort  = 23982
+	testHTTPSPort = 23983
+)
+
+var apiBase = fmt.Sprintf("http://127.0.0.1:%d", testHTTPPort)
+
+// testCaddyfile serves the selection API on the test port, with a second
+// copy under /small/ that accepts bodies of at most 64 bytes. The workers
+// block goes into the kv_router global option.
+func testCaddyfile(workers string) string {
+	return fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1s
+	skip_install_trust
+	auto_https off
+	kv_router {
+		block_size 4
+		use_kv_events off
+%s
+	}
+}
+
+:%d {
+	bind 127.0.0.1
+	handle_path /small/* {
+		kv_selection {
+			max_body_size 64
+		}
+	}
+	handle {
+		kv_selection
+	}
+}
+`, testAdminPort, testHTTPPort, testHTTPSPort, workers, testHTTPPort)
+}
+
+const worker1 = `		worker 1 {
+			endpoint 127.0.0.1:9001
+			model_name m
+		}`
+
+const worker3 = `		worker 3 {
+			endpoint 127.0.0.1:9003
+			model_name m
+		}`
+
+// blankCaddyfile has no kv_router app, so loading it releases the pooled
+// router and the next test starts from an empty one.
+var blankCaddyfile = fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1s
+	skip_install_trust
+	auto_https off
+}
+
+:%d {
+	bind 127.0.0.1
+	respond "blank"
+}
+`, testAdminPort, testHTTPPort, testHTTPSPort, testHTTPPort)
+
+func newTester(t *testing.T) *caddytest.Tester {
+	t.Helper()
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: testAdminPort})
+	tester.InitServer(blankCaddyfile, "caddyfile")
+	if refs, ok := routers.References(routerKey); ok {
+		t.Fatalf("router still pooled with %d references after loading a config without kv_router", refs)
+	}
+	return tester
+}
+
+// call sends one request and returns the status and body.
+func call(t *testing.T, tester *caddytest.Tester, method, path, contentType, body string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, apiBase+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := tester.Client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, b
+}
+
+// callJSON sends a request and decodes the JSON answer into out, failing
+// unless the status is want.
+func callJSON(t *testing.T, tester *caddytest.Tester, method, path, body string, want int, out any) {
+	t.Helper()
+	ct := ""
+	if body != "" {
+		ct = "application/json"
+	}
+	code, b := call(t, tester, method, path, ct, body)
+	if code != want {
+		t.Fatalf("%s %s: status %d, want %d; body %s", method, path, code, want, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: decoding %s: %v", method, path, b, err)
+		}
+	}
+}
+
+func workerIDs(t *testing.T, tester *caddytest.Tester) []uint64 {
+	t.Helper()
+	var workers []struct {
+		WorkerID  uint64 `json:"worker_id"`
+		Lifecycle string `json:"lifecycle"`
+	}
+	callJSON(t, tester, http.MethodGet, "/workers", "", http.StatusOK, &workers)
+	ids := make([]uint64, 0, len(workers))
+	for _, w := range workers {
+		if w.Lifecycle != "schedulable" {
+			t.Errorf("worker %d is %s", w.WorkerID, w.Lifecycle)
+		}
+		ids = append(ids, w.WorkerID)
+	}
+	return ids
+}
+
+func activeRequests(t *testing.T, tester *caddytest.Tester) uint64 {
+	t.Helper()
+	var loads []struct {
+		Loads []struct {
+			ActiveRequests uint64 `json:"active_requests"`
+		} `json:"loads"`
+	}
+	callJSON(t, tester, http.MethodGet, "/loads", "", http.StatusOK, &loads)
+	var n uint64
+	for _, m := range loads {
+		for _, l := range m.Loads {
+			n += l.ActiveRequests
+		}
+	}
+	return n
+}
+
+const worker2JSON = `{"worker_id": 2, "model_name": "m", "endpoint": "127.0.0.1:9002", "block_size": 4}`
+
+// reserve books a selection for an 8-token prompt and returns its id.
+func reserve(t *testing.T, tester *caddytest.Tester) string {
+	t.Helper()
+	var sel struct {
+		SelectionID string `json:"selection_id"`
+		WorkerID    uint64 `json:"worker_id"`
+		Endpoint    string `json:"endpoint"`
+	}
+	callJSON(t, tester, http.MethodPost, "/select_and_reserve",
+		`{"model_name": "m", "token_ids": [1, 2, 3, 4, 5, 6, 7, 8]}`, http.StatusOK, &sel)
+	if sel.SelectionID == "" || (sel.WorkerID != 1 && sel.WorkerID != 2) || sel.Endpoint == "" {
+		t.Fatalf("unexpected selection %+v", sel)
+	}
+	return sel.SelectionID
+}
+
+// forceReload loads caddyfile through the admin API even when it equals
+// the running config, as `caddy reload --force` does.
+func forceReload(t *testing.T, caddyfile string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", testAdminPort), bytes.NewBufferString(caddyfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	req.Header.Set("Cache-Control", "must-revalidate")
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("reload: status %d: %s", res.StatusCode, b)
+	}
+}
+
+func pooledState(t *testing.T) *routerState {
+	t.Helper()
+	var s *routerState
+	routers.Range(func(_, v any) bool {
+		s, _ = v.(*routerState)
+		return false
+	})
+	if s == nil {
+		t.Fatal("no router in the pool")
+	}
+	return s
+}
+
+func (s *routerState) gen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.generation
+}
+
+func TestSelectionAPI(t *testing.T) {
+	tester := newTester(t)
+	tester.InitServer(testCaddyfile(worker1), "caddyfile")
+
+	if got := workerIDs(t, tester); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("declared workers: %v, want [1]", got)
+	}
+	callJSON(t, tester, http.MethodPost, "/workers", worker2JSON, http.StatusCreated, nil)
+	if got := workerIDs(t, tester); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("workers after registering worker 2: %v, want [1 2]", got)
+	}
+
+	id := reserve(t, tester)
+	if n := activeRequests(t, tester); n != 1 {
+		t.Errorf("active requests after booking: %d, want 1", n)
+	}
+	callJSON(t, tester, http.MethodDelete, "/reservations/"+id, "", http.StatusOK, nil)
+	if n := activeRequests(t, tester); n != 0 {
+		t.Errorf("active requests after freeing: %d, want 0", n)
+	}
+	callJSON(t, tester, http.MethodDelete, "/reservations/"+id, "", http.StatusNotFound, nil)
+
+	code, body := call(t, tester, http.MethodPost, "/select", "", `{"model_name": "m", "token_ids": [1, 2, 3, 4]}`)
+	if code != http.StatusUnsupportedMediaType || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("select without a content type: %d %s, want 415 with an error body", code, body)
+	}
+
+	code, body = call(t, tester, http.MethodGet, "/no/such/route", "", "")
+	if code != http.StatusNotFound || string(body) != `{"error":"route not found"}` {
+		t.Errorf("unknown route: %d %s, want 404 route not found", code, body)
+	}
+
+	// The same API under /small/ accepts at most 64 bytes.
+	big := `{"model_name": "m", "token_ids": [` + strings.Repeat("1, ", 40) + `1]}`
+	code, body = call(t, tester, http.MethodPost, "/small/select", "application/json", big)
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("large body under /small/: %d %s, want 413 with an error body", code, body)
+	}
+	code, body = call(t, tester, http.MethodPost, "/select", "application/json", big)
+	if code != http.StatusOK {
+		t.Errorf("large body under the default limit: %d %s, want 200", code, body)
+	}
+	code, body = call(t, tester, http.MethodGet, "/small/health", "", "")
+	if code != http.StatusOK || string(body) != `{"status":"ok"}` {
+		t.Errorf("health under /small/: %d %s", code, body)
+	}
+}
+
+func TestReloadKeepsRouterState(t *testing.T) {
+	tester := newTester(t)
+	cfg := testCaddyfile(worker1)
+	tester.InitServer(cfg, "caddyfile")
+
+	callJSON(t, tester, http.MethodPost, "/workers", worker2JSON, http.StatusCreated, nil)
+	id := reserve(t, tester)
+	state := pooledState(t)
+	gen := state.gen()
+
+	forceReload(t, cfg)
+
+	if s := pooledState(t); s != state || s.gen() != gen+1 {
+		t.Fatalf("reload did not reuse the pooled router (same: %t, generation %d → %d)", s == state, gen, s.gen())
+	}
+	if refs, _ := routers.References(routerKey); refs != 1 {
+		t.Errorf("pool references after reload: %d, want 1", refs)
+	}
+	if got := workerIDs(t, tester); !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("workers after reload: %v, want [1 2]", got)
+	}
+	if n := activeRequests(t, tester); n != 1 {
+		t.Errorf("active requests after reload: %d, want 1", n)
+	}
+	callJSON(t, tester, http.MethodDelete, "/reservations/"+id, "", http.StatusOK, nil)
+	if n := activeRequests(t, tester); n != 0 {
+		t.Errorf("active requests after freeing: %d, want 0", n)
+	}
+}
+
+func TestReloadDeletesWorkerRemovedFromConfig(t *testing.T) {
+	tester := newTester(t)
+	tester.InitServer(testCaddyfile(worker1+"\n"+worker3), "caddyfile")
+	callJSON(t, tester, http.MethodPost, "/workers", worker2JSON, http.StatusCreated, nil)
+	if got := workerIDs(t, tester); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Fatalf("workers: %v, want [1 2 3]", got)
+	}
+
+	tester.InitServer(testCaddyfile(worker1), "caddyfile")
+	if got := workerIDs(t, tester); !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("workers after removing worker 3 from the config: %v, want [1 2]", got)
+	}
+
+	// Dropping the whole app releases the router and its workers.
+	tester.InitServer(blankCaddyfile, "caddyfile")
+	if _, ok := routers.References(routerKey); ok {
+		t.Error("router still pooled after loading a config without kv_router")
+	}
+}
