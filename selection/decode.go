@@ -329,16 +329,9 @@ func (s *scanner) skipValue(depth int) error {
 			if err := s.skipValue(depth + 1); err != nil {
 				return err
 			}
-			s.ws()
-			if s.i < len(s.b) && s.b[s.i] == ',' {
-				s.i++
-				continue
+			if closed, err := s.next('}'); closed || err != nil {
+				return err
 			}
-			if s.i < len(s.b) && s.b[s.i] == '}' {
-				s.i++
-				return nil
-			}
-			return s.syntax("expected `,` or `}`")
 		}
 	case c == '[':
 		s.i++
@@ -352,16 +345,9 @@ func (s *scanner) skipValue(depth int) error {
 			if err := s.skipValue(depth + 1); err != nil {
 				return err
 			}
-			s.ws()
-			if s.i < len(s.b) && s.b[s.i] == ',' {
-				s.i++
-				continue
+			if closed, err := s.next(']'); closed || err != nil {
+				return err
 			}
-			if s.i < len(s.b) && s.b[s.i] == ']' {
-				s.i++
-				return nil
-			}
-			return s.syntax("expected `,` or `]`")
 		}
 	case c == '-' || c >= '0' && c <= '9':
 		_, err := s.number()
@@ -369,6 +355,21 @@ func (s *scanner) skipValue(depth int) error {
 	default:
 		return s.literal()
 	}
+}
+
+// next moves past the separator after a container's element and reports
+// whether it was the container's closing byte.
+func (s *scanner) next(closing byte) (bool, error) {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == ',' {
+		s.i++
+		return false, nil
+	}
+	if s.i < len(s.b) && s.b[s.i] == closing {
+		s.i++
+		return true, nil
+	}
+	return false, s.syntax("expected `,` or `" + string(closing) + "`")
 }
 
 // literal moves past true, false or null.
