@@ -92,13 +92,31 @@ type booking struct {
 	freed     bool
 }
 
-// loadTracker is a partition's active-block table. Values are stored inline
-// so booking a fresh block costs no allocation beyond map growth.
+// loadTracker is a partition's active-block table. Map values are pointers
+// so holding and releasing a block cost one map probe each; the holders
+// themselves come from slabs and a free list, so booking a fresh block
+// costs no allocation of its own.
 type loadTracker struct {
-	blocks map[uint64]holders
+	blocks map[uint64]*holders
+	slab   []holders
+	spare  []*holders
 }
 
-func newLoadTracker() loadTracker { return loadTracker{blocks: make(map[uint64]holders)} }
+func newLoadTracker() loadTracker { return loadTracker{blocks: make(map[uint64]*holders)} }
+
+func (t *loadTracker) newHolders() *holders {
+	if n := len(t.spare); n > 0 {
+		h := t.spare[n-1]
+		t.spare = t.spare[:n-1]
+		return h
+	}
+	if len(t.slab) == 0 {
+		t.slab = make([]holders, 1024)
+	}
+	h := &t.slab[0]
+	t.slab = t.slab[1:]
+	return h
+}
 
 // add books b on its rank.
 func (t *loadTracker) add(b *booking, trackBlocks bool) {
@@ -114,9 +132,11 @@ func (t *loadTracker) add(b *booking, trackBlocks bool) {
 }
 
 func (t *loadTracker) hold(rs *rankState, h uint64) {
-	hs, ok := t.blocks[h]
-	if !ok {
-		t.blocks[h] = holders{first: holding{rs: rs, refs: 1, weight: 1}}
+	hs := t.blocks[h]
+	if hs == nil {
+		hs = t.newHolders()
+		hs.first = holding{rs: rs, refs: 1, weight: 1}
+		t.blocks[h] = hs
 		rs.decodeWeight++
 		return
 	}
@@ -127,16 +147,15 @@ func (t *loadTracker) hold(rs *rankState, h uint64) {
 			e.weight = 1
 		}
 		e.refs++
-	} else {
-		hs.more = append(hs.more, holding{rs: rs, refs: 1, weight: 1})
-		rs.decodeWeight++
+		return
 	}
-	t.blocks[h] = hs
+	hs.more = append(hs.more, holding{rs: rs, refs: 1, weight: 1})
+	rs.decodeWeight++
 }
 
 func (t *loadTracker) release(rs *rankState, h uint64) {
-	hs, ok := t.blocks[h]
-	if !ok {
+	hs := t.blocks[h]
+	if hs == nil {
 		return
 	}
 	e := hs.find(rs)
@@ -145,15 +164,14 @@ func (t *loadTracker) release(rs *rankState, h uint64) {
 	}
 	e.refs--
 	if e.refs > 0 {
-		t.blocks[h] = hs
 		return
 	}
 	rs.decodeWeight -= float64(e.weight)
 	if hs.remove(rs) {
 		delete(t.blocks, h)
-		return
+		*hs = holders{more: hs.more[:0]}
+		t.spare = append(t.spare, hs)
 	}
-	t.blocks[h] = hs
 }
 
 // free removes b's load from its rank. It is idempotent.
@@ -194,11 +212,10 @@ func (t *loadTracker) outputBlock(b *booking, decay *float64) {
 	}
 	w := float32(*decay)
 	reweight := func(h uint64) {
-		if hs, ok := t.blocks[h]; ok {
+		if hs := t.blocks[h]; hs != nil {
 			if e := hs.find(b.rs); e != nil && e.refs == 1 {
 				b.rs.decodeWeight += float64(w - e.weight)
 				e.weight = w
-				t.blocks[h] = hs
 			}
 		}
 	}
@@ -218,8 +235,8 @@ func (t *loadTracker) countActive(hashes []uint64, hits []uint32) {
 		return
 	}
 	for _, h := range hashes {
-		hs, ok := t.blocks[h]
-		if !ok {
+		hs := t.blocks[h]
+		if hs == nil {
 			continue
 		}
 		if rs := hs.first.rs; rs != nil && !rs.removed {
