@@ -2,12 +2,18 @@ package selection
 
 import (
 	"math"
-	"math/rand/v2"
 	"time"
 )
 
 // Load accounting (spec §3.3, §3.9): what bookings add to each rank. All of
 // it is guarded by the owning partition's mutex.
+//
+// Active prompt blocks live in a compressed prefix trie, as in Dynamo: a
+// booking's tracking hashes are a path from the root, each edge a run of
+// blocks, and every edge keeps per-rank counts of the bookings that cover
+// it. A shared prefix therefore counts once per rank, and booking, freeing
+// or measuring a prompt costs one sequential comparison per block plus a
+// map probe per edge, not a map probe per block.
 
 // rankState is one schedulable rank and its live load.
 type rankState struct {
@@ -28,52 +34,32 @@ type rankState struct {
 
 func (rs *rankState) decodeBlocks() uint64 { return uint64(math.Round(math.Max(rs.decodeWeight, 0))) }
 
-// holding is one rank's hold on an active block.
-type holding struct {
+// edge is a run of blocks in the trie. Every booking ends on an edge
+// boundary (edges are split to make it so), so a rank's count on an edge
+// covers all of its blocks.
+type edge struct {
+	hashes   []uint64 // the run's tracking hashes; shared with a booking, never written
+	parent   *edge
+	children map[uint64]*edge // keyed by the child's first hash
+	holds    []edgeHold
+}
+
+// edgeHold is one rank's hold on an edge: how many of its bookings cover
+// it, and the weight each block counts with (1, or a decay fraction while
+// one booking holds it alone).
+type edgeHold struct {
 	rs     *rankState
-	refs   uint32
+	count  uint32
 	weight float32
 }
 
-// holders lists the ranks holding one active block. Most blocks are held by
-// one rank, so the first holding sits inline and a map value costs no
-// allocation of its own.
-type holders struct {
-	first holding
-	more  []holding
-}
-
-func (h *holders) find(rs *rankState) *holding {
-	if h.first.rs == rs {
-		return &h.first
-	}
-	for i := range h.more {
-		if h.more[i].rs == rs {
-			return &h.more[i]
+func (e *edge) hold(rs *rankState) *edgeHold {
+	for i := range e.holds {
+		if e.holds[i].rs == rs {
+			return &e.holds[i]
 		}
 	}
 	return nil
-}
-
-// remove drops rs's holding; it reports whether no holding is left.
-func (h *holders) remove(rs *rankState) bool {
-	if h.first.rs == rs {
-		if len(h.more) == 0 {
-			h.first = holding{}
-			return true
-		}
-		h.first = h.more[len(h.more)-1]
-		h.more = h.more[:len(h.more)-1]
-		return false
-	}
-	for i := range h.more {
-		if h.more[i].rs == rs {
-			h.more[i] = h.more[len(h.more)-1]
-			h.more = h.more[:len(h.more)-1]
-			break
-		}
-	}
-	return false
 }
 
 // booking is one live reservation's load on a rank.
@@ -82,8 +68,9 @@ type booking struct {
 	key       PartitionKey
 	part      *partition
 	rs        *rankState
-	hashes    []uint64 // tracking hashes, owned
-	outputs   []uint64 // output block hashes, owned
+	hashes    []uint64 // tracking hashes, owned and never modified
+	outputs   int      // output blocks added
+	outWeight float64  // their weighted count
 	prefill   uint64   // outstanding prefill tokens (0 once complete)
 	isl       uint64
 	expected  *uint32
@@ -92,30 +79,48 @@ type booking struct {
 	freed     bool
 }
 
-// loadTracker is a partition's active-block table. Map values are pointers
-// so holding and releasing a block cost one map probe each; the holders
-// themselves come from slabs and a free list, so booking a fresh block
-// costs no allocation of its own.
+// loadTracker is a partition's trie of active prompt blocks.
 type loadTracker struct {
-	blocks map[uint64]*holders
-	slab   []holders
-	spare  []*holders
+	root edge
 }
 
-func newLoadTracker() loadTracker { return loadTracker{blocks: make(map[uint64]*holders)} }
+func newLoadTracker() loadTracker { return loadTracker{root: edge{children: map[uint64]*edge{}}} }
 
-func (t *loadTracker) newHolders() *holders {
-	if n := len(t.spare); n > 0 {
-		h := t.spare[n-1]
-		t.spare = t.spare[:n-1]
-		return h
+func commonPrefix(a, b []uint64) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
 	}
-	if len(t.slab) == 0 {
-		t.slab = make([]holders, 1024)
+	return n
+}
+
+// split cuts e after its first k blocks; e keeps the head and a new child
+// takes the tail, with e's children and a copy of its holds (every booking
+// covering e covered all of it, so it covers both halves).
+func (e *edge) split(k int) {
+	tail := &edge{hashes: e.hashes[k:], parent: e, children: e.children, holds: append([]edgeHold(nil), e.holds...)}
+	for _, c := range tail.children {
+		c.parent = tail
 	}
-	h := &t.slab[0]
-	t.slab = t.slab[1:]
-	return h
+	e.hashes = e.hashes[:k:k]
+	e.children = map[uint64]*edge{tail.hashes[0]: tail}
+}
+
+func (e *edge) child(h uint64) *edge {
+	if e.children == nil {
+		return nil
+	}
+	return e.children[h]
+}
+
+func (e *edge) addChild(c *edge) {
+	if e.children == nil {
+		e.children = make(map[uint64]*edge, 1)
+	}
+	c.parent = e
+	e.children[c.hashes[0]] = c
 }
 
 // add books b on its rank.
@@ -123,59 +128,60 @@ func (t *loadTracker) add(b *booking, trackBlocks bool) {
 	rs := b.rs
 	rs.requests++
 	rs.prefillTokens += b.prefill
-	if !trackBlocks {
+	if !trackBlocks || len(b.hashes) == 0 {
 		return
 	}
-	for _, h := range b.hashes {
-		t.hold(rs, h)
-	}
-}
-
-func (t *loadTracker) hold(rs *rankState, h uint64) {
-	hs := t.blocks[h]
-	if hs == nil {
-		hs = t.newHolders()
-		hs.first = holding{rs: rs, refs: 1, weight: 1}
-		t.blocks[h] = hs
-		rs.decodeWeight++
-		return
-	}
-	if e := hs.find(rs); e != nil {
-		if e.refs == 1 && e.weight != 1 {
-			// No longer exclusive: a decayed block counts fully again.
-			rs.decodeWeight += float64(1 - e.weight)
-			e.weight = 1
+	h := b.hashes
+	e := &t.root
+	for pos := 0; pos < len(h); {
+		next := e.child(h[pos])
+		if next == nil {
+			// The rest of the chain is new: one edge, sharing b's hashes.
+			next = &edge{hashes: h[pos:]}
+			e.addChild(next)
 		}
-		e.refs++
-		return
+		m := commonPrefix(next.hashes, h[pos:])
+		if m < len(next.hashes) {
+			next.split(m) // b ends or diverges inside the edge
+		}
+		takeHold(next, rs)
+		pos += m
+		e = next
 	}
-	hs.more = append(hs.more, holding{rs: rs, refs: 1, weight: 1})
-	rs.decodeWeight++
 }
 
-func (t *loadTracker) release(rs *rankState, h uint64) {
-	hs := t.blocks[h]
-	if hs == nil {
+func takeHold(e *edge, rs *rankState) {
+	if eh := e.hold(rs); eh != nil {
+		if eh.count == 1 && eh.weight != 1 {
+			// No longer held alone: decayed blocks count fully again.
+			rs.decodeWeight += float64(len(e.hashes)) * float64(1-eh.weight)
+			eh.weight = 1
+		}
+		eh.count++
 		return
 	}
-	e := hs.find(rs)
-	if e == nil {
-		return
-	}
-	e.refs--
-	if e.refs > 0 {
-		return
-	}
-	rs.decodeWeight -= float64(e.weight)
-	if hs.remove(rs) {
-		delete(t.blocks, h)
-		*hs = holders{more: hs.more[:0]}
-		t.spare = append(t.spare, hs)
+	e.holds = append(e.holds, edgeHold{rs: rs, count: 1, weight: 1})
+	rs.decodeWeight += float64(len(e.hashes))
+}
+
+// path calls fn on each edge of b's chain, deepest last. Every booking ends
+// on an edge boundary, so the chain is a whole number of edges.
+func (t *loadTracker) path(b *booking, fn func(e *edge)) {
+	h := b.hashes
+	e := &t.root
+	for pos := 0; pos < len(h); {
+		next := e.child(h[pos])
+		if next == nil {
+			return // cannot happen while b holds its path
+		}
+		pos += len(next.hashes)
+		fn(next)
+		e = next
 	}
 }
 
 // free removes b's load from its rank. It is idempotent.
-func (t *loadTracker) free(b *booking) {
+func (t *loadTracker) free(b *booking, trackBlocks bool) {
 	if b.freed {
 		return
 	}
@@ -184,14 +190,32 @@ func (t *loadTracker) free(b *booking) {
 	rs.requests--
 	rs.prefillTokens -= b.prefill
 	b.prefill = 0
-	for _, h := range b.hashes {
-		t.release(rs, h)
+	rs.decodeWeight -= b.outWeight
+	if !trackBlocks || len(b.hashes) == 0 {
+		return
 	}
-	for _, h := range b.outputs {
-		t.release(rs, h)
-	}
-	if rs.requests == 0 && rs.removed {
-		rs.decodeWeight = 0
+	var empty *edge // the shallowest edge left with no holds
+	t.path(b, func(e *edge) {
+		for i := range e.holds {
+			eh := &e.holds[i]
+			if eh.rs != rs {
+				continue
+			}
+			eh.count--
+			if eh.count == 0 {
+				rs.decodeWeight -= float64(len(e.hashes)) * float64(eh.weight)
+				e.holds[i] = e.holds[len(e.holds)-1]
+				e.holds = e.holds[:len(e.holds)-1]
+			}
+			break
+		}
+		if len(e.holds) == 0 && empty == nil {
+			empty = e
+		}
+	})
+	if empty != nil {
+		// Holds only shrink with depth, so everything below is empty too.
+		delete(empty.parent.children, empty.hashes[0])
 	}
 }
 
@@ -202,50 +226,49 @@ func (t *loadTracker) prefillComplete(b *booking) {
 }
 
 // outputBlock adds one never-shared output block to b and, with a decay
-// fraction, re-weights the blocks b holds exclusively.
-func (t *loadTracker) outputBlock(b *booking, decay *float64) {
-	h := rand.Uint64()
-	b.outputs = append(b.outputs, h)
-	t.hold(b.rs, h)
+// fraction, re-weights every block b holds alone: its outputs and the
+// edges of its prompt no other booking of the rank covers.
+func (t *loadTracker) outputBlock(b *booking, decay *float64, trackBlocks bool) {
+	b.outputs++
+	b.outWeight++
+	b.rs.decodeWeight++
 	if decay == nil {
 		return
 	}
-	w := float32(*decay)
-	reweight := func(h uint64) {
-		if hs := t.blocks[h]; hs != nil {
-			if e := hs.find(b.rs); e != nil && e.refs == 1 {
-				b.rs.decodeWeight += float64(w - e.weight)
-				e.weight = w
-			}
-		}
-	}
-	for _, h := range b.hashes {
-		reweight(h)
-	}
-	for _, h := range b.outputs {
-		reweight(h)
-	}
-}
-
-// countActive adds, for every rank, how many of hashes it already holds
-// into hits (indexed by rankState.idx). Cost: one map lookup per hash plus
-// one step per (hash, holder) pair, independent of the number of ranks.
-func (t *loadTracker) countActive(hashes []uint64, hits []uint32) {
-	if len(t.blocks) == 0 {
+	f := *decay
+	b.rs.decodeWeight += f*float64(b.outputs) - b.outWeight
+	b.outWeight = f * float64(b.outputs)
+	if !trackBlocks {
 		return
 	}
-	for _, h := range hashes {
-		hs := t.blocks[h]
-		if hs == nil {
-			continue
+	w := float32(f)
+	t.path(b, func(e *edge) {
+		if eh := e.hold(b.rs); eh != nil && eh.count == 1 {
+			b.rs.decodeWeight += float64(len(e.hashes)) * float64(w-eh.weight)
+			eh.weight = w
 		}
-		if rs := hs.first.rs; rs != nil && !rs.removed {
-			hits[rs.idx]++
+	})
+}
+
+// countActive sets, for every rank, how many leading blocks of hashes it
+// already holds (indexed by rankState.idx): one walk down the trie.
+func (t *loadTracker) countActive(hashes []uint64, hits []uint32) {
+	e := &t.root
+	for pos := 0; pos < len(hashes); {
+		next := e.child(hashes[pos])
+		if next == nil {
+			return
 		}
-		for i := range hs.more {
-			if rs := hs.more[i].rs; !rs.removed {
-				hits[rs.idx]++
+		m := commonPrefix(next.hashes, hashes[pos:])
+		for _, eh := range next.holds {
+			if !eh.rs.removed {
+				hits[eh.rs.idx] = uint32(pos + m)
 			}
 		}
+		if m < len(next.hashes) {
+			return
+		}
+		pos += m
+		e = next
 	}
 }

@@ -241,7 +241,7 @@ func (r *Router) AddOutputBlock(id string, decayFraction *float64) error {
 	p := b.part
 	p.mu.Lock()
 	if !b.freed {
-		p.load.outputBlock(b, decayFraction)
+		p.load.outputBlock(b, decayFraction, r.cfg.TrackActiveBlocks)
 	}
 	p.mu.Unlock()
 	return nil
@@ -260,7 +260,7 @@ func (r *Router) Free(id string) error {
 	}
 	p := b.part
 	p.mu.Lock()
-	p.load.free(b)
+	p.load.free(b, r.cfg.TrackActiveBlocks)
 	p.mu.Unlock()
 	if b.session != "" && r.affinity.enabled() {
 		r.affinity.release(sessionKey{b.key, b.session})

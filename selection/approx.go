@@ -1,0 +1,279 @@
+package selection
+
+import (
+	"sync"
+	"time"
+)
+
+// ApproxIndex is Dynamo's approximate mode (use_kv_events false): every
+// booked prompt is assumed cached on its rank for a TTL.
+//
+// It is a compressed prefix trie over the prompt's chain keys (the public
+// sequence hashes of its blocks, so a block only matches at the same
+// position after the same prefix), with a per-rank expiry on each edge.
+// Recording refreshes every edge of the path, so along any path a rank's
+// expiry never grows with depth: what a rank still holds is a prefix.
+// Recording and lookup cost one sequential comparison per block and a map
+// probe per edge.
+type ApproxIndex struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu        sync.RWMutex
+	parts     map[PartitionKey]*approxEdge // roots
+	lastSweep time.Time
+}
+
+type approxEdge struct {
+	keys     []uint64 // chain keys of the run's blocks, owned
+	locals   []uint64 // their local block hashes, for Dump
+	parent   *approxEdge
+	children map[uint64]*approxEdge
+	holds    []approxHold
+}
+
+type approxHold struct {
+	rank    Rank
+	expires int64 // unix nanoseconds
+}
+
+// NewApproxIndex returns an approximate index whose entries live for ttl.
+func NewApproxIndex(ttl time.Duration) *ApproxIndex {
+	return &ApproxIndex{ttl: ttl, now: time.Now, parts: make(map[PartitionKey]*approxEdge)}
+}
+
+// keysPool holds the chain keys of a prompt while a call runs.
+var keysPool = sync.Pool{New: func() any { k := make([]uint64, 0, 1024); return &k }}
+
+func (e *approxEdge) hold(r Rank) *approxHold {
+	for i := range e.holds {
+		if e.holds[i].rank == r {
+			return &e.holds[i]
+		}
+	}
+	return nil
+}
+
+func (e *approxEdge) child(k uint64) *approxEdge {
+	if e.children == nil {
+		return nil
+	}
+	return e.children[k]
+}
+
+func (e *approxEdge) addChild(c *approxEdge) {
+	if e.children == nil {
+		e.children = make(map[uint64]*approxEdge, 1)
+	}
+	c.parent = e
+	e.children[c.keys[0]] = c
+}
+
+// split cuts e after k blocks; the tail keeps e's children and holds.
+func (e *approxEdge) split(k int) {
+	tail := &approxEdge{keys: e.keys[k:], locals: e.locals[k:], children: e.children,
+		holds: append([]approxHold(nil), e.holds...)}
+	for _, c := range tail.children {
+		c.parent = tail
+	}
+	e.keys, e.locals = e.keys[:k:k], e.locals[:k:k]
+	e.children = nil
+	e.addChild(tail)
+}
+
+// RecordBooking marks blocks as cached on r until the TTL passes.
+func (a *ApproxIndex) RecordBooking(p PartitionKey, r Rank, blocks []uint64) {
+	if len(blocks) == 0 {
+		return
+	}
+	kp := keysPool.Get().(*[]uint64)
+	defer keysPool.Put(kp)
+	keys := AppendSequenceHashes((*kp)[:0], blocks)
+	*kp = keys
+	now := a.now()
+	exp := now.Add(a.ttl).UnixNano()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if now.Sub(a.lastSweep) > a.ttl/4 {
+		a.sweepLocked(now.UnixNano())
+		a.lastSweep = now
+	}
+	e := a.parts[p]
+	if e == nil {
+		e = &approxEdge{}
+		a.parts[p] = e
+	}
+	for pos := 0; pos < len(keys); {
+		next := e.child(keys[pos])
+		if next == nil {
+			// A new run: copy its keys, the pooled buffer is reused.
+			next = &approxEdge{keys: append([]uint64(nil), keys[pos:]...), locals: append([]uint64(nil), blocks[pos:]...)}
+			e.addChild(next)
+		}
+		m := commonPrefix(next.keys, keys[pos:])
+		if m < len(next.keys) {
+			next.split(m)
+		}
+		if h := next.hold(r); h != nil {
+			h.expires = exp
+		} else {
+			next.holds = append(next.holds, approxHold{rank: r, expires: exp})
+		}
+		pos += m
+		e = next
+	}
+}
+
+// sweepLocked drops expired holds and the edges left with none.
+func (a *ApproxIndex) sweepLocked(now int64) {
+	var sweep func(e *approxEdge)
+	sweep = func(e *approxEdge) {
+		for k, c := range e.children {
+			live := c.holds[:0]
+			for _, h := range c.holds {
+				if h.expires > now {
+					live = append(live, h)
+				}
+			}
+			c.holds = live
+			if len(live) == 0 {
+				delete(e.children, k) // holds only shrink with depth
+				continue
+			}
+			sweep(c)
+		}
+	}
+	for p, root := range a.parts {
+		sweep(root)
+		if len(root.children) == 0 {
+			delete(a.parts, p)
+		}
+	}
+}
+
+// FindMatches implements Indexer. Only the device tier is ever populated.
+func (a *ApproxIndex) FindMatches(p PartitionKey, blocks []uint64, out *Matches) {
+	if len(blocks) == 0 {
+		return
+	}
+	now := a.now().UnixNano()
+	a.mu.RLock()
+	root := a.parts[p]
+	hit := root != nil && root.child(blocks[0]) != nil // the first chain key is the first block hash
+	a.mu.RUnlock()
+	if !hit {
+		return
+	}
+	kp := keysPool.Get().(*[]uint64)
+	defer keysPool.Put(kp)
+	keys := AppendSequenceHashes((*kp)[:0], blocks)
+	*kp = keys
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if root = a.parts[p]; root == nil {
+		return
+	}
+	start := len(out.List)
+	e := root
+	for pos := 0; pos < len(keys); {
+		next := e.child(keys[pos])
+		if next == nil {
+			return
+		}
+		m := commonPrefix(next.keys, keys[pos:])
+		for _, h := range next.holds {
+			if h.expires <= now {
+				continue
+			}
+			// A rank live here is live on every shallower edge: its
+			// entry is already in the list unless this is its first edge.
+			found := false
+			for i := start; i < len(out.List); i++ {
+				if out.List[i].Rank == h.rank {
+					out.List[i].Tiers.Device = uint32(pos + m)
+					found = true
+					break
+				}
+			}
+			if !found {
+				out.List = append(out.List, Match{Rank: h.rank, Tiers: Tiers{Device: uint32(pos + m)}})
+			}
+		}
+		if m < len(next.keys) {
+			return
+		}
+		pos += m
+		e = next
+	}
+}
+
+// RemoveWorker implements Indexer.
+func (a *ApproxIndex) RemoveWorker(p PartitionKey, workerID uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	root := a.parts[p]
+	if root == nil {
+		return
+	}
+	var walk func(e *approxEdge)
+	walk = func(e *approxEdge) {
+		for k, c := range e.children {
+			live := c.holds[:0]
+			for _, h := range c.holds {
+				if h.rank.WorkerID != workerID {
+					live = append(live, h)
+				}
+			}
+			c.holds = live
+			if len(live) == 0 {
+				delete(e.children, k)
+				continue
+			}
+			walk(c)
+		}
+	}
+	walk(root)
+}
+
+// Dump implements Indexer: one single-block Stored event per (block, live
+// rank), parents first. The chain key stands in for the engine's hash.
+func (a *ApproxIndex) Dump(p PartitionKey) []RouterEvent {
+	now := a.now().UnixNano()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	root := a.parts[p]
+	if root == nil {
+		return nil
+	}
+	var events []RouterEvent
+	type item struct {
+		e      *approxEdge
+		parent *uint64
+	}
+	queue := []item{}
+	for _, c := range root.children {
+		queue = append(queue, item{c, nil})
+	}
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		parent := it.parent
+		for i, key := range it.e.keys {
+			for _, h := range it.e.holds {
+				if h.expires <= now {
+					continue
+				}
+				events = append(events, RouterEvent{WorkerID: h.rank.WorkerID, StorageTier: "device",
+					Event: KVEvent{EventID: uint64(len(events)), DPRank: h.rank.DPRank,
+						Data: StoredData{Stored: StoredEvent{ParentHash: parent,
+							Blocks: []StoredBlock{{BlockHash: key, TokensHash: it.e.locals[i]}}}}}})
+			}
+			k := key
+			parent = &k
+		}
+		for _, c := range it.e.children {
+			queue = append(queue, item{c, parent})
+		}
+	}
+	return events
+}
