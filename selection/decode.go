@@ -466,16 +466,23 @@ func (s *scanner) tokenArray(dst []uint32, field string) ([]uint32, bool, error)
 	for {
 		// Fast path: eight bytes at a time (SWAR). They hold every token id
 		// below 10^7 and the comma after it, which is nearly every element.
-		if i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			if c0 := byte(x); c0 >= '1' && c0 <= '9' {
-				if n := digitRun(x); n < 8 && byte(x>>(8*n)) == ',' {
-					dst = append(dst, uint32(parseDigits(x, n)))
-					i += n + 1
-					continue
-				}
+		// The slice has room for every element (see the bound above), so
+		// it is written by index and its length set once.
+		k, out := len(dst), dst[:cap(dst)]
+		for i+8 <= len(b) && k < len(out) {
+			x := binary.LittleEndian.Uint64(b[i : i+8])
+			if byte(x)-'1' > 8 {
+				break // not a digit 1-9 (a 0, a space, or an error)
 			}
+			n := digitRun(x)
+			if n == 8 || byte(x>>(8*n)) != ',' {
+				break
+			}
+			out[k] = uint32(parseDigits(x, n))
+			k++
+			i += n + 1
 		}
+		dst = out[:k]
 		// Slow path: spaces, long numbers, the last element, the last
 		// bytes of the body, and every error.
 		for i < len(b) && isSpace(b[i]) {

@@ -2,7 +2,9 @@ package selection
 
 import (
 	stdjson "encoding/json"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -180,6 +182,65 @@ func TestIsJSONContentType(t *testing.T) {
 	} {
 		if IsJSONContentType(ct) != want {
 			t.Errorf("%q: want %v", ct, want)
+		}
+	}
+}
+
+// TestDecodeRandomTokenArrays compares the token decoder with encoding/json
+// on random arrays: every digit count up to 10, values near 2^32, random
+// spacing, and array ends at every offset modulo the eight-byte fast path.
+func TestDecodeRandomTokenArrays(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	spaces := []string{"", "", "", " ", "\n", " \t "}
+	for iter := range 3000 {
+		n := rng.IntN(40)
+		var sb strings.Builder
+		sb.WriteString(`{"a":1,"token_ids":[`)
+		for i := range n {
+			if i > 0 {
+				sb.WriteString(spaces[rng.IntN(len(spaces))] + "," + spaces[rng.IntN(len(spaces))])
+			}
+			var v uint64
+			switch rng.IntN(4) {
+			case 0:
+				v = uint64(rng.IntN(10))
+			case 1:
+				v = uint64(rng.IntN(150000))
+			case 2:
+				v = rng.Uint64N(1 << 32)
+			default:
+				v = (1 << 32) - 1 - uint64(rng.IntN(3))
+			}
+			sb.WriteString(strconv.FormatUint(v, 10))
+		}
+		sb.WriteString(`]` + strings.Repeat(" ", rng.IntN(9)) + `}`)
+		body := sb.String()
+		var want struct {
+			TokenIDs []uint32 `json:"token_ids"`
+		}
+		if err := stdjson.Unmarshal([]byte(body), &want); err != nil {
+			t.Fatalf("iter %d: reference rejected %q: %v", iter, body, err)
+		}
+		var got SelectRequest
+		if err := DecodeJSON([]byte(body), &got); err != nil {
+			t.Fatalf("iter %d: %q: %v", iter, body, err)
+		}
+		if !slices.Equal(got.TokenIDs, want.TokenIDs) {
+			t.Fatalf("iter %d: %q: got %v, want %v", iter, body, got.TokenIDs, want.TokenIDs)
+		}
+		// Out of range by one, at a random index: 422 naming that index.
+		if n > 0 {
+			k := rng.IntN(n)
+			toks := make([]string, n)
+			for i, v := range want.TokenIDs {
+				toks[i] = strconv.FormatUint(uint64(v), 10)
+			}
+			toks[k] = "4294967296"
+			var req SelectRequest
+			err := DecodeJSON([]byte(`{"token_ids":[`+strings.Join(toks, ",")+`]}`), &req)
+			if e, ok := err.(*Error); !ok || e.Kind != KindUnprocessable || !strings.Contains(e.Msg, "token_ids["+strconv.Itoa(k)+"]") {
+				t.Fatalf("iter %d: out-of-range at %d: %v", iter, k, err)
+			}
 		}
 	}
 }
