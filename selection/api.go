@@ -99,6 +99,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 	case path == "/dump":
 		h.method(w, r, http.MethodGet, func() { writeJSON(w, http.StatusOK, h.router.Dump()) })
+	case path == "/replica_sync/register_peer" || path == "/replica_sync/deregister_peer":
+		// Mounted as in Dynamo, which answers 409 while replica sync is
+		// not configured; here it is not implemented yet.
+		h.method(w, r, http.MethodPost, func() { writeError(w, errorf(KindConflict, "replica sync is disabled")) })
+	case path == "/replica_sync/peers":
+		h.method(w, r, http.MethodGet, func() { writeError(w, errorf(KindConflict, "replica sync is disabled")) })
 	default:
 		writeError(w, errorf(KindNotFound, "route not found"))
 	}

@@ -78,6 +78,9 @@ func TestAPIStatusesAndErrors(t *testing.T) {
 		{"POST", "/reservations/zz/output_block", js, `{"decay_fraction":1.5}`, 400, "decay_fraction must be between 0.0 and 1.0"},
 		{"GET", "/ready", "", "", 503, ""},
 		{"GET", "/health", "", "", 200, ""},
+		{"POST", "/replica_sync/register_peer", js, `{"endpoint":"tcp://127.0.0.1:1"}`, 409, "replica sync is disabled"},
+		{"GET", "/replica_sync/peers", "", "", 409, "replica sync is disabled"},
+		{"GET", "/replica_sync/register_peer", "", "", 405, "method not allowed"},
 	}
 	for i, tc := range tests {
 		res := call(t, srv, tc.method, tc.path, tc.ctype, tc.body)
