@@ -243,8 +243,8 @@ func (t *tree) clearRank(r selection.Rank) {
 	delete(t.ranks, r)
 }
 
-// ClearRank drops every block of one rank (a publisher restart).
-func (x *Index) ClearRank(p selection.PartitionKey, r selection.Rank) {
+// RemoveRank drops every block of one rank (a publisher restart).
+func (x *Index) RemoveRank(p selection.PartitionKey, r selection.Rank) {
 	if t := x.tree(p); t != nil {
 		t.mu.Lock()
 		t.clearRank(r)

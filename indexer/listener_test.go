@@ -1,0 +1,229 @@
+package indexer
+
+import (
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+	"go.uber.org/goleak"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const lbs = 4 // block size of the listener tests
+
+// fixture is an index, a publisher and a listener following it.
+type fixture struct {
+	t     *testing.T
+	zctx  *zmq.Context
+	index *Index
+	stats *Stats
+	pub   *testPublisher
+	lis   *Listener
+	rank  selection.Rank
+	// timeout is the listener's replay timeout (0: the default).
+	timeout time.Duration
+}
+
+func newFixture(t *testing.T, withReplay, subscribeFirst bool) *fixture {
+	return newFixtureTimeout(t, withReplay, subscribeFirst, 0)
+}
+
+func newFixtureTimeout(t *testing.T, withReplay, subscribeFirst bool, replayTimeout time.Duration) *fixture {
+	t.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, zctx: zctx, index: New(), stats: new(Stats), rank: selection.Rank{WorkerID: 9}, timeout: replayTimeout}
+	f.index.ConfigurePartition(part, lbs, false)
+	f.pub = newTestPublisher(t, zctx, withReplay)
+	if subscribeFirst {
+		f.listen()
+	}
+	t.Cleanup(func() {
+		if f.lis != nil {
+			f.lis.Stop()
+		}
+		f.pub.close()
+		_ = zctx.Term()
+	})
+	return f
+}
+
+func (f *fixture) listen() {
+	var err error
+	f.lis, err = StartListener(f.zctx, f.index, f.stats, nil, ListenerConfig{
+		Endpoint: f.pub.pubEP, Replay: f.pub.replay, Partition: part, Rank: f.rank, ReplayTimeout: f.timeout})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.pub.waitSubscribed()
+}
+
+// chunk is a payload storing blocks [from, to) of prompt.
+func chunk(enc Encoding, dpRank int, prompt []uint32, from, to int) []byte {
+	ev := &StoredBlocks{BlockSize: lbs, TokenIDs: prompt[from*lbs : to*lbs]}
+	if from > 0 {
+		h := engineHash(prompt[:from*lbs])
+		ev.Parent = &h
+	}
+	for b := from; b < to; b++ {
+		ev.BlockHashes = append(ev.BlockHashes, engineHash(prompt[:(b+1)*lbs]))
+	}
+	return AppendBatch(nil, enc, float64(time.Now().Unix()), dpRank, ev)
+}
+
+func testPrompt(salt uint32) []uint32 {
+	p := make([]uint32, 40*lbs)
+	for i := range p {
+		p[i] = uint32(i)*7 + salt
+	}
+	return p
+}
+
+func (f *fixture) depth(r selection.Rank, prompt []uint32) uint32 {
+	var m selection.Matches
+	f.index.FindMatches(part, selection.AppendBlockHashes(nil, prompt, lbs, selection.HashOptions{}), &m)
+	for _, e := range m.List {
+		if e.Rank == r {
+			return e.Tiers.Device
+		}
+	}
+	return 0
+}
+
+func (f *fixture) waitBatches(n uint64) {
+	f.t.Helper()
+	eventually(f.t, "batches applied", func() bool { return f.stats.Batches.Load() >= n })
+}
+
+func TestListenerAppliesBothEncodingsAndRanks(t *testing.T) {
+	f := newFixture(t, false, true)
+	prompt := testPrompt(1)
+	f.pub.publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
+	f.pub.publish(chunk(EncodingMap, 0, prompt, 10, 20), true)
+	f.pub.publish(chunk(EncodingMap, 3, prompt, 0, 5), true) // the payload's dp_rank wins
+	f.waitBatches(3)
+	if d := f.depth(f.rank, prompt); d != 20 {
+		t.Fatalf("rank 0 depth %d, want 20", d)
+	}
+	if d := f.depth(selection.Rank{WorkerID: 9, DPRank: 3}, prompt); d != 5 {
+		t.Fatalf("rank 3 depth %d, want 5", d)
+	}
+	if f.stats.Gaps.Load() != 0 || f.stats.Malformed.Load() != 0 {
+		t.Fatalf("stats: gaps %d malformed %d", f.stats.Gaps.Load(), f.stats.Malformed.Load())
+	}
+}
+
+func TestListenerReplaysGaps(t *testing.T) {
+	for _, topicReplies := range []bool{false, true} {
+		f := newFixture(t, true, false)
+		f.pub.topicRepl = topicReplies
+		f.listen()
+		prompt := testPrompt(2)
+		f.pub.publish(chunk(EncodingMap, 0, prompt, 0, 5), true)
+		f.pub.publish(chunk(EncodingMap, 0, prompt, 5, 10), false) // lost on the wire
+		f.pub.publish(chunk(EncodingMap, 0, prompt, 10, 15), false)
+		f.pub.publish(chunk(EncodingMap, 0, prompt, 15, 20), true)
+		f.waitBatches(4)
+		if d := f.depth(f.rank, prompt); d != 20 {
+			t.Fatalf("depth %d after replay, want 20", d)
+		}
+		if f.stats.Gaps.Load() != 1 || f.stats.Replays.Load() != 1 || f.stats.Replayed.Load() != 2 || f.stats.Lost.Load() != 0 {
+			t.Fatalf("stats: gaps %d replays %d replayed %d lost %d", f.stats.Gaps.Load(), f.stats.Replays.Load(),
+				f.stats.Replayed.Load(), f.stats.Lost.Load())
+		}
+	}
+}
+
+func TestListenerGapWithoutReplay(t *testing.T) {
+	f := newFixture(t, false, true)
+	prompt := testPrompt(3)
+	f.pub.publish(chunk(EncodingArray, 0, prompt, 0, 5), true)
+	f.pub.publish(chunk(EncodingArray, 0, prompt, 5, 10), false)
+	f.pub.publish(chunk(EncodingArray, 0, prompt, 10, 15), true) // its parent never arrived
+	other := testPrompt(4)
+	f.pub.publish(chunk(EncodingArray, 0, other, 0, 8), true)
+	f.waitBatches(3)
+	if f.stats.Lost.Load() != 1 || f.stats.Gaps.Load() != 1 || f.stats.Rejected.Load() != 1 {
+		t.Fatalf("lost %d gaps %d rejected %d", f.stats.Lost.Load(), f.stats.Gaps.Load(), f.stats.Rejected.Load())
+	}
+	// The index stays usable: what arrived whole is there.
+	if f.depth(f.rank, prompt) != 5 || f.depth(f.rank, other) != 8 {
+		t.Fatalf("depths %d, %d", f.depth(f.rank, prompt), f.depth(f.rank, other))
+	}
+}
+
+func TestListenerLateJoinReplaysFromZero(t *testing.T) {
+	f := newFixture(t, true, false)
+	prompt := testPrompt(5)
+	for i := range 4 { // published before anyone listens
+		f.pub.publish(chunk(EncodingMap, 0, prompt, i*5, i*5+5), false)
+	}
+	f.listen()
+	f.pub.publish(chunk(EncodingMap, 0, prompt, 20, 25), true)
+	f.waitBatches(5)
+	if d := f.depth(f.rank, prompt); d != 25 {
+		t.Fatalf("depth %d after late join, want 25", d)
+	}
+	if f.stats.Lost.Load() != 0 || f.stats.Replayed.Load() != 4 {
+		t.Fatalf("lost %d replayed %d", f.stats.Lost.Load(), f.stats.Replayed.Load())
+	}
+}
+
+func TestListenerDetectsRestart(t *testing.T) {
+	f := newFixture(t, true, true)
+	old, fresh := testPrompt(6), testPrompt(7)
+	for i := range 3 {
+		f.pub.publish(chunk(EncodingMap, 0, old, i*5, i*5+5), true)
+	}
+	f.waitBatches(3)
+	if f.depth(f.rank, old) != 15 {
+		t.Fatal("old prompt not indexed")
+	}
+	f.pub.restart() // a new engine process: sequence 0 again, empty cache
+	f.pub.publish(chunk(EncodingMap, 0, fresh, 0, 5), true)
+	f.waitBatches(4)
+	if f.stats.Restarts.Load() != 1 {
+		t.Fatalf("restarts %d", f.stats.Restarts.Load())
+	}
+	if f.depth(f.rank, old) != 0 || f.depth(f.rank, fresh) != 5 {
+		t.Fatalf("after restart: old %d (want 0), fresh %d (want 5)", f.depth(f.rank, old), f.depth(f.rank, fresh))
+	}
+}
+
+func TestListenerSkipsMalformed(t *testing.T) {
+	f := newFixture(t, false, true)
+	prompt := testPrompt(8)
+	f.pub.raw([]byte("topic"), []byte{1, 2, 3})                    // two frames
+	f.pub.raw([]byte{}, []byte{0, 0, 0, 0, 0, 0, 0}, []byte{0x90}) // 7-byte sequence
+	f.pub.publish([]byte{0xc1, 0xff, 0x00}, true)                  // not msgpack
+	f.pub.publish(chunk(EncodingMap, 0, prompt, 0, 5), true)
+	f.waitBatches(1)
+	if f.stats.Malformed.Load() != 3 {
+		t.Fatalf("malformed %d, want 3", f.stats.Malformed.Load())
+	}
+	if f.depth(f.rank, prompt) != 5 {
+		t.Fatal("a good batch after bad ones was not applied")
+	}
+}
+
+func TestListenerReplayTimeout(t *testing.T) {
+	f := newFixtureTimeout(t, true, false, 200*time.Millisecond)
+	f.pub.silent = true
+	f.listen()
+	prompt := testPrompt(9)
+	f.pub.publish(chunk(EncodingMap, 0, prompt, 0, 5), true)
+	f.pub.publish(chunk(EncodingMap, 0, prompt, 5, 10), false)
+	f.pub.publish(chunk(EncodingMap, 0, testPrompt(10), 0, 5), true)
+	f.waitBatches(2)
+	if f.stats.Lost.Load() != 1 || f.stats.Replays.Load() != 1 {
+		t.Fatalf("lost %d replays %d", f.stats.Lost.Load(), f.stats.Replays.Load())
+	}
+	if f.depth(f.rank, prompt) != 5 || f.depth(f.rank, testPrompt(10)) != 5 {
+		t.Fatal("index not usable after a replay timeout")
+	}
+}
