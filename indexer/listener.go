@@ -49,17 +49,31 @@ type ListenerConfig struct {
 	ReplayTimeout time.Duration
 }
 
+func (c *ListenerConfig) replayTimeout() time.Duration {
+	if c.ReplayTimeout <= 0 {
+		return 2 * time.Second
+	}
+	return c.ReplayTimeout
+}
+
 // Listener follows one publisher. Its goroutine owns its sockets.
 type Listener struct {
+	stream
+	done chan struct{}
+	once sync.Once
+}
+
+// stream is one publisher's sequence: it orders, replays and applies the
+// publisher's messages. It belongs to the goroutine that reads them.
+type stream struct {
 	cfg   ListenerConfig
 	zctx  *zmq.Context
 	index *Index
 	stats *Stats
 	log   *zap.Logger
-
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	stop  chan struct{}
+	cur   cursor
+	dec   Decoder
 }
 
 // cursor is the sequence state of one publisher (spec §6.4).
@@ -85,11 +99,8 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 		sub.Close()
 		return nil, fmt.Errorf("kv events %s: %w", cfg.Endpoint, err)
 	}
-	if cfg.ReplayTimeout <= 0 {
-		cfg.ReplayTimeout = 2 * time.Second
-	}
-	l := &Listener{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log,
-		stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Listener{stream: stream{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log, stop: make(chan struct{})},
+		done: make(chan struct{})}
 	go l.run(sub)
 	return l, nil
 }
@@ -123,8 +134,6 @@ func (l *Listener) Stop() {
 func (l *Listener) run(sub *zmq.Socket) {
 	defer close(l.done)
 	defer sub.Close()
-	var cur cursor
-	var dec Decoder
 	for {
 		select {
 		case <-l.stop:
@@ -147,7 +156,7 @@ func (l *Listener) run(sub *zmq.Socket) {
 			continue
 		}
 		l.stats.Messages.Add(1)
-		l.deliver(&cur, &dec, seq, payload)
+		l.deliver(seq, payload)
 	}
 }
 
@@ -161,7 +170,8 @@ func liveFrames(f [][]byte) (uint64, []byte, bool) {
 
 // deliver applies one live message in sequence order, replaying what is
 // missing first.
-func (l *Listener) deliver(cur *cursor, dec *Decoder, seq uint64, payload []byte) {
+func (l *stream) deliver(seq uint64, payload []byte) {
+	cur, dec := &l.cur, &l.dec
 	switch {
 	case cur.started && seq <= cur.lastLive:
 		// Live messages arrive in order, so a sequence at or below the
@@ -194,7 +204,7 @@ func (l *Listener) deliver(cur *cursor, dec *Decoder, seq uint64, payload []byte
 // recover replays [from, to) from the publisher's replay endpoint. A
 // late join (from 0) recovers what the publisher still buffers; only a gap
 // in a stream already followed counts as lost.
-func (l *Listener) recover(cur *cursor, dec *Decoder, from, to uint64) {
+func (l *stream) recover(cur *cursor, dec *Decoder, from, to uint64) {
 	joined := cur.started
 	cur.started = true
 	if l.cfg.Replay == "" {
@@ -221,14 +231,14 @@ func (l *Listener) recover(cur *cursor, dec *Decoder, from, to uint64) {
 // applies the replies below to, in order. A publisher whose buffer no
 // longer reaches from starts later; the hole is skipped. It returns the
 // last sequence applied and how many were.
-func (l *Listener) replay(dec *Decoder, from, to uint64) (last, got uint64, err error) {
+func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err error) {
 	d, err := l.zctx.NewSocket(zmq.DEALER)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer d.Close()
-	deadline := time.Now().Add(l.cfg.ReplayTimeout)
-	for _, err := range []error{d.SetLinger(0), d.SetRcvtimeo(50 * time.Millisecond), d.SetSndtimeo(l.cfg.ReplayTimeout), d.Connect(l.cfg.Replay)} {
+	deadline := time.Now().Add(l.cfg.replayTimeout())
+	for _, err := range []error{d.SetLinger(0), d.SetRcvtimeo(50 * time.Millisecond), d.SetSndtimeo(l.cfg.replayTimeout()), d.Connect(l.cfg.Replay)} {
 		if err != nil {
 			return 0, 0, err
 		}
@@ -284,7 +294,7 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 }
 
 // apply decodes a payload and applies its events.
-func (l *Listener) apply(dec *Decoder, payload []byte) {
+func (l *stream) apply(dec *Decoder, payload []byte) {
 	b, err := dec.Decode(payload)
 	if err != nil {
 		l.stats.Malformed.Add(1)

@@ -45,6 +45,7 @@ func newTestPublisher(t *testing.T, zctx *zmq.Context, withReplay bool) *testPub
 	}
 	_ = p.pub.SetLinger(0)
 	_ = p.pub.SetSndhwm(1_000_000)
+	_ = p.pub.SetXpubVerbose(1) // report every subscription, not only the first
 	if err := p.pub.Bind("tcp://127.0.0.1:*"); err != nil {
 		t.Fatal(err)
 	}

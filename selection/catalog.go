@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // PartitionKey identifies a partition: the workers of one model and routing
@@ -220,10 +221,13 @@ func (w *WorkerRecord) validate(cfg *Config) {
 	if w.DataParallelSize == 0 {
 		reasons = append(reasons, "data_parallel_size must be greater than 0")
 	}
-	if cfg.UseKVEvents {
+	if cfg.UseKVEvents && !cfg.KVEventsBound {
 		for _, r := range w.Ranks() {
-			if w.EventEndpoint(r.DPRank) == "" {
+			switch ep := w.EventEndpoint(r.DPRank); {
+			case ep == "":
 				reasons = append(reasons, fmt.Sprintf("kv_events endpoint is required for dp_rank %d", r.DPRank))
+			case !ValidZMQEndpoint(ep):
+				reasons = append(reasons, fmt.Sprintf("kv_events endpoint %q for dp_rank %d is not tcp://, ipc:// or inproc://", ep, r.DPRank))
 			}
 		}
 	}
@@ -254,6 +258,17 @@ func newWorkerRecord(id uint64, cfg *Config) WorkerRecord {
 		w.BlockSize = &bs
 	}
 	return w
+}
+
+// ValidZMQEndpoint reports whether s is a ZMQ endpoint a subscriber can
+// connect to: tcp://host:port, ipc://path or inproc://name.
+func ValidZMQEndpoint(s string) bool {
+	for _, p := range []string{"tcp://", "ipc://", "inproc://"} {
+		if strings.HasPrefix(s, p) && len(s) > len(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // sortRecords orders records by worker id, as GET /workers lists them.

@@ -30,6 +30,9 @@ type Config struct {
 	// UseKVEvents selects the event-fed index; false uses the approximate
 	// index fed by bookings, and workers then need no kv_events endpoint.
 	UseKVEvents bool
+	// KVEventsBound means workers publish to one bound endpoint (bind
+	// mode), so a worker needs no kv_events endpoint of its own.
+	KVEventsBound bool
 	// TrackActiveBlocks counts decode blocks in the cost.
 	TrackActiveBlocks bool
 	// TrackOutputBlocks counts output blocks reported through output_block.

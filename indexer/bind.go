@@ -1,0 +1,129 @@
+package indexer
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	zmq "github.com/pebbe/zmq4"
+	"go.uber.org/zap"
+)
+
+// Bind mode: one SUB bound on an endpoint that workers' publishers connect
+// to (vLLM connects its PUB when its endpoint names a remote host). Each
+// publisher must use its own topic, kv@<worker_id>@<model>; the worker id
+// finds the catalog record that says the partition, the rank and the
+// replay endpoint. Each topic has its own sequence.
+
+// Resolver returns where a bind-mode publisher's events go, from the worker
+// id of its topic; ok is false for a worker the catalog does not know.
+type Resolver func(workerID uint64, model string) (cfg ListenerConfig, ok bool)
+
+// BindListener receives the events of every publisher that connects to it.
+type BindListener struct {
+	zctx     *zmq.Context
+	index    *Index
+	stats    *Stats
+	log      *zap.Logger
+	resolve  Resolver
+	endpoint string
+
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	streams map[string]*stream // by topic; owned by the goroutine
+}
+
+// StartBindListener binds endpoint and starts receiving.
+func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logger, endpoint string, resolve Resolver) (*BindListener, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	sub, err := zctx.NewSocket(zmq.SUB)
+	if err != nil {
+		return nil, err
+	}
+	if err := setupSub(sub); err == nil {
+		err = sub.Bind(endpoint)
+	}
+	if err != nil {
+		sub.Close()
+		return nil, fmt.Errorf("kv events bind %s: %w", endpoint, err)
+	}
+	if ep, err := sub.GetLastEndpoint(); err == nil {
+		endpoint = ep
+	}
+	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint,
+		stop: make(chan struct{}), done: make(chan struct{}), streams: map[string]*stream{}}
+	go b.run(sub)
+	return b, nil
+}
+
+// Endpoint is the bound endpoint (with the port the system chose for ":*").
+func (b *BindListener) Endpoint() string { return b.endpoint }
+
+// Stop ends the listener and waits until its socket is closed.
+func (b *BindListener) Stop() {
+	b.once.Do(func() { close(b.stop) })
+	<-b.done
+}
+
+// parseTopic reads kv@<worker_id>@<model>.
+func parseTopic(topic string) (uint64, string, error) {
+	parts := strings.SplitN(topic, "@", 3)
+	if len(parts) != 3 || parts[0] != "kv" {
+		return 0, "", errors.New("topic is not kv@<worker_id>@<model>")
+	}
+	id, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("topic worker id: %w", err)
+	}
+	return id, parts[2], nil
+}
+
+func (b *BindListener) run(sub *zmq.Socket) {
+	defer close(b.done)
+	defer sub.Close()
+	for {
+		select {
+		case <-b.stop:
+			return
+		default:
+		}
+		frames, err := sub.RecvMessageBytes(0)
+		if err != nil {
+			if zmq.AsErrno(err) == zmq.ETERM {
+				return
+			}
+			continue // the receive timeout
+		}
+		seq, payload, ok := liveFrames(frames)
+		if !ok {
+			b.stats.Malformed.Add(1)
+			continue
+		}
+		// Resolve every message: a worker deleted from the catalog must
+		// stop feeding the index at once, and one that moved partitions
+		// starts a fresh sequence there.
+		id, model, err := parseTopic(string(frames[0]))
+		if err != nil {
+			b.stats.Malformed.Add(1)
+			continue
+		}
+		cfg, ok := b.resolve(id, model)
+		st := b.streams[string(frames[0])]
+		if !ok {
+			b.stats.Rejected.Add(1)
+			delete(b.streams, string(frames[0]))
+			continue
+		}
+		if st == nil || st.cfg != cfg {
+			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.stats, log: b.log, stop: b.stop}
+			b.streams[string(frames[0])] = st
+		}
+		b.stats.Messages.Add(1)
+		st.deliver(seq, payload)
+	}
+}

@@ -1,0 +1,159 @@
+package indexer
+
+import (
+	"fmt"
+	"sync"
+
+	zmq "github.com/pebbe/zmq4"
+	"go.uber.org/zap"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// Manager keeps one listener per worker rank in step with the catalog: it
+// is the selection router's catalog hook. It owns the one ZMQ context all
+// its sockets share.
+type Manager struct {
+	Index *Index
+	Stats Stats
+
+	zctx *zmq.Context
+	log  *zap.Logger
+
+	mu        sync.Mutex
+	listeners map[selection.Rank]*Listener
+	bind      *BindListener
+	closed    bool
+}
+
+// NewManager returns a manager feeding index.
+func NewManager(index *Index, log *zap.Logger) (*Manager, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{Index: index, zctx: zctx, log: log, listeners: map[selection.Rank]*Listener{}}, nil
+}
+
+// desired lists the listeners a record calls for.
+func desired(rec *selection.WorkerRecord) map[selection.Rank]ListenerConfig {
+	out := map[selection.Rank]ListenerConfig{}
+	if rec == nil || rec.BlockSize == nil || *rec.BlockSize == 0 {
+		return out
+	}
+	for _, r := range rec.Ranks() {
+		ep := rec.EventEndpoint(r.DPRank)
+		if !selection.ValidZMQEndpoint(ep) {
+			continue
+		}
+		cfg := ListenerConfig{Endpoint: ep, Partition: rec.Partition(), Rank: r}
+		if rec.ReplayEndpoint != nil && rec.DataParallelSize == 1 {
+			cfg.Replay = *rec.ReplayEndpoint
+		}
+		out[r] = cfg
+	}
+	return out
+}
+
+// OnCatalogChange follows a catalog change (selection.WithCatalogHook):
+// listeners whose settings did not change keep running (and their
+// sequence state); changed ones are replaced; departed ones stopped.
+func (m *Manager) OnCatalogChange(old, cur *selection.WorkerRecord) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	if cur != nil && cur.BlockSize != nil && *cur.BlockSize > 0 {
+		m.Index.ConfigurePartition(cur.Partition(), int(*cur.BlockSize), cur.IsEagle != nil && *cur.IsEagle)
+	}
+	want := desired(cur)
+	id := uint64(0)
+	switch {
+	case cur != nil:
+		id = cur.WorkerID
+	case old != nil:
+		id = old.WorkerID
+	}
+	for r, l := range m.listeners {
+		if r.WorkerID != id {
+			continue
+		}
+		if cfg, ok := want[r]; ok && cfg == l.Config() {
+			delete(want, r) // unchanged: keep it
+			continue
+		}
+		l.Stop()
+		delete(m.listeners, r)
+	}
+	for r, cfg := range want {
+		l, err := StartListener(m.zctx, m.Index, &m.Stats, m.log, cfg)
+		if err != nil {
+			m.log.Error("starting kv event listener", zap.Uint64("worker_id", r.WorkerID), zap.Uint32("dp_rank", r.DPRank), zap.Error(err))
+			continue
+		}
+		m.listeners[r] = l
+	}
+}
+
+// Listeners returns how many per-rank listeners run.
+func (m *Manager) Listeners() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.listeners)
+}
+
+// Bind starts the bind-mode listener on endpoint; resolve maps a topic's
+// worker to its catalog record.
+func (m *Manager) Bind(endpoint string, resolve Resolver) (*BindListener, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("manager closed")
+	}
+	if m.bind != nil {
+		return nil, fmt.Errorf("already bound to %s", m.bind.Endpoint())
+	}
+	b, err := StartBindListener(m.zctx, m.Index, &m.Stats, m.log, endpoint, resolve)
+	if err != nil {
+		return nil, err
+	}
+	m.bind = b
+	return b, nil
+}
+
+// Close stops every listener and ends the ZMQ context.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	for r, l := range m.listeners {
+		l.Stop()
+		delete(m.listeners, r)
+	}
+	if m.bind != nil {
+		m.bind.Stop()
+	}
+	return m.zctx.Term()
+}
+
+// ResolverFor builds a bind-mode resolver over a router's catalog.
+func ResolverFor(r *selection.Router) Resolver {
+	return func(workerID uint64, model string) (ListenerConfig, bool) {
+		rec, ok := r.Worker(workerID)
+		if !ok || rec.ModelName != model || rec.BlockSize == nil {
+			return ListenerConfig{}, false
+		}
+		cfg := ListenerConfig{Partition: rec.Partition(), Rank: selection.Rank{WorkerID: workerID, DPRank: rec.DataParallelStartRank}}
+		if rec.ReplayEndpoint != nil && rec.DataParallelSize == 1 {
+			cfg.Replay = *rec.ReplayEndpoint
+		}
+		return cfg, true
+	}
+}

@@ -1,0 +1,146 @@
+package indexer
+
+import (
+	"encoding/binary"
+	"testing"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// eventRouter is a selection router in event mode, fed by a Manager.
+func eventRouter(t *testing.T, bound bool) (*selection.Router, *Manager) {
+	t.Helper()
+	m, err := NewManager(New(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents, cfg.KVEventsBound = true, bound
+	r, err := selection.NewRouter(cfg, selection.WithIndexer(m.Index), selection.WithCatalogHook(m.OnCatalogChange))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.Close()
+		if err := m.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return r, m
+}
+
+// TestManagerFollowsCatalog: a worker registered with its kv_events
+// endpoint gets a listener; its events steer /select; an unchanged
+// re-upsert keeps the listener, a changed endpoint replaces it, and a
+// delete stops it and drops the worker's blocks.
+func TestManagerFollowsCatalog(t *testing.T) {
+	r, m := eventRouter(t, false)
+	pctx, _ := zmq.NewContext()
+	pubA := newTestPublisher(t, pctx, true)
+	pubB := newTestPublisher(t, pctx, false)
+	t.Cleanup(func() { pubA.close(); pubB.close(); _ = pctx.Term() })
+
+	upsert := func(id uint64, ep, replay string) selection.WorkerRecord {
+		req := &selection.WorkerRequest{WorkerID: ptr(id), ModelName: ptr("m"), RoutingGroup: ptr("g"), Endpoint: ptr("127.0.0.1:8000"),
+			BlockSize: ptr(uint32(lbs)), KVEventsEndpoint: ptr(ep)}
+		if replay != "" {
+			req.ReplayEndpoint = ptr(replay)
+		}
+		rec, err := r.UpsertWorker(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	if rec := upsert(1, "nonsense", ""); rec.Schedulable() || m.Listeners() != 0 {
+		t.Fatalf("a bad endpoint must leave the worker incomplete and unheard: %+v", rec.NotSchedulableReasons)
+	}
+	upsert(1, pubA.pubEP, pubA.replay)
+	upsert(2, pubB.pubEP, "")
+	pubA.waitSubscribed()
+	pubB.waitSubscribed()
+	if m.Listeners() != 2 {
+		t.Fatalf("%d listeners", m.Listeners())
+	}
+	prompt := testPrompt(11)
+	pubA.publish(chunk(EncodingMap, 0, prompt, 0, 30), true)
+	eventually(t, "events applied", func() bool { return m.Stats.Batches.Load() >= 1 })
+	res, err := r.Select(&selection.SelectRequest{Partition: selection.Partition{ModelName: "m", RoutingGroup: "g"},
+		Prompt: selection.Prompt{TokenIDs: prompt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WorkerID != 1 || res.Overlap.GPU != 30*lbs {
+		t.Fatalf("select went to %d with gpu overlap %d; want worker 1 with %d", res.WorkerID, res.Overlap.GPU, 30*lbs)
+	}
+	// Unchanged re-upsert: the same listener goes on (no new subscription).
+	before := m.listeners[selection.Rank{WorkerID: 1}]
+	upsert(1, pubA.pubEP, pubA.replay)
+	if m.listeners[selection.Rank{WorkerID: 1}] != before {
+		t.Fatal("an unchanged re-upsert replaced the listener")
+	}
+	// A changed endpoint replaces it.
+	upsert(1, pubB.pubEP, "")
+	pubB.waitSubscribed()
+	if m.listeners[selection.Rank{WorkerID: 1}] == before || m.Listeners() != 2 {
+		t.Fatal("a changed endpoint did not replace the listener")
+	}
+	// Delete: the listener stops and the blocks go.
+	if _, err := r.DeleteWorker(1); err != nil {
+		t.Fatal(err)
+	}
+	if m.Listeners() != 1 || m.Index.Blocks(selection.PartitionKey{Model: "m", Group: "g"}, selection.Rank{WorkerID: 1}) != 0 {
+		t.Fatalf("after delete: %d listeners, %d blocks", m.Listeners(),
+			m.Index.Blocks(selection.PartitionKey{Model: "m", Group: "g"}, selection.Rank{WorkerID: 1}))
+	}
+}
+
+// TestBindMode: the gateway binds; a publisher connects to it with the
+// topic kv@<worker>@<model>; events of a worker not in the catalog are
+// rejected.
+func TestBindMode(t *testing.T) {
+	r, m := eventRouter(t, true)
+	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
+		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))}); err != nil {
+		t.Fatal(err)
+	}
+	pctx, _ := zmq.NewContext()
+	pub, _ := pctx.NewSocket(zmq.PUB)
+	_ = pub.SetLinger(0)
+	t.Cleanup(func() { pub.Close(); _ = pctx.Term() })
+	if err := pub.Connect(b.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	prompt := testPrompt(12)
+	send := func(topic string, seq uint64, payload []byte) {
+		var s [8]byte
+		binary.BigEndian.PutUint64(s[:], seq)
+		if _, err := pub.SendMessage(topic, s[:], payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The connection is asynchronous: repeat the first store until it lands.
+	eventually(t, "bind-mode events", func() bool {
+		send("kv@5@m", 0, chunk(EncodingArray, -1, prompt, 0, 10))
+		return m.Stats.Batches.Load() >= 1
+	})
+	send("kv@6@m", 0, chunk(EncodingArray, -1, prompt, 0, 10)) // unknown worker
+	send("not-a-topic", 0, chunk(EncodingArray, -1, prompt, 0, 10))
+	send("kv@5@m", 1000, chunk(EncodingArray, -1, prompt, 10, 12))
+	eventually(t, "the rest", func() bool { return m.Stats.Messages.Load() >= 2 && m.Stats.Malformed.Load() >= 1 })
+	key := selection.PartitionKey{Model: "m", Group: "default"}
+	if n := m.Index.Blocks(key, selection.Rank{WorkerID: 5}); n != 12 {
+		t.Fatalf("worker 5 holds %d blocks, want 12", n)
+	}
+	if m.Index.Blocks(key, selection.Rank{WorkerID: 6}) != 0 || m.Stats.Rejected.Load() == 0 {
+		t.Fatal("events of a worker outside the catalog were applied")
+	}
+}
