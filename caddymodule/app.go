@@ -18,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/kvrouter/caddy-kvrouter/indexer"
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -56,12 +57,20 @@ type App struct {
 	BlockSize uint32 `json:"block_size,omitempty"`
 
 	// UseKVEvents selects the event-fed prefix index, which follows the
-	// KV-cache events the workers publish over ZMQ. It is not available yet
-	// (it arrives with the KV event listener), so it must be false or unset.
-	// When false, the router uses its approximate index, which assumes that a
-	// prefix booked on a worker stays cached there for approx_ttl. Default:
-	// false.
+	// KV-cache events the workers publish over ZMQ: the gateway subscribes to
+	// each worker rank's kv_events endpoint (or receives them on
+	// kv_events_bind), replays gaps from replay endpoints, and a worker
+	// needs a kv_events endpoint to be schedulable. When false, the router
+	// uses its approximate index instead, which assumes that a prefix booked
+	// on a worker stays cached there for approx_ttl. Default: true.
 	UseKVEvents *bool `json:"use_kv_events,omitempty"`
+
+	// KVEventsBind, when set, makes the gateway bind one ZMQ SUB socket on
+	// this endpoint (for example "tcp://*:5557") that the workers' publishers
+	// connect to, instead of subscribing to each worker. Each publisher must
+	// use the topic kv@<worker_id>@<model_name>; workers then need no
+	// kv_events endpoint of their own. Default: unset (the gateway connects).
+	KVEventsBind string `json:"kv_events_bind,omitempty"`
 
 	// OverlapScoreCredit is the cost credit, in blocks, for each prompt block
 	// already cached on a worker's device. It must be finite and
@@ -201,8 +210,9 @@ type WorkerConfig struct {
 	Endpoint string `json:"endpoint,omitempty"`
 
 	// KVEventsEndpoint is the ZMQ endpoint where the worker publishes its
-	// KV-cache events, for example "tcp://10.0.0.1:5557". It is recorded in
-	// the catalog and used once the event-fed index is available.
+	// KV-cache events, for example "tcp://10.0.0.1:5557" (vLLM's default port
+	// is 5557, plus the rank for data-parallel ranks). With use_kv_events on
+	// and no kv_events_bind, the gateway subscribes to it.
 	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
 
 	// ReplayEndpoint is the ZMQ endpoint that replays the worker's missed
@@ -248,11 +258,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 	val, loaded, err := routers.LoadOrNew(routerKey, func() (caddy.Destructor, error) {
-		r, err := selection.NewRouter(cfg)
-		if err != nil {
-			return nil, err
-		}
-		return &routerState{router: r, fromConfig: map[uint64]struct{}{}}, nil
+		return newRouterState(cfg, a.KVEventsBind, a.logger)
 	})
 	if err != nil {
 		return fmt.Errorf("creating router: %v", err)
@@ -319,9 +325,17 @@ func (a *App) Router() *selection.Router {
 // reports the first invalid setting. It has no side effects.
 func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 	cfg := selection.DefaultConfig()
-	cfg.UseKVEvents = false
-	if a.UseKVEvents != nil && *a.UseKVEvents {
-		return cfg, nil, errors.New("use_kv_events: the event-fed index is not available yet (it arrives with the KV event listener); set use_kv_events off to use the approximate index")
+	if a.UseKVEvents != nil {
+		cfg.UseKVEvents = *a.UseKVEvents
+	}
+	if a.KVEventsBind != "" {
+		if !cfg.UseKVEvents {
+			return cfg, nil, errors.New("kv_events_bind needs use_kv_events on")
+		}
+		if !selection.ValidZMQEndpoint(a.KVEventsBind) {
+			return cfg, nil, fmt.Errorf("kv_events_bind %q is not a tcp://, ipc:// or inproc:// endpoint", a.KVEventsBind)
+		}
+		cfg.KVEventsBound = true
 	}
 	cfg.DefaultBlockSize = a.BlockSize
 
@@ -517,10 +531,13 @@ func partitionName(model, group string) string {
 	return model + ":" + group
 }
 
-// routerState is the pooled value: the router and what the configs that
-// shared it have declared.
+// routerState is the pooled value: the router, the KV-event listeners that
+// feed its index (with use_kv_events), and what the configs that shared it
+// have declared. Listeners belong to it, so a reload neither drops nor
+// duplicates them.
 type routerState struct {
 	router *selection.Router
+	events *indexer.Manager // nil without use_kv_events
 
 	mu         sync.Mutex
 	fromConfig map[uint64]struct{} // worker ids declared by the latest config
@@ -561,10 +578,54 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 	return s.generation, nil
 }
 
-// Destruct stops the router's background work when the last config that
-// used it is unloaded.
+// newRouterState builds the router and, in event mode, the index and the
+// listener manager that follows the router's catalog.
+func newRouterState(cfg selection.Config, bind string, logger *zap.Logger) (*routerState, error) {
+	s := &routerState{fromConfig: map[uint64]struct{}{}}
+	var opts []selection.Option
+	if cfg.UseKVEvents {
+		m, err := indexer.NewManager(indexer.New(), logger.Named("kv_events"))
+		if err != nil {
+			return nil, fmt.Errorf("kv events: %v", err)
+		}
+		s.events = m
+		opts = append(opts, selection.WithIndexer(m.Index), selection.WithCatalogHook(m.OnCatalogChange))
+	}
+	r, err := selection.NewRouter(cfg, opts...)
+	if err != nil {
+		if s.events != nil {
+			_ = s.events.Close()
+		}
+		return nil, err
+	}
+	s.router = r
+	if bind != "" {
+		b, err := s.events.Bind(bind, indexer.ResolverFor(r))
+		if err != nil {
+			_ = s.Destruct()
+			return nil, err
+		}
+		logger.Info("receiving kv events", zap.String("bind", b.Endpoint()))
+	}
+	return s, nil
+}
+
+// Events returns the KV-event listener manager, or nil without
+// use_kv_events.
+func (a *App) Events() *indexer.Manager {
+	if a.state == nil {
+		return nil
+	}
+	return a.state.events
+}
+
+// Destruct stops the router's background work and the KV-event listeners
+// when the last config that used them is unloaded.
 func (s *routerState) Destruct() error {
 	s.router.Close()
+	if s.events != nil {
+		return s.events.Close()
+	}
 	return nil
 }
 

@@ -21,9 +21,8 @@ func TestAppBuildDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := selection.DefaultConfig()
-	want.UseKVEvents = false
 	if changed := changedSettings(want, cfg); len(changed) > 0 {
-		t.Errorf("an empty app differs from Dynamo's defaults (with use_kv_events off) in %v", changed)
+		t.Errorf("an empty app differs from Dynamo's defaults in %v", changed)
 	}
 	if len(workers) != 0 {
 		t.Errorf("got %d workers, want none", len(workers))
@@ -98,7 +97,8 @@ func TestAppBuildErrors(t *testing.T) {
 		app     App
 		wantErr string
 	}{
-		{App{UseKVEvents: ptr(true)}, "use_kv_events: the event-fed index is not available yet"},
+		{App{UseKVEvents: ptr(false), KVEventsBind: "tcp://*:5557"}, "kv_events_bind needs use_kv_events on"},
+		{App{KVEventsBind: "http://x"}, "is not a tcp://, ipc:// or inproc:// endpoint"},
 		{App{RouterTemperature: ptr(-1.0)}, "router_temperature must be finite and non-negative"},
 		{App{DecodeBusyThreshold: ptr(-0.5)}, "decode_busy_threshold must be finite and non-negative"},
 		{App{SessionAffinityTTL: caddy.Duration(time.Millisecond)}, "session affinity ttl must be between"},
@@ -258,9 +258,9 @@ func TestProvisionFailureLeavesPoolAlone(t *testing.T) {
 	before, _ := routers.References(routerKey)
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	defer cancel()
-	a := &App{UseKVEvents: ptr(true)}
+	a := &App{KVEventsBind: "not-an-endpoint"}
 	if err := a.Provision(ctx); err == nil {
-		t.Fatal("provisioning with use_kv_events on succeeded")
+		t.Fatal("provisioning with a bad kv_events_bind succeeded")
 	}
 	if a.Router() != nil {
 		t.Error("failed provision left a router")

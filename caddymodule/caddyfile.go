@@ -40,6 +40,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	kv_router {
 //		block_size <tokens>
 //		use_kv_events on|off
+//		kv_events_bind <zmq endpoint>
 //
 //		overlap_score_credit <float>
 //		overlap_score_credit_decay <float>
@@ -97,6 +98,14 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.BlockSize, err = parseUint32(d)
 		case "use_kv_events":
 			a.UseKVEvents, err = parseBool(d)
+		case "kv_events_bind":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			a.KVEventsBind = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
 		case "overlap_score_credit":
 			a.OverlapScoreCredit, err = parseFloat(d)
 		case "overlap_score_credit_decay":
