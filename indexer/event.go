@@ -1,8 +1,10 @@
 package indexer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // The KV events a worker publishes, decoded from either of vLLM's
@@ -255,7 +257,31 @@ func (d *Decoder) readTokens(r *reader, ev *Event) error {
 		return err
 	}
 	start := len(d.tokens)
+	d.tokens = slices.Grow(d.tokens, n)
+	b := r.b
 	for k := range n {
+		// Fast path: the unsigned encodings msgpack writers use for token
+		// ids, read in place.
+		if i := r.i; i < len(b) {
+			switch c := b[i]; {
+			case c <= 0x7f:
+				d.tokens = append(d.tokens, uint32(c))
+				r.i++
+				continue
+			case c == 0xcd && i+3 <= len(b):
+				d.tokens = append(d.tokens, uint32(binary.BigEndian.Uint16(b[i+1:i+3])))
+				r.i += 3
+				continue
+			case c == 0xce && i+5 <= len(b):
+				d.tokens = append(d.tokens, binary.BigEndian.Uint32(b[i+1:i+5]))
+				r.i += 5
+				continue
+			case c == 0xcc && i+2 <= len(b):
+				d.tokens = append(d.tokens, uint32(b[i+1]))
+				r.i += 2
+				continue
+			}
+		}
 		c, err := r.peek()
 		if err != nil {
 			return err

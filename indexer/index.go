@@ -19,15 +19,29 @@ import (
 //
 // It implements selection.Indexer. Events of one rank must be applied in
 // order (one listener goroutine per rank does); lookups run concurrently.
+//
+// Memory: a block held by one rank costs a node (64 bytes, from slabs), a
+// pointer slot in the node map and an inline slot in the rank's map, about
+// 110 bytes in all; each further rank holding it adds 16 bytes and a slot.
+// MaxEntries caps the (block, rank) entries: when full, new blocks are
+// refused and counted in Full until removals make room. Engines evict and
+// report blocks as their caches fill, so the cap is a safety net against a
+// misbehaving publisher, not the normal way out.
 type Index struct {
 	mu    sync.RWMutex
 	parts map[selection.PartitionKey]*tree
+
+	// MaxEntries bounds the (block, rank) entries over all partitions; 0
+	// means no bound. Set it before use.
+	MaxEntries int64
+	entries    atomic.Int64
 
 	// Counters, for metrics.
 	Applied       atomic.Uint64 // events applied
 	Skipped       atomic.Uint64 // events ignored by rule (other group, medium)
 	UnknownParent atomic.Uint64 // stores dropped: parent hash not indexed for the rank
 	UnknownBlock  atomic.Uint64 // removals of hashes the rank does not hold
+	Full          atomic.Uint64 // blocks refused because MaxEntries was reached
 }
 
 // tree is one partition's index.
@@ -36,42 +50,142 @@ type tree struct {
 	blockSize int
 	eagle     bool
 	nodes     map[uint64]*node
-	ranks     map[selection.Rank]map[uint64]*entry // engine hash → entry
-	// rankIDs numbers the ranks densely, so a lookup can keep per-rank
-	// state in a slice instead of a map.
-	rankIDs map[selection.Rank]uint32
+	ranks     map[selection.Rank]map[uint64]entry // engine hash → entry
+	// rankIDs numbers the ranks densely, so holders store 4 bytes and a
+	// lookup keeps per-rank state in a slice instead of a map.
+	rankIDs  map[selection.Rank]uint32
+	rankList []selection.Rank
+	slab     []node
+	spare    []*node
 }
 
 func (t *tree) rankID(r selection.Rank) uint32 {
 	id, ok := t.rankIDs[r]
 	if !ok {
-		id = uint32(len(t.rankIDs))
+		id = uint32(len(t.rankList))
 		t.rankIDs[r] = id
+		t.rankList = append(t.rankList, r)
 	}
 	return id
 }
 
-// node is one block: a prefix of some prompt.
+// node is one block: a prefix of some prompt. Most blocks have one
+// holder, which sits inline.
 type node struct {
 	local, parent uint64 // our local hash; the parent's chain key
-	root          bool
-	holders       []holder
+	first         holder
+	more          *[]holder // further holders; nil for most blocks
+	// fp fingerprints the set of (rank, tier) holders (an XOR of their
+	// mixes) and nh counts them, so a lookup can tell in O(1) that a block
+	// has the same holders as its parent.
+	fp   uint32
+	nh   uint16
+	root bool
+}
+
+// extra returns the further holders (nil slice when there are none).
+func (n *node) extra() []holder {
+	if n.more == nil {
+		return nil
+	}
+	return *n.more
+}
+
+// mixHolder spreads a (rank id, tier) pair over 64 bits (splitmix64).
+func mixHolder(id uint32, tier Tier) uint32 {
+	z := uint64(id)<<8 | uint64(tier) + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return uint32(z ^ z>>31)
 }
 
 // holder is one rank's copy of a block in one tier.
 type holder struct {
-	id     uint32 // tree.rankIDs[rank]
-	rank   selection.Rank
-	tier   Tier
-	refs   uint32
 	engine uint64 // the rank's engine hash for it (for dumps)
+	id     uint32 // tree.rankIDs of the rank
+	refs   uint16 // engine entries that map here
+	tier   Tier
+	used   bool
 }
 
-// entry maps one engine hash of a rank to our block.
+// each calls fn on every holder of n.
+func (n *node) each(fn func(h *holder)) {
+	if n.first.used {
+		fn(&n.first)
+	}
+	more := n.extra()
+	for i := range more {
+		fn(&more[i])
+	}
+}
+
+func (n *node) find(id uint32, tier Tier) *holder {
+	if n.first.used && n.first.id == id && n.first.tier == tier {
+		return &n.first
+	}
+	more := n.extra()
+	for i := range more {
+		if more[i].id == id && more[i].tier == tier {
+			return &more[i]
+		}
+	}
+	return nil
+}
+
+// drop removes holder h (one of n's); it reports whether n is now empty.
+func (n *node) drop(h *holder) bool {
+	more := n.extra()
+	if h == &n.first {
+		if len(more) == 0 {
+			n.first = holder{}
+			return true
+		}
+		n.first = more[len(more)-1]
+		*n.more = more[:len(more)-1]
+		return false
+	}
+	for i := range more {
+		if &more[i] == h {
+			more[i] = more[len(more)-1]
+			*n.more = more[:len(more)-1]
+			break
+		}
+	}
+	return !n.first.used && len(n.extra()) == 0
+}
+
+func (t *tree) newNode() *node {
+	if k := len(t.spare); k > 0 {
+		n := t.spare[k-1]
+		t.spare = t.spare[:k-1]
+		return n
+	}
+	if len(t.slab) == 0 {
+		t.slab = make([]node, 1024)
+	}
+	n := &t.slab[0]
+	t.slab = t.slab[1:]
+	return n
+}
+
+func (t *tree) freeNode(key uint64, n *node) {
+	delete(t.nodes, key)
+	more := n.more
+	if more != nil {
+		*more = (*more)[:0]
+	}
+	*n = node{more: more}
+	t.spare = append(t.spare, n)
+}
+
+// entry maps one engine hash of a rank to our blocks: the block key and,
+// when the engine's blocks are larger than ours, the span-1 blocks before
+// it that the same engine block covers.
 type entry struct {
 	key  uint64
-	tier Tier
 	refs uint32
+	span uint16
+	tier Tier
 }
 
 // New returns an empty index.
@@ -82,11 +196,18 @@ func New() *Index { return &Index{parts: make(map[selection.PartitionKey]*tree)}
 func (x *Index) ConfigurePartition(p selection.PartitionKey, blockSize int, eagle bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if t := x.parts[p]; t != nil && t.blockSize == blockSize && t.eagle == eagle {
-		return
+	if t := x.parts[p]; t != nil {
+		if t.blockSize == blockSize && t.eagle == eagle {
+			return
+		}
+		t.mu.Lock()
+		for r := range t.ranks {
+			x.entries.Add(-int64(len(t.ranks[r])))
+		}
+		t.mu.Unlock()
 	}
 	x.parts[p] = &tree{blockSize: blockSize, eagle: eagle, nodes: map[uint64]*node{},
-		ranks: map[selection.Rank]map[uint64]*entry{}, rankIDs: map[selection.Rank]uint32{}}
+		ranks: map[selection.Rank]map[uint64]entry{}, rankIDs: map[selection.Rank]uint32{}}
 }
 
 func (x *Index) tree(p selection.PartitionKey) *tree {
@@ -118,13 +239,14 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 			return err
 		}
 	case Removed:
+		m := t.ranks[r]
 		for _, h := range ev.BlockHashes {
-			if !t.remove(r, h) {
+			if !t.remove(x, r, m, h) {
 				x.UnknownBlock.Add(1)
 			}
 		}
 	case Cleared:
-		t.clearRank(r)
+		t.clearRank(x, r)
 	}
 	x.Applied.Add(1)
 	return nil
@@ -133,15 +255,21 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 var localsPool = sync.Pool{New: func() any { s := make([]uint64, 0, 256); return &s }}
 
 func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
+	m := t.ranks[r]
 	var parentKey uint64
 	if ev.HasParent {
-		e := t.ranks[r][ev.ParentHash]
-		if e == nil {
+		e, ok := m[ev.ParentHash]
+		if !ok {
 			x.UnknownParent.Add(1)
 			return ErrUnknownParent
 		}
 		parentKey = e.key
 	}
+	if m == nil {
+		m = make(map[uint64]entry)
+		t.ranks[r] = m
+	}
+	id := t.rankID(r)
 	lp := localsPool.Get().(*[]uint64)
 	defer localsPool.Put(lp)
 	opt := selection.HashOptions{Seed: selection.SaltedSeed(ev.LoraName, ev.CacheSalt), Eagle: ev.Eagle || t.eagle}
@@ -155,8 +283,10 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 	}
 	key, have := parentKey, ev.HasParent
 	next := 0 // our blocks chained so far
+	var span []*node
 	for i, h := range ev.BlockHashes {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
+		span = span[:0]
 		for ; next < ours; next++ {
 			parent, root := key, !have
 			if have {
@@ -164,82 +294,121 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 			} else {
 				key, have = locals[next], true
 			}
-			if t.nodes[key] == nil {
-				t.nodes[key] = &node{local: locals[next], parent: parent, root: root}
+			n := t.nodes[key]
+			if n == nil {
+				n = t.newNode()
+				n.local, n.parent, n.root = locals[next], parent, root
+				t.nodes[key] = n
 			}
+			span = append(span, n)
 		}
-		if next == 0 {
-			continue // a partial block of ours: nothing to map yet
+		if len(span) == 0 {
+			continue // the engine block ends inside one of ours: nothing to map yet
 		}
-		t.hold(r, key, h, ev.Tier)
+		t.hold(x, m, id, span, key, h, ev.Tier)
 	}
 	return nil
 }
 
-func (t *tree) hold(r selection.Rank, key, engine uint64, tier Tier) {
-	m := t.ranks[r]
-	if m == nil {
-		m = make(map[uint64]*entry)
-		t.ranks[r] = m
-	}
-	if e := m[engine]; e != nil {
+// hold records that the rank (id, engine map m) holds the blocks of span,
+// the last of which is key, under the engine hash engine.
+func (t *tree) hold(x *Index, m map[uint64]entry, id uint32, span []*node, key, engine uint64, tier Tier) {
+	if e, ok := m[engine]; ok {
 		if e.key == key && e.tier == tier {
-			e.refs++
+			e.refs++ // the engine stored the same block twice
+			m[engine] = e
 		}
-		// A reused engine hash for another block: the newer store wins
-		// only once the older copies are removed; keep the count honest.
+		// Otherwise the engine reused the hash for another block before
+		// removing the first; the first mapping stands until it is removed.
+		t.dropEmpty(span)
 		return
 	}
-	m[engine] = &entry{key: key, tier: tier, refs: 1}
-	n := t.nodes[key]
-	for i := range n.holders {
-		if h := &n.holders[i]; h.rank == r && h.tier == tier {
+	if x.MaxEntries > 0 && x.entries.Load() >= x.MaxEntries {
+		x.Full.Add(1)
+		t.dropEmpty(span)
+		return
+	}
+	x.entries.Add(1)
+	m[engine] = entry{key: key, tier: tier, refs: 1, span: uint16(len(span))}
+	for _, n := range span {
+		if h := n.find(id, tier); h != nil {
 			h.refs++
-			return
+			continue
+		}
+		h := holder{engine: engine, id: id, refs: 1, tier: tier, used: true}
+		if !n.first.used {
+			n.first = h
+		} else {
+			if n.more == nil {
+				n.more = new([]holder)
+			}
+			*n.more = append(*n.more, h)
+		}
+		n.fp ^= mixHolder(id, tier)
+		n.nh++
+	}
+}
+
+// dropEmpty frees the nodes of span that nobody holds (created for a store
+// that was then refused).
+func (t *tree) dropEmpty(span []*node) {
+	for _, n := range span {
+		if !n.first.used && len(n.extra()) == 0 {
+			key := n.local
+			if !n.root {
+				key = selection.NextSequenceHash(n.parent, n.local)
+			}
+			t.freeNode(key, n)
 		}
 	}
-	n.holders = append(n.holders, holder{id: t.rankID(r), rank: r, tier: tier, refs: 1, engine: engine})
 }
 
 // remove drops one reference of a rank's engine hash; false if unknown.
-func (t *tree) remove(r selection.Rank, engine uint64) bool {
-	m := t.ranks[r]
-	e := m[engine]
-	if e == nil {
+func (t *tree) remove(x *Index, r selection.Rank, m map[uint64]entry, engine uint64) bool {
+	e, ok := m[engine]
+	if !ok {
 		return false
 	}
-	e.refs--
-	if e.refs > 0 {
+	if e.refs--; e.refs > 0 {
+		m[engine] = e
 		return true
 	}
 	delete(m, engine)
-	t.unhold(r, e.key, e.tier)
+	x.entries.Add(-1)
+	t.unhold(t.rankIDs[r], e)
 	return true
 }
 
-func (t *tree) unhold(r selection.Rank, key uint64, tier Tier) {
-	n := t.nodes[key]
-	if n == nil {
-		return
-	}
-	for i := range n.holders {
-		if h := &n.holders[i]; h.rank == r && h.tier == tier {
-			if h.refs--; h.refs == 0 {
-				n.holders[i] = n.holders[len(n.holders)-1]
-				n.holders = n.holders[:len(n.holders)-1]
-			}
-			break
+// unhold releases the blocks of an engine entry: its block and the span-1
+// before it.
+func (t *tree) unhold(id uint32, e entry) {
+	key := e.key
+	for range max(e.span, 1) {
+		n := t.nodes[key]
+		if n == nil {
+			return
 		}
-	}
-	if len(n.holders) == 0 {
-		delete(t.nodes, key)
+		parent := n.parent
+		if h := n.find(id, e.tier); h != nil {
+			if h.refs--; h.refs == 0 {
+				n.fp ^= mixHolder(id, e.tier)
+				n.nh--
+				if n.drop(h) {
+					t.freeNode(key, n)
+				}
+			}
+		}
+		key = parent
 	}
 }
 
-func (t *tree) clearRank(r selection.Rank) {
-	for _, e := range t.ranks[r] {
-		t.unhold(r, e.key, e.tier) // each engine entry holds its block once
+func (t *tree) clearRank(x *Index, r selection.Rank) {
+	m := t.ranks[r]
+	id := t.rankIDs[r]
+	for _, e := range m {
+		t.unhold(id, e) // each engine entry holds its blocks once
 	}
+	x.entries.Add(-int64(len(m)))
 	delete(t.ranks, r)
 }
 
@@ -247,7 +416,7 @@ func (t *tree) clearRank(r selection.Rank) {
 func (x *Index) RemoveRank(p selection.PartitionKey, r selection.Rank) {
 	if t := x.tree(p); t != nil {
 		t.mu.Lock()
-		t.clearRank(r)
+		t.clearRank(x, r)
 		t.mu.Unlock()
 	}
 }
@@ -262,7 +431,7 @@ func (x *Index) RemoveWorker(p selection.PartitionKey, workerID uint64) {
 	defer t.mu.Unlock()
 	for r := range t.ranks {
 		if r.WorkerID == workerID {
-			t.clearRank(r)
+			t.clearRank(x, r)
 		}
 	}
 }
@@ -278,6 +447,11 @@ func (x *Index) Blocks(p selection.PartitionKey, r selection.Rank) int {
 	return len(t.ranks[r])
 }
 
+// Entries returns the (block, rank) entries over all partitions.
+func (x *Index) Entries() int64 { return x.entries.Load() }
+
+var slotPool = sync.Pool{New: func() any { s := []int32{}; return &s }}
+
 // FindMatches implements selection.Indexer. A rank's device depth is its
 // prefix run in the device tier; its host depth continues that run through
 // blocks it holds in the host tier, and its disk depth continues through
@@ -287,14 +461,10 @@ func (x *Index) FindMatches(p selection.PartitionKey, blocks []uint64, out *sele
 	if t == nil || len(blocks) == 0 {
 		return
 	}
-	kp := localsPool.Get().(*[]uint64)
-	defer localsPool.Put(kp)
-	keys := selection.AppendSequenceHashes((*kp)[:0], blocks)
-	*kp = keys
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	start := len(out.List)
-	n := t.nodes[keys[0]]
+	n := t.nodes[blocks[0]] // the first chain key is the first block hash
 	if n == nil {
 		return
 	}
@@ -302,45 +472,78 @@ func (x *Index) FindMatches(p selection.PartitionKey, blocks []uint64, out *sele
 	sp := slotPool.Get().(*[]int32)
 	defer slotPool.Put(sp)
 	slotOf := *sp
-	if len(slotOf) < len(t.rankIDs) {
-		slotOf = make([]int32, len(t.rankIDs))
+	if len(slotOf) < len(t.rankList) {
+		slotOf = make([]int32, len(t.rankList))
 		for i := range slotOf {
 			slotOf[i] = -1
 		}
 		*sp = slotOf
 	}
-	for _, h := range n.holders {
+	var ids []uint32
+	n.each(func(h *holder) {
 		if slotOf[h.id] < 0 {
 			slotOf[h.id] = int32(len(out.List) - start)
-			out.List = append(out.List, selection.Match{Rank: h.rank})
+			ids = append(ids, h.id)
+			out.List = append(out.List, selection.Match{Rank: t.rankList[h.id]})
 		}
-	}
+	})
 	defer func() {
-		for _, m := range out.List[start:] {
-			slotOf[t.rankIDs[m.Rank]] = -1
+		for _, id := range ids {
+			slotOf[id] = -1
 		}
 	}()
 	ranks := len(out.List) - start
-	phase := make([]uint8, ranks) // 0 device run, 1 host continuation, 2 disk, 3 done
+	phase := make([]uint8, ranks) // 0 device run, 1 host continuation, 2 disk
 	best := make([]Tier, ranks)
 	alive := make([]int32, ranks) // slots still matching
 	for i := range alive {
 		alive[i] = int32(i)
 	}
-	for depth, key := range keys {
+	// A block whose holders are the same as its parent's does to every
+	// rank what the parent did: such runs (a shared system prompt held by
+	// many ranks) are counted, not walked rank by rank.
+	var prevFP uint32
+	var prevNH uint16
+	repeat := uint32(0)
+	flush := func() {
+		if repeat == 0 {
+			return
+		}
+		for _, i := range alive {
+			m := &out.List[start+int(i)]
+			switch phase[i] {
+			case 0:
+				m.Tiers.Device += repeat
+			case 1:
+				m.Tiers.Host += repeat
+			default:
+				m.Tiers.Disk += repeat
+			}
+		}
+		repeat = 0
+	}
+	key := blocks[0]
+	for depth := range blocks {
 		if depth > 0 {
+			key = selection.NextSequenceHash(key, blocks[depth])
 			if n = t.nodes[key]; n == nil {
 				break
 			}
+			if n.fp == prevFP && n.nh == prevNH {
+				repeat++
+				continue
+			}
+			flush()
 		}
+		prevFP, prevNH = n.fp, n.nh
 		for _, i := range alive {
 			best[i] = 255
 		}
-		for _, h := range n.holders {
+		n.each(func(h *holder) {
 			if i := slotOf[h.id]; i >= 0 && h.tier < best[i] {
 				best[i] = h.tier
 			}
-		}
+		})
 		live := alive[:0]
 		for _, i := range alive {
 			m := &out.List[start+int(i)]
@@ -359,12 +562,11 @@ func (x *Index) FindMatches(p selection.PartitionKey, blocks []uint64, out *sele
 			live = append(live, i)
 		}
 		if alive = live; len(alive) == 0 {
-			break
+			return
 		}
 	}
+	flush()
 }
-
-var slotPool = sync.Pool{New: func() any { s := []int32{}; return &s }}
 
 // Dump implements selection.Indexer: one single-block Stored event per
 // (block, rank, tier), parents before children, with the rank's engine
@@ -390,27 +592,27 @@ func (x *Index) Dump(p selection.PartitionKey) []selection.RouterEvent {
 		k := queue[0]
 		queue = queue[1:]
 		n := t.nodes[k]
-		for _, h := range n.holders {
+		n.each(func(h *holder) {
 			var parent *uint64
 			if !n.root {
 				if pn := t.nodes[n.parent]; pn != nil {
-					for _, ph := range pn.holders {
-						if ph.rank == h.rank {
+					pn.each(func(ph *holder) {
+						if parent == nil && ph.id == h.id {
 							v := ph.engine
 							parent = &v
-							break
 						}
-					}
+					})
 				}
 				if parent == nil {
-					continue // the rank holds this block but not its parent: not replayable
+					return // the rank holds this block but not its parent: not replayable
 				}
 			}
-			out = append(out, selection.RouterEvent{WorkerID: h.rank.WorkerID, StorageTier: tierNames[h.tier],
-				Event: selection.KVEvent{EventID: uint64(len(out)), DPRank: h.rank.DPRank,
+			r := t.rankList[h.id]
+			out = append(out, selection.RouterEvent{WorkerID: r.WorkerID, StorageTier: tierNames[h.tier],
+				Event: selection.KVEvent{EventID: uint64(len(out)), DPRank: r.DPRank,
 					Data: selection.StoredData{Stored: selection.StoredEvent{ParentHash: parent,
 						Blocks: []selection.StoredBlock{{BlockHash: h.engine, TokensHash: n.local}}}}}})
-		}
+		})
 		queue = append(queue, children[k]...)
 	}
 	return out
@@ -435,12 +637,18 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 				tier = Tier(i)
 			}
 		}
+		m := t.ranks[r]
+		if m == nil {
+			m = make(map[uint64]entry)
+			t.ranks[r] = m
+		}
+		id := t.rankID(r)
 		st := ev.Event.Data.Stored
 		var key uint64
 		have := false
 		if st.ParentHash != nil {
-			e := t.ranks[r][*st.ParentHash]
-			if e == nil {
+			e, ok := m[*st.ParentHash]
+			if !ok {
 				x.UnknownParent.Add(1)
 				continue
 			}
@@ -453,10 +661,13 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 			} else {
 				key, have = b.TokensHash, true
 			}
-			if t.nodes[key] == nil {
-				t.nodes[key] = &node{local: b.TokensHash, parent: parent, root: root}
+			n := t.nodes[key]
+			if n == nil {
+				n = t.newNode()
+				n.local, n.parent, n.root = b.TokensHash, parent, root
+				t.nodes[key] = n
 			}
-			t.hold(r, key, b.BlockHash, tier)
+			t.hold(x, m, id, []*node{n}, key, b.BlockHash, tier)
 		}
 	}
 	return nil

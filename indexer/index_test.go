@@ -283,3 +283,50 @@ func TestIndexConcurrentIngestAndLookup(t *testing.T) {
 	default:
 	}
 }
+
+func TestIndexLargerEngineBlocksAndCap(t *testing.T) {
+	// The engine stores 8-token blocks; the partition hashes 4-token ones:
+	// each engine block covers two of ours, and removing it drops both.
+	x := New()
+	x.ConfigurePartition(part, 4, false)
+	r := selection.Rank{WorkerID: 1}
+	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	ev := &Event{Kind: Stored, BlockSize: 8, TokenIDs: prompt,
+		BlockHashes: []uint64{engineHash(prompt[:8]), engineHash(prompt)}}
+	if err := x.Apply(part, r, ev); err != nil {
+		t.Fatal(err)
+	}
+	blocks := selection.AppendBlockHashes(nil, prompt, 4, selection.HashOptions{})
+	depth := func() uint32 {
+		var m selection.Matches
+		x.FindMatches(part, blocks, &m)
+		if len(m.List) == 0 {
+			return 0
+		}
+		return m.List[0].Tiers.Device
+	}
+	if d := depth(); d != 4 {
+		t.Fatalf("depth %d, want 4", d)
+	}
+	if err := x.Apply(part, r, &Event{Kind: Removed, BlockHashes: []uint64{engineHash(prompt)}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := depth(); d != 2 {
+		t.Fatalf("depth %d after removing the second engine block, want 2", d)
+	}
+	x.RemoveRank(part, r)
+	if x.Entries() != 0 || len(x.tree(part).nodes) != 0 {
+		t.Fatalf("%d entries, %d nodes left", x.Entries(), len(x.tree(part).nodes))
+	}
+
+	// The cap refuses new blocks, counts it, and leaves no empty nodes.
+	x.MaxEntries = 1
+	ev = &Event{Kind: Stored, BlockSize: 4, TokenIDs: prompt[:12],
+		BlockHashes: []uint64{engineHash(prompt[:4]), engineHash(prompt[:8]), engineHash(prompt[:12])}}
+	if err := x.Apply(part, r, ev); err != nil {
+		t.Fatal(err)
+	}
+	if x.Entries() != 1 || x.Full.Load() != 2 || len(x.tree(part).nodes) != 1 {
+		t.Fatalf("entries %d full %d nodes %d", x.Entries(), x.Full.Load(), len(x.tree(part).nodes))
+	}
+}

@@ -1,0 +1,81 @@
+package indexer
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// BenchmarkEndToEndZMQ publishes vLLM-framed payloads of 16 BlockStored
+// blocks (plus the removal of older ones) over a real tcp PUB socket to a
+// Listener and waits until the index has applied them all; it reports
+// blocks per second through the whole path.
+func BenchmarkEndToEndZMQ(b *testing.B) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	pub, _ := zctx.NewSocket(zmq.XPUB)
+	_ = pub.SetLinger(0)
+	_ = pub.SetSndhwm(0) // never drop: this measures throughput, not loss
+	if err := pub.Bind("tcp://127.0.0.1:*"); err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	ep, _ := pub.GetLastEndpoint()
+	x := New()
+	x.ConfigurePartition(part, 16, false)
+	var stats Stats
+	l, err := StartListener(zctx, x, &stats, nil, ListenerConfig{Endpoint: ep, Partition: part, Rank: selection.Rank{WorkerID: 1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Stop()
+	_ = pub.SetRcvtimeo(5 * time.Second)
+	if _, err := pub.RecvBytes(0); err != nil {
+		b.Fatal("no subscription")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	const nPayloads, blocksPer, window = 2048, 16, 512
+	payloads := make([][]byte, nPayloads)
+	hashes := make([][]uint64, nPayloads)
+	for i := range payloads {
+		ev := &StoredBlocks{BlockSize: 16}
+		for range blocksPer {
+			ev.BlockHashes = append(ev.BlockHashes, rng.Uint64())
+		}
+		for range blocksPer * 16 {
+			ev.TokenIDs = append(ev.TokenIDs, uint32(rng.IntN(150000)))
+		}
+		hashes[i] = ev.BlockHashes
+		var old []uint64
+		if i >= window {
+			old = hashes[i-window]
+		}
+		payloads[i] = AppendBatch(nil, EncodingMap, 1, 0, ev, Removal{BlockHashes: old})
+	}
+	var seq uint64
+	var s [8]byte
+	b.ResetTimer()
+	for b.Loop() {
+		binary.BigEndian.PutUint64(s[:], seq)
+		if _, err := pub.SendMessage([]byte{}, s[:], payloads[seq%nPayloads]); err != nil {
+			b.Fatal(err)
+		}
+		seq++
+	}
+	for stats.Batches.Load() < seq {
+		time.Sleep(100 * time.Microsecond)
+	}
+	b.StopTimer()
+	if stats.Gaps.Load() != 0 || stats.Malformed.Load() != 0 {
+		b.Fatalf("gaps %d malformed %d", stats.Gaps.Load(), stats.Malformed.Load())
+	}
+	b.ReportMetric(float64(seq*blocksPer)/b.Elapsed().Seconds(), "blocks/s")
+}
