@@ -179,6 +179,13 @@ type App struct {
 	// Default: 65536.
 	MaxWorkers int `json:"max_workers,omitempty"`
 
+	// IndexMaxEntries bounds the KV index, in (block, worker rank) entries,
+	// about 135 bytes each. When it is reached, new blocks are not indexed
+	// (counted in kvrouter_index_full_total) until workers report evictions.
+	// Workers' own cache evictions normally keep the index well below it.
+	// Default: 0 (no bound).
+	IndexMaxEntries int64 `json:"index_max_entries,omitempty"`
+
 	// Workers are the workers declared in the config. They are upserted into
 	// the catalog on every config load, replacing any change made through
 	// the selection API, and a worker removed from this list is deleted on
@@ -258,13 +265,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 	val, loaded, err := routers.LoadOrNew(routerKey, func() (caddy.Destructor, error) {
-		return newRouterState(cfg, a.KVEventsBind, a.logger)
+		return newRouterState(cfg, a.KVEventsBind, a.IndexMaxEntries, a.logger)
 	})
 	if err != nil {
 		return fmt.Errorf("creating router: %v", err)
 	}
 	a.loaded = true
 	a.state = val.(*routerState)
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
 	if loaded {
 		// The router keeps the settings it was built with: rebuilding it
 		// would drop its reservations and index, and selection.Router has no
@@ -338,6 +348,9 @@ func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 		cfg.KVEventsBound = true
 	}
 	cfg.DefaultBlockSize = a.BlockSize
+	if a.IndexMaxEntries < 0 {
+		return cfg, nil, errors.New("index_max_entries must not be negative")
+	}
 
 	for _, f := range []struct {
 		name string
@@ -580,11 +593,13 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 
 // newRouterState builds the router and, in event mode, the index and the
 // listener manager that follows the router's catalog.
-func newRouterState(cfg selection.Config, bind string, logger *zap.Logger) (*routerState, error) {
+func newRouterState(cfg selection.Config, bind string, maxEntries int64, logger *zap.Logger) (*routerState, error) {
 	s := &routerState{fromConfig: map[uint64]struct{}{}}
 	var opts []selection.Option
 	if cfg.UseKVEvents {
-		m, err := indexer.NewManager(indexer.New(), logger.Named("kv_events"))
+		idx := indexer.New()
+		idx.MaxEntries = maxEntries
+		m, err := indexer.NewManager(idx, logger.Named("kv_events"))
 		if err != nil {
 			return nil, fmt.Errorf("kv events: %v", err)
 		}

@@ -41,6 +41,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		block_size <tokens>
 //		use_kv_events on|off
 //		kv_events_bind <zmq endpoint>
+//		index_max_entries <entries>
 //
 //		overlap_score_credit <float>
 //		overlap_score_credit_decay <float>
@@ -98,6 +99,14 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.BlockSize, err = parseUint32(d)
 		case "use_kv_events":
 			a.UseKVEvents, err = parseBool(d)
+		case "index_max_entries":
+			var v *float64
+			if v, err = parseFloat(d); err == nil {
+				if *v < 0 || *v != float64(int64(*v)) {
+					return d.Errf("index_max_entries must be a whole number of entries, not %v", *v)
+				}
+				a.IndexMaxEntries = int64(*v)
+			}
 		case "kv_events_bind":
 			if !d.NextArg() {
 				return d.ArgErr()

@@ -29,6 +29,13 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		},
 		{
 			input: `kv_router {
+				kv_events_bind tcp://*:5557
+				index_max_entries 1000000
+			}`,
+			want: App{KVEventsBind: "tcp://*:5557", IndexMaxEntries: 1000000},
+		},
+		{
+			input: `kv_router {
 				use_kv_events on
 				overlap_score_credit 0.5
 				overlap_score_credit_decay 0.1
@@ -123,6 +130,8 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		{input: "kv_router {\n reservation_ttl -5s\n}", wantErr: "reservation_ttl must not be negative"},
 		{input: "kv_router {\n session_affinity_mode sticky\n}", wantErr: "session_affinity_mode must be hard or soft"},
 		{input: "kv_router {\n max_workers -3\n}", wantErr: "max_workers must be a non-negative integer"},
+		{input: "kv_router {\n index_max_entries 1.5\n}", wantErr: "index_max_entries must be a whole number"},
+		{input: "kv_router {\n kv_events_bind\n}", wantErr: "wrong argument count"},
 		{input: "kv_router {\n pending_max_bytes lots\n}", wantErr: "parsing pending_max_bytes"},
 		{input: "kv_router {\n worker {\n endpoint a:1\n }\n}", wantErr: "wrong argument count"},
 		{input: "kv_router {\n worker x {\n endpoint a:1\n }\n}", wantErr: `worker id "x" must be an unsigned integer`},

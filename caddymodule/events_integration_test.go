@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -148,6 +149,18 @@ func TestEventsSteerSelectionAcrossReload(t *testing.T) {
 	if st.Gaps.Load() != 0 || st.Restarts.Load() != 0 || st.Batches.Load() != 2 {
 		t.Fatalf("after reload: gaps %d restarts %d batches %d", st.Gaps.Load(), st.Restarts.Load(), st.Batches.Load())
 	}
+	// The counters are on Caddy's metrics endpoint, carried across the reload.
+	res, err := tester.Client.Get(fmt.Sprintf("http://localhost:%d/metrics", testAdminPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{"kvrouter_kv_events_batches_total 2", "kvrouter_index_entries 16", "kvrouter_kv_event_listeners 2", "kvrouter_kv_events_gaps_total 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 }
 
 // waitSubShort reports whether a subscription arrives within half a second.
@@ -160,4 +173,3 @@ func waitSubShort(pub *zmq.Socket) bool {
 	}
 	return false
 }
-

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 // ref encodes v with an independent msgpack library, so the decoder is
@@ -141,3 +143,47 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSGLangPageStream applies SGLang's shape: one positional BlockStored
+// per page, signed int64 hashes chained by parent, the cache salt in a
+// {cache_salt} map, the batch always three elements (dp_rank nil).
+func TestSGLangPageStream(t *testing.T) {
+	const page = 4
+	x := New()
+	x.ConfigurePartition(part, page, false)
+	r := selectionRank(3)
+	tokens := []uint32{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	var d Decoder
+	var parent any // nil for the first page
+	for p := 0; p < len(tokens)/page; p++ {
+		h := -int64(1000 + p) // SGLang's first-8-bytes-as-int64 is often negative
+		pageTokens := []any{}
+		for _, tok := range tokens[p*page : (p+1)*page] {
+			pageTokens = append(pageTokens, tok)
+		}
+		payload := ref(t, []any{1.0, []any{[]any{"BlockStored", []any{h}, parent, pageTokens, page, nil, "GPU",
+			map[string]any{"cache_salt": "tenant-a"}}}, nil})
+		b, err := d.Decode(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Apply(part, r, &b.Events[0]); err != nil {
+			t.Fatalf("page %d: %v", p, err)
+		}
+		parent = h
+	}
+	salted := selection.AppendBlockHashes(nil, tokens, page, selection.HashOptions{Seed: selection.SaltedSeed("", "tenant-a")})
+	plain := selection.AppendBlockHashes(nil, tokens, page, selection.HashOptions{})
+	var m selection.Matches
+	x.FindMatches(part, salted, &m)
+	if len(m.List) != 1 || m.List[0].Tiers.Device != 3 {
+		t.Fatalf("salted prompt matched %+v, want 3 blocks", m.List)
+	}
+	m.Reset()
+	x.FindMatches(part, plain, &m)
+	if len(m.List) != 0 {
+		t.Fatalf("an unsalted prompt matched a salted cache: %+v", m.List)
+	}
+}
+
+func selectionRank(w uint64) selection.Rank { return selection.Rank{WorkerID: w} }

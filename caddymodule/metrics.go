@@ -1,0 +1,95 @@
+package caddymodule
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics on Caddy's registry, prefixed kvrouter_. The values live in the
+// pooled router state (its index and listeners), so one collector reads
+// them at scrape time and they carry on across reloads.
+
+// eventMetric is one counter or gauge read from the pooled state.
+type eventMetric struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(s *routerState) float64
+}
+
+func counter(name, help string, value func(s *routerState) float64) eventMetric {
+	return eventMetric{prometheus.NewDesc("kvrouter_"+name, help, nil, nil), prometheus.CounterValue, value}
+}
+
+func gauge(name, help string, value func(s *routerState) float64) eventMetric {
+	return eventMetric{prometheus.NewDesc("kvrouter_"+name, help, nil, nil), prometheus.GaugeValue, value}
+}
+
+var eventMetrics = []eventMetric{
+	counter("kv_events_messages_total", "KV-event messages received live from worker publishers.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Messages.Load()) }),
+	counter("kv_events_batches_total", "KV-event batches applied to the index, live or replayed.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Batches.Load()) }),
+	counter("kv_events_malformed_total", "KV-event frames or payloads that could not be decoded and were skipped.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Malformed.Load()) }),
+	counter("kv_events_stale_total", "KV-event messages dropped as duplicates of sequences already applied.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Stale.Load()) }),
+	counter("kv_events_gaps_total", "Gaps in publishers' sequence numbers, late joins included.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Gaps.Load()) }),
+	counter("kv_events_replays_total", "Replay requests made to publishers' replay endpoints.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Replays.Load()) }),
+	counter("kv_events_replayed_total", "KV-event batches recovered by replay.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Replayed.Load()) }),
+	counter("kv_events_lost_total", "KV-event batches missed and not recovered.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Lost.Load()) }),
+	counter("kv_events_restarts_total", "Publisher restarts detected (sequence went back); the rank's blocks were dropped.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Restarts.Load()) }),
+	counter("kv_events_rejected_total", "KV events the index refused, such as stores whose parent block it does not hold.",
+		func(s *routerState) float64 { return float64(s.events.Stats.Rejected.Load()) }),
+	gauge("kv_event_listeners", "Per-rank KV-event listeners running.",
+		func(s *routerState) float64 { return float64(s.events.Listeners()) }),
+	gauge("index_entries", "(block, worker rank) entries in the KV index.",
+		func(s *routerState) float64 { return float64(s.events.Index.Entries()) }),
+	counter("index_full_total", "Blocks the KV index refused because index_max_entries was reached.",
+		func(s *routerState) float64 { return float64(s.events.Index.Full.Load()) }),
+	counter("index_unknown_blocks_total", "Removals of blocks the index did not hold for that rank.",
+		func(s *routerState) float64 { return float64(s.events.Index.UnknownBlock.Load()) }),
+}
+
+// eventCollector reports eventMetrics for the pooled router, if it runs in
+// event mode.
+type eventCollector struct{}
+
+func (eventCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range eventMetrics {
+		ch <- m.desc
+	}
+}
+
+func (eventCollector) Collect(ch chan<- prometheus.Metric) {
+	var state *routerState
+	routers.Range(func(_, v any) bool {
+		state, _ = v.(*routerState)
+		return false
+	})
+	if state == nil || state.events == nil {
+		return
+	}
+	for _, m := range eventMetrics {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(state))
+	}
+}
+
+// registerMetrics adds the collector to a config's registry; a registry
+// that already has it (the same config provisioned twice) is fine.
+func registerMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	err := reg.Register(eventCollector{})
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		return nil
+	}
+	return err
+}
