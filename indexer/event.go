@@ -258,10 +258,33 @@ func (d *Decoder) readTokens(r *reader, ev *Event) error {
 	}
 	start := len(d.tokens)
 	d.tokens = slices.Grow(d.tokens, n)
-	b := r.b
-	for k := range n {
-		// Fast path: the unsigned encodings msgpack writers use for token
-		// ids, read in place.
+	// Fast path: a run of the unsigned encodings msgpack writers use for
+	// token ids, read in place with local indexes; anything else (bigram
+	// pairs, signed encodings, errors) leaves it for the careful loop.
+	b, i := r.b, r.i
+	out := d.tokens[start : start+n]
+	k := 0
+	for ; k < n && i+5 <= len(b); k++ {
+		c := b[i]
+		if c <= 0x7f {
+			out[k] = uint32(c)
+			i++
+		} else if c == 0xce {
+			out[k] = binary.BigEndian.Uint32(b[i+1 : i+5])
+			i += 5
+		} else if c == 0xcd {
+			out[k] = uint32(binary.BigEndian.Uint16(b[i+1 : i+3]))
+			i += 3
+		} else if c == 0xcc {
+			out[k] = uint32(b[i+1])
+			i += 2
+		} else {
+			break
+		}
+	}
+	r.i = i
+	d.tokens = d.tokens[:start+k]
+	for ; k < n; k++ {
 		if i := r.i; i < len(b) {
 			switch c := b[i]; {
 			case c <= 0x7f:
