@@ -323,6 +323,23 @@ func (a *App) Cleanup() error {
 	return err
 }
 
+// kvApp returns the config's kv_router app (created with default settings
+// when the config has none) once it has a router.
+func kvApp(ctx caddy.Context) (*App, error) {
+	appIface, err := ctx.App("kv_router")
+	if err != nil {
+		return nil, fmt.Errorf("getting kv_router app: %v", err)
+	}
+	app, ok := appIface.(*App)
+	if !ok {
+		return nil, fmt.Errorf("kv_router app has unexpected type %T", appIface)
+	}
+	if app.Router() == nil {
+		return nil, errors.New("kv_router app has no router")
+	}
+	return app, nil
+}
+
 // Router returns the selection router. It is nil before Provision.
 func (a *App) Router() *selection.Router {
 	if a.state == nil {

@@ -16,6 +16,8 @@ func init() {
 	httpcaddyfile.RegisterGlobalOption("kv_router", parseGlobalOption)
 	httpcaddyfile.RegisterHandlerDirective("kv_selection", parseSelectionHandler)
 	httpcaddyfile.RegisterDirectiveOrder("kv_selection", httpcaddyfile.Before, "reverse_proxy")
+	httpcaddyfile.RegisterHandlerDirective("kv_router", parseRouterHandler)
+	httpcaddyfile.RegisterDirectiveOrder("kv_router", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // parseGlobalOption sets up the kv_router app from the kv_router global
@@ -260,6 +262,56 @@ func (h *SelectionHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.MaxBodySize = size
 		default:
 			return d.Errf("unrecognized subdirective %s", d.Val())
+		}
+	}
+	return nil
+}
+
+func parseRouterHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	r := new(Handler)
+	err := r.UnmarshalCaddyfile(h.Dispenser)
+	return r, err
+}
+
+// UnmarshalCaddyfile sets up the kv_router handler from Caddyfile tokens.
+// Syntax:
+//
+//	kv_router [<matcher>] {
+//		max_body_size <size>
+//		routing_group_header <header>
+//		session_header <header>
+//		tokenize on|off
+//		tokenize_timeout <duration>
+//		explain on|off
+//	}
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch d.Val() {
+		case "max_body_size":
+			h.MaxBodySize, err = parseSize(d)
+		case "routing_group_header":
+			h.RoutingGroupHeader, err = singleArg(d)
+		case "session_header":
+			h.SessionHeader, err = singleArg(d)
+		case "tokenize":
+			h.Tokenize, err = parseBool(d)
+		case "tokenize_timeout":
+			h.TokenizeTimeout, err = parseDuration(d)
+		case "explain":
+			var v *bool
+			if v, err = parseBool(d); err == nil {
+				h.Explain = *v
+			}
+		default:
+			return d.Errf("unrecognized subdirective %s", d.Val())
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil

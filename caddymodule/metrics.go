@@ -2,8 +2,11 @@ package caddymodule
 
 import (
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 // Metrics on Caddy's registry, prefixed kvrouter_. The values live in the
@@ -64,6 +67,7 @@ func (eventCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range eventMetrics {
 		ch <- m.desc
 	}
+	ch <- activeReservations
 }
 
 func (eventCollector) Collect(ch chan<- prometheus.Metric) {
@@ -72,7 +76,11 @@ func (eventCollector) Collect(ch chan<- prometheus.Metric) {
 		state, _ = v.(*routerState)
 		return false
 	})
-	if state == nil || state.events == nil {
+	if state == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(activeReservations, prometheus.GaugeValue, float64(state.router.ActiveReservations()))
+	if state.events == nil {
 		return
 	}
 	for _, m := range eventMetrics {
@@ -86,10 +94,51 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	err := reg.Register(eventCollector{})
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		return nil
+	for _, c := range []prometheus.Collector{eventCollector{}, requestsTotal, selectionSeconds,
+		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal} {
+		err := reg.Register(c)
+		var are prometheus.AlreadyRegisteredError
+		if err != nil && !errors.As(err, &are) {
+			return err
+		}
 	}
-	return err
+	return nil
+}
+
+// Proxy-path metrics: package-level, so they carry on across reloads.
+var (
+	requestsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kvrouter_requests_total",
+		Help: "Requests seen by the kv_router handler, by outcome (routed: a worker was reserved; unrouted: left to the fallback policy) and routing mode (kv: by prompt tokens; load: no tokens could be had).",
+	}, []string{"outcome", "mode"})
+	selectionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kvrouter_selection_duration_seconds",
+		Help:    "Time to select and reserve a worker for a request: hashing, index lookup, scoring and booking.",
+		Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3},
+	})
+	promptTokensTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvrouter_prompt_tokens_total",
+		Help: "Prompt tokens of routed requests.",
+	})
+	cachedTokensTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvrouter_cached_tokens_total",
+		Help: "Prompt tokens already cached on the chosen worker; divided by kvrouter_prompt_tokens_total, the prefix hit ratio.",
+	})
+	tokenizeFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvrouter_tokenize_failures_total",
+		Help: "Calls to a worker's /tokenize that failed or timed out; those requests were routed by load.",
+	})
+	failoversTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kvrouter_failovers_total",
+		Help: "Reservations moved to another worker because reverse_proxy could not use the chosen one.",
+	})
+	activeReservations = prometheus.NewDesc("kvrouter_active_reservations",
+		"Reservations held by requests in flight and by selection API clients.", nil, nil)
+)
+
+func observeSelection(resp *selection.SelectResponse, promptTokens int, mode string, took time.Duration) {
+	requestsTotal.WithLabelValues("routed", mode).Inc()
+	selectionSeconds.Observe(took.Seconds())
+	promptTokensTotal.Add(float64(promptTokens))
+	cachedTokensTotal.Add(float64(min(resp.CachedTokens, uint64(promptTokens))))
 }

@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -49,18 +48,11 @@ func (h *SelectionHandler) Provision(ctx caddy.Context) error {
 	if h.MaxBodySize < 0 {
 		return errors.New("max_body_size must not be negative")
 	}
-	appIface, err := ctx.App("kv_router")
+	app, err := kvApp(ctx)
 	if err != nil {
-		return fmt.Errorf("getting kv_router app: %v", err)
-	}
-	app, ok := appIface.(*App)
-	if !ok {
-		return fmt.Errorf("kv_router app has unexpected type %T", appIface)
+		return err
 	}
 	router := app.Router()
-	if router == nil {
-		return errors.New("kv_router app has no router")
-	}
 	maxBody := h.MaxBodySize
 	if maxBody == 0 {
 		maxBody = selection.DefaultMaxBodyBytes

@@ -713,3 +713,33 @@ func (h Hashes) MarshalJSON() ([]byte, error) {
 	}
 	return append(out, ']'), nil
 }
+
+// RawJSON keeps a JSON value's bytes for later decoding (an OpenAI
+// prompt that may be text or tokens). DecodeJSON's decoder hands custom
+// unmarshalers a copy, so the bytes are kept as they are.
+type RawJSON []byte
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (r *RawJSON) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
+
+func (r RawJSON) first() byte {
+	for _, c := range r {
+		if !isSpace(c) {
+			return c
+		}
+	}
+	return 0
+}
+
+// IsArray reports whether the value is a JSON array.
+func (r RawJSON) IsArray() bool { return r.first() == '[' }
+
+// IsString reports whether the value is a JSON string.
+func (r RawJSON) IsString() bool { return r.first() == '"' }
+
+// UnmarshalPlain decodes a JSON document that carries no prompt into v,
+// with the same error statuses as DecodeJSON.
+func UnmarshalPlain(body []byte, v any) error { return goccyDecode(body, v) }

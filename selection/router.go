@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,7 +21,8 @@ type Router struct {
 	recorder BookingRecorder // non-nil when bookings feed the index
 	hooks    []func(old, cur *WorkerRecord)
 
-	catalogMu sync.Mutex // serializes catalog updates, so they commit in order
+	catalogMu sync.Mutex    // serializes catalog updates, so they commit in order
+	version   atomic.Uint64 // bumped on every catalog change
 	mu        sync.RWMutex
 	workers   map[uint64]*WorkerRecord
 	parts     map[PartitionKey]*partition
@@ -103,6 +105,10 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	go r.sweeper()
 	return r, nil
 }
+
+// CatalogVersion changes whenever the catalog does, so callers can cache
+// what they derive from it (reverse_proxy's upstream list).
+func (r *Router) CatalogVersion() uint64 { return r.version.Load() }
 
 // Config returns the router's configuration.
 func (r *Router) Config() Config { return r.cfg }

@@ -2,6 +2,7 @@ package selection
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 )
@@ -156,13 +157,16 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 		if allowed != nil && !allowed[rs.rank.WorkerID] {
 			continue
 		}
+		if pl != nil && slices.Contains(pl.ExcludeRanks, rs.rank) {
+			continue
+		}
 		if !hasAll(rs.taints, required) {
 			continue
 		}
 		w.cands = append(w.cands, i)
 	}
 	if len(w.cands) == 0 {
-		if len(p.ranks) > 0 && (allowed != nil || len(required) > 0) {
+		if len(p.ranks) > 0 && (allowed != nil || len(required) > 0 || pl != nil && len(pl.ExcludeRanks) > 0) {
 			return selection{}, errorf(KindNotReady, "all eligible workers were filtered for %s", p.key)
 		}
 		return selection{}, errNoSchedulable(p.key.Model, p.key.Group)

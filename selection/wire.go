@@ -86,6 +86,10 @@ type Placement struct {
 	PinnedWorker       *PinnedWorker       `json:"pinned_worker,omitempty"`
 	AllowedWorkerIDs   []uint64            `json:"allowed_worker_ids,omitempty"`
 	RoutingConstraints *RoutingConstraints `json:"routing_constraints,omitempty"`
+	// ExcludeRanks removes ranks from the candidates. It is not part of the
+	// wire format: the proxy uses it to fail over to a worker it has not
+	// tried yet.
+	ExcludeRanks []Rank `json:"-"`
 }
 
 // session returns the effective session id: session_context wins.

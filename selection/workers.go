@@ -187,6 +187,7 @@ func (r *Router) DeleteWorker(id uint64) (WorkerRecord, error) {
 }
 
 func (r *Router) notify(old, cur *WorkerRecord) {
+	r.version.Add(1)
 	for _, h := range r.hooks {
 		h(old, cur)
 	}

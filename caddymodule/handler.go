@@ -1,0 +1,259 @@
+package caddymodule
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler is the kv_router handler. Placed before reverse_proxy, it reads
+// an OpenAI-style request's body once, finds the prompt's tokens, and
+// reserves the worker where the prompt costs least (most cached prefix,
+// least queued work) through the kv_router app's router. lb_policy
+// kv_router then sends the request to that worker, and the reservation
+// follows the response: its first byte marks prefill complete, and its end
+// (or a client cancel, an upstream error or an aborted stream) frees it.
+//
+// Tokens come from the body's token_ids (an extension field), or from an
+// integer-array prompt on /v1/completions; otherwise, with tokenize on, a
+// worker of the request's model is asked through vLLM's POST /tokenize. A
+// request whose tokens cannot be had is still served, routed by load.
+//
+// The response carries X-KVRouter-Worker and X-KVRouter-Cached-Tokens (and
+// X-KVRouter-Explain with explain on); the same values are the
+// placeholders {http.kv_router.worker}, {http.kv_router.dp_rank},
+// {http.kv_router.cached_tokens} and {http.kv_router.endpoint}.
+type Handler struct {
+	// MaxBodySize is the largest request body read, in bytes; a larger one
+	// is answered with 413. Default: 16777216 (16 MiB).
+	MaxBodySize int64 `json:"max_body_size,omitempty"`
+
+	// RoutingGroupHeader names the request header that selects the routing
+	// group within the model. Default: X-Routing-Group.
+	RoutingGroupHeader string `json:"routing_group_header,omitempty"`
+
+	// SessionHeader names the request header that carries the session id
+	// for session affinity; the body's session_id is used when it is
+	// absent. Default: X-Session-ID.
+	SessionHeader string `json:"session_header,omitempty"`
+
+	// Tokenize asks a worker for the tokens of text prompts and chat
+	// messages through POST /tokenize. Default: true.
+	Tokenize *bool `json:"tokenize,omitempty"`
+
+	// TokenizeTimeout bounds the /tokenize call; past it the request is
+	// routed by load. Default: 500ms.
+	TokenizeTimeout caddy.Duration `json:"tokenize_timeout,omitempty"`
+
+	// Explain adds X-KVRouter-Explain to responses: for the cheapest
+	// candidates, their cached blocks, load and cost. Default: false.
+	Explain bool `json:"explain,omitempty"`
+
+	router    *selection.Router
+	tokenizer *tokenizer
+	logger    *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.kv_router",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision binds the handler to the kv_router app's router.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	app, err := kvApp(ctx)
+	if err != nil {
+		return err
+	}
+	h.router = app.Router()
+	if h.MaxBodySize == 0 {
+		h.MaxBodySize = 16 << 20
+	}
+	if h.RoutingGroupHeader == "" {
+		h.RoutingGroupHeader = "X-Routing-Group"
+	}
+	if h.SessionHeader == "" {
+		h.SessionHeader = "X-Session-ID"
+	}
+	timeout := time.Duration(h.TokenizeTimeout)
+	if timeout == 0 {
+		timeout = 500 * time.Millisecond
+	}
+	if h.Tokenize == nil || *h.Tokenize {
+		h.tokenizer = newTokenizer(h.router, timeout)
+	}
+	return nil
+}
+
+// Validate checks the handler's settings.
+func (h *Handler) Validate() error {
+	if h.MaxBodySize < 0 {
+		return errors.New("max_body_size must not be negative")
+	}
+	if h.TokenizeTimeout < 0 {
+		return errors.New("tokenize_timeout must not be negative")
+	}
+	return nil
+}
+
+// openAIRequest is what the handler reads of a completions or chat body.
+// token_ids is read by the fast token decoder through the embedded Prompt.
+type openAIRequest struct {
+	selection.Prompt
+	Model     string            `json:"model"`
+	RawPrompt selection.RawJSON `json:"prompt"`
+	Messages  selection.RawJSON `json:"messages"`
+	SessionID string            `json:"session_id"`
+}
+
+// ServeHTTP reserves a worker for the request and passes it on.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+		return next.ServeHTTP(w, r)
+	}
+	body, err := readAndRestore(w, r, h.MaxBodySize)
+	if err != nil {
+		return err
+	}
+	var oai openAIRequest
+	if err := selection.DecodeJSON(body, &oai); err != nil {
+		return caddyhttp.Error(selection.StatusOf(err), err)
+	}
+	req := &selection.SelectRequest{
+		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},
+		Placement: selection.Placement{SessionID: r.Header.Get(h.SessionHeader)},
+	}
+	if req.Placement.SessionID == "" {
+		req.Placement.SessionID = oai.SessionID
+	}
+	req.TokenIDs, req.LoraName, req.CacheSalt = h.tokens(r, &oai, req.Partition.Key())
+	mode := "kv"
+	if req.TokenIDs == nil {
+		// No tokens: book the request by load alone (an empty prompt).
+		mode, req.TokenIDs = "load", []uint32{}
+	}
+	d := &decision{router: h.router, req: req, explain: h.Explain}
+	start := time.Now()
+	resp, err := d.reserve()
+	if err != nil {
+		// No catalog worker can take it (none for this model, say): leave
+		// the choice to the fallback policy rather than fail the request.
+		requestsTotal.WithLabelValues("unrouted", mode).Inc()
+		if c := h.logger.Check(zap.DebugLevel, "no kv_router reservation"); c != nil {
+			c.Write(zap.String("model", req.ModelName), zap.Error(err))
+		}
+		return next.ServeHTTP(w, r)
+	}
+	d.resp = resp
+	observeSelection(resp, len(req.TokenIDs), mode, time.Since(start))
+	caddyhttp.SetVar(r.Context(), decisionVar, d)
+	defer d.release() // runs on return, on panic(http.ErrAbortHandler) and after a client cancel
+	d.annotate(w, r)
+	return next.ServeHTTP(&prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, d: d}, r)
+}
+
+// tokens finds the prompt's tokens: token_ids, an integer-array prompt on
+// /v1/completions, or the workers' /tokenize. Nil means none could be had.
+func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) ([]uint32, string, string) {
+	if oai.TokenIDs != nil {
+		return oai.TokenIDs, oai.LoraName, oai.CacheSalt
+	}
+	chat := strings.HasSuffix(r.URL.Path, "/chat/completions")
+	if !chat && oai.RawPrompt.IsArray() {
+		var t selection.TokenList
+		if err := t.UnmarshalJSON(oai.RawPrompt); err == nil {
+			return t, oai.LoraName, oai.CacheSalt
+		}
+		return nil, "", "" // a batch of prompts, or strings: route by load
+	}
+	if h.tokenizer == nil {
+		return nil, "", ""
+	}
+	var toks []uint32
+	var err error
+	switch {
+	case chat && len(oai.Messages) > 0:
+		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.Model, "messages", oai.Messages)
+	case oai.RawPrompt.IsString():
+		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.Model, "prompt", oai.RawPrompt)
+	default:
+		return nil, "", ""
+	}
+	if err != nil {
+		tokenizeFailures.Inc()
+		if c := h.logger.Check(zap.DebugLevel, "tokenize failed"); c != nil {
+			c.Write(zap.Error(err))
+		}
+		return nil, "", ""
+	}
+	return toks, oai.LoraName, oai.CacheSalt
+}
+
+// readAndRestore reads the whole body (413 past limit) and puts it back for
+// the proxy: Body, ContentLength and GetBody, so retries can resend it.
+func readAndRestore(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, caddyhttp.Error(http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit))
+	}
+	body, err := selection.ReadBody(nil, r.Body, limit, r.ContentLength)
+	_ = r.Body.Close()
+	if err != nil {
+		if errors.Is(err, selection.ErrBodyTooLarge) {
+			return nil, caddyhttp.Error(http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the %d-byte limit", limit))
+		}
+		return nil, caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return body, nil
+}
+
+// prefillWriter marks prefill complete at the first response body byte.
+type prefillWriter struct {
+	*caddyhttp.ResponseWriterWrapper
+	d *decision
+}
+
+func (w *prefillWriter) Write(b []byte) (int, error) {
+	if len(b) > 0 {
+		w.d.prefillDone()
+	}
+	return w.ResponseWriterWrapper.Write(b)
+}
+
+// ReadFrom goes through Write, so the first byte is seen.
+func (w *prefillWriter) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(writerOnly{w}, r)
+}
+
+type writerOnly struct{ io.Writer }
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ io.ReaderFrom               = (*prefillWriter)(nil)
+)
