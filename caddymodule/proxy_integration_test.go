@@ -1,0 +1,310 @@
+package caddymodule
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// proxyCaddyfile routes completions through kv_router and reverse_proxy
+// to the given workers (declared in the kv_router block, events on).
+func proxyCaddyfile(workers string) string {
+	return fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1s
+	skip_install_trust
+	auto_https off
+	kv_router {
+		block_size 4
+%s
+	}
+}
+
+:%d {
+	bind 127.0.0.1
+	kv_router {
+		explain on
+		tokenize_timeout 2s
+	}
+	reverse_proxy {
+		dynamic kv_router
+		lb_policy kv_router
+		lb_retries 2
+	}
+}
+`, testAdminPort, testHTTPPort, testHTTPSPort, workers, testHTTPPort)
+}
+
+func workerBlock(w *testWorker) string {
+	return fmt.Sprintf(`		worker %d {
+			endpoint %s
+			model_name m
+			kv_events %s
+		}
+`, w.id, w.addr, w.pubEP)
+}
+
+// post sends a completion request and returns the response, read whole.
+func post(t *testing.T, tester *caddytest.Tester, path, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, apiBase+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := tester.Client.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res, string(b)
+}
+
+func seqTokens(base, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(base + i)
+	}
+	return out
+}
+
+// waitIndexed waits until the index holds n entries for the worker.
+func waitIndexed(t *testing.T, id uint64, n int) {
+	t.Helper()
+	state := pooledState(t)
+	key := selection.PartitionKey{Model: "m", Group: "default"}
+	deadline := time.Now().Add(10 * time.Second)
+	for state.events.Index.Blocks(key, selection.Rank{WorkerID: id}) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %d: index never reached %d blocks", id, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitNoReservations(t *testing.T) {
+	t.Helper()
+	r := pooledState(t).router
+	deadline := time.Now().Add(10 * time.Second)
+	for r.ActiveReservations() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reservations still held", r.ActiveReservations())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestProxyRoutesByPrefix(t *testing.T) {
+	tester := newTester(t)
+	w1, w2 := newTestWorker(t, 1), newTestWorker(t, 2)
+	tester.InitServer(proxyCaddyfile(workerBlock(w1)+workerBlock(w2)), "caddyfile")
+	w1.waitSubscribed()
+	w2.waitSubscribed()
+
+	a, b := seqTokens(100, 64), seqTokens(5000, 64)
+	w2.announce(a, 4)
+	w1.announce(b, 4)
+	waitIndexed(t, 2, 16)
+	waitIndexed(t, 1, 16)
+
+	// An integer-array prompt on /v1/completions.
+	res, _ := post(t, tester, "/v1/completions", `{"model":"m","prompt":`+tokensJSON(a)+`}`)
+	if res.StatusCode != 200 || res.Header.Get("X-KVRouter-Worker") != "2" || res.Header.Get("X-KVRouter-Cached-Tokens") != "64" {
+		t.Fatalf("prompt A: status %d worker %q cached %q", res.StatusCode, res.Header.Get("X-KVRouter-Worker"), res.Header.Get("X-KVRouter-Cached-Tokens"))
+	}
+	if !strings.Contains(res.Header.Get("X-KVRouter-Explain"), "2/0 overlap=16") {
+		t.Errorf("explain header %q", res.Header.Get("X-KVRouter-Explain"))
+	}
+	// token_ids wins over a text prompt.
+	res, _ = post(t, tester, "/v1/completions", `{"model":"m","prompt":"ignored","token_ids":`+tokensJSON(b)+`}`)
+	if res.Header.Get("X-KVRouter-Worker") != "1" {
+		t.Fatalf("token_ids B went to %q", res.Header.Get("X-KVRouter-Worker"))
+	}
+	// A text prompt is tokenized by a worker, then routed by its tokens.
+	text := strings.Repeat("the quick brown fox jumps over the lazy dog. ", 4)
+	w1.announce(textTokens(text), 4)
+	waitIndexed(t, 1, 16+len(text)/4)
+	res, _ = post(t, tester, "/v1/completions", `{"model":"m","prompt":"`+text+`"}`)
+	if res.Header.Get("X-KVRouter-Worker") != "1" || w1.tokenized.Load()+w2.tokenized.Load() != 1 {
+		t.Fatalf("text prompt: worker %q, tokenize calls %d", res.Header.Get("X-KVRouter-Worker"), w1.tokenized.Load()+w2.tokenized.Load())
+	}
+	// Chat messages, likewise.
+	chat := strings.Repeat("hello there, general kenobi! ", 4)
+	w2.announce(textTokens(chat), 4)
+	waitIndexed(t, 2, 16+len(chat)/4)
+	res, _ = post(t, tester, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"`+chat+`"}]}`)
+	if res.Header.Get("X-KVRouter-Worker") != "2" {
+		t.Fatalf("chat went to %q", res.Header.Get("X-KVRouter-Worker"))
+	}
+	// A worker registered at runtime receives traffic without a reload.
+	w3 := newTestWorker(t, 3)
+	if _, err := pooledState(t).router.UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(3)), ModelName: ptr("m"),
+		Endpoint: ptr(w3.addr), BlockSize: ptr(uint32(4)), KVEventsEndpoint: ptr(w3.pubEP)}); err != nil {
+		t.Fatal(err)
+	}
+	w3.waitSubscribed()
+	c := seqTokens(9000, 64)
+	w3.announce(c, 4)
+	waitIndexed(t, 3, 16)
+	res, _ = post(t, tester, "/v1/completions", `{"model":"m","prompt":`+tokensJSON(c)+`}`)
+	if res.StatusCode != 200 || res.Header.Get("X-KVRouter-Worker") != "3" || w3.served.Load() != 1 {
+		t.Fatalf("runtime worker: status %d worker %q served %d", res.StatusCode, res.Header.Get("X-KVRouter-Worker"), w3.served.Load())
+	}
+	// A model no worker serves: left to the fallback policy, still served.
+	res, _ = post(t, tester, "/v1/completions", `{"model":"other","prompt":[1,2,3]}`)
+	if res.StatusCode != 200 || res.Header.Get("X-KVRouter-Worker") != "" {
+		t.Fatalf("unknown model: status %d worker %q", res.StatusCode, res.Header.Get("X-KVRouter-Worker"))
+	}
+	// Bad JSON is the client's error.
+	if res, _ := post(t, tester, "/v1/completions", `{"model":`); res.StatusCode != 400 {
+		t.Fatalf("malformed body: status %d", res.StatusCode)
+	}
+	waitNoReservations(t)
+}
+
+func TestProxyStreamingAndRelease(t *testing.T) {
+	tester := newTester(t)
+	w1 := newTestWorker(t, 1)
+	tester.InitServer(proxyCaddyfile(workerBlock(w1)), "caddyfile")
+	w1.waitSubscribed()
+	router := pooledState(t).router
+	body := `{"model":"m","stream":true,"prompt":` + tokensJSON(seqTokens(1, 40)) + `}`
+
+	// The first SSE chunk arrives while the worker holds the rest: nothing
+	// is buffered. Meanwhile the reservation is live with prefill done.
+	w1.gate = make(chan struct{})
+	req, _ := http.NewRequest(http.MethodPost, apiBase+"/v1/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := tester.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(res.Body)
+	first, err := rd.ReadString('\n')
+	if err != nil || !strings.Contains(first, `"chunk":0`) {
+		t.Fatalf("first chunk %q, %v", first, err)
+	}
+	loads := router.Loads("m", "")
+	if router.ActiveReservations() != 1 || loads[0].Loads[0].PotentialPrefillTokens != 0 {
+		t.Fatalf("mid-stream: %d reservations, prefill %d", router.ActiveReservations(), loads[0].Loads[0].PotentialPrefillTokens)
+	}
+	close(w1.gate)
+	rest, _ := io.ReadAll(rd)
+	res.Body.Close()
+	if !strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("stream end missing: %q", rest)
+	}
+	w1.gate = nil
+	waitNoReservations(t)
+
+	// A client that goes away mid-request frees its reservation.
+	w1.hang.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, apiBase+"/v1/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	res, err = tester.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if router.ActiveReservations() != 1 {
+		t.Fatalf("hanging request holds %d reservations", router.ActiveReservations())
+	}
+	cancel()
+	res.Body.Close()
+	waitNoReservations(t)
+	w1.hang.Store(false)
+
+	// A worker that drops the connection mid-stream: the client sees the
+	// stream cut, the reservation is freed.
+	w1.breakMid.Store(true)
+	res, text := post(t, tester, "/v1/completions", body)
+	if strings.Contains(text, "[DONE]") {
+		t.Fatalf("a broken stream ended normally: %d %q", res.StatusCode, text)
+	}
+	waitNoReservations(t)
+}
+
+func TestProxyFailsOverFromDeadWorker(t *testing.T) {
+	tester := newTester(t)
+	w1, dead := newTestWorker(t, 1), newTestWorker(t, 2)
+	// Worker 2's HTTP port is closed: its events still arrive, so it looks
+	// like the best place for its prefix until the dial fails.
+	_ = dead.srv.Close()
+	tester.InitServer(proxyCaddyfile(workerBlock(w1)+workerBlock(dead)), "caddyfile")
+	w1.waitSubscribed()
+	dead.waitSubscribed()
+	p := seqTokens(700, 64)
+	dead.announce(p, 4)
+	waitIndexed(t, 2, 16)
+	before := testCounter(failoversTotal)
+	res, _ := post(t, tester, "/v1/completions", `{"model":"m","prompt":`+tokensJSON(p)+`}`)
+	if res.StatusCode != 200 || res.Header.Get("X-KVRouter-Worker") != "1" || w1.served.Load() != 1 {
+		t.Fatalf("failover: status %d worker %q served %d", res.StatusCode, res.Header.Get("X-KVRouter-Worker"), w1.served.Load())
+	}
+	if testCounter(failoversTotal) != before+1 {
+		t.Fatalf("failovers went from %v to %v", before, testCounter(failoversTotal))
+	}
+	waitNoReservations(t)
+}
+
+func TestProxyReloadUnderLoad(t *testing.T) {
+	tester := newTester(t)
+	w1, w2 := newTestWorker(t, 1), newTestWorker(t, 2)
+	cfg := proxyCaddyfile(workerBlock(w1) + workerBlock(w2))
+	tester.InitServer(cfg, "caddyfile")
+	w1.waitSubscribed()
+	w2.waitSubscribed()
+	var wg sync.WaitGroup
+	errs := make(chan error, 400)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{}).DialContext}}
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				body := fmt.Sprintf(`{"model":"m","prompt":%s}`, tokensJSON(seqTokens(g*1000+i%5*10, 32)))
+				res, err := client.Post(apiBase+"/v1/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					errs <- err
+					continue
+				}
+				_, _ = io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					errs <- fmt.Errorf("status %d", res.StatusCode)
+				}
+			}
+		}()
+	}
+	gen := pooledState(t).gen()
+	for range 5 {
+		time.Sleep(50 * time.Millisecond)
+		forceReload(t, cfg)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := pooledState(t).gen(); got != gen+5 {
+		t.Fatalf("%d reloads happened, want 5", got-gen)
+	}
+	if served := w1.served.Load() + w2.served.Load(); served != 200 {
+		t.Fatalf("workers served %d requests, want 200", served)
+	}
+	if n := pooledState(t).events.Listeners(); n != 2 {
+		t.Fatalf("%d listeners after reloads, want 2", n)
+	}
+	waitNoReservations(t)
+}

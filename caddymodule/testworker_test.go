@@ -1,0 +1,192 @@
+package caddymodule
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvrouter/caddy-kvrouter/indexer"
+)
+
+// testWorker is a small vLLM stand-in on 127.0.0.1: /v1/completions and
+// /v1/chat/completions (JSON or SSE), /tokenize, and a ZMQ publisher for
+// its KV events. Behaviour switches let tests make it slow or fail.
+type testWorker struct {
+	t        *testing.T
+	id       uint64
+	srv      *http.Server
+	addr     string
+	served   atomic.Int64 // completions answered
+	tokenized atomic.Int64
+	// streamDelay is the pause between SSE chunks.
+	streamDelay time.Duration
+	// hang makes completions wait (after the headers) until the client goes.
+	hang atomic.Bool
+	// breakMid makes a stream stop mid-way by closing the connection.
+	breakMid atomic.Bool
+	// gate, when set, holds a stream after its first chunk until closed.
+	gate chan struct{}
+
+	zctx  *zmq.Context
+	pub   *zmq.Socket
+	pubEP string
+	seq   uint64
+	mu    sync.Mutex
+}
+
+func newTestWorker(t *testing.T, id uint64) *testWorker {
+	t.Helper()
+	w := &testWorker{t: t, id: id, streamDelay: 20 * time.Millisecond}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.addr = ln.Addr().String()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", w.complete)
+	mux.HandleFunc("POST /v1/chat/completions", w.complete)
+	mux.HandleFunc("POST /tokenize", w.tokenize)
+	w.srv = &http.Server{Handler: mux}
+	go func() { _ = w.srv.Serve(ln) }()
+	if w.zctx, err = zmq.NewContext(); err != nil {
+		t.Fatal(err)
+	}
+	w.pub, _ = w.zctx.NewSocket(zmq.XPUB)
+	_ = w.pub.SetLinger(0)
+	_ = w.pub.SetXpubVerbose(1)
+	_ = w.pub.SetRcvtimeo(5 * time.Second)
+	if err := w.pub.Bind("tcp://127.0.0.1:*"); err != nil {
+		t.Fatal(err)
+	}
+	w.pubEP, _ = w.pub.GetLastEndpoint()
+	t.Cleanup(w.close)
+	return w
+}
+
+func (w *testWorker) close() {
+	_ = w.srv.Close()
+	w.pub.Close()
+	_ = w.zctx.Term()
+}
+
+// waitSubscribed blocks until the gateway subscribed to the events.
+func (w *testWorker) waitSubscribed() {
+	w.t.Helper()
+	if f, err := w.pub.RecvBytes(0); err != nil || len(f) == 0 || f[0] != 1 {
+		w.t.Fatalf("worker %d: the gateway never subscribed: %v", w.id, err)
+	}
+}
+
+// announce publishes a BlockStored for the full blocks of tokens.
+func (w *testWorker) announce(tokens []uint32, blockSize int) {
+	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ev := &indexer.StoredBlocks{BlockSize: blockSize, TokenIDs: tokens[:len(tokens)/blockSize*blockSize]}
+	for b := range len(tokens) / blockSize {
+		ev.BlockHashes = append(ev.BlockHashes, w.id<<48|w.seq<<24|uint64(b)+1) // unique per announce
+	}
+	var s [8]byte
+	binary.BigEndian.PutUint64(s[:], w.seq)
+	w.seq++
+	if _, err := w.pub.SendMessage([]byte{}, s[:], indexer.AppendBatch(nil, indexer.EncodingMap, 1, 0, ev)); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// textTokens is the workers' shared tokenizer: one token per byte.
+func textTokens(s string) []uint32 {
+	out := make([]uint32, len(s))
+	for i := range len(s) {
+		out[i] = uint32(s[i])
+	}
+	return out
+}
+
+func (w *testWorker) tokenize(rw http.ResponseWriter, r *http.Request) {
+	w.tokenized.Add(1)
+	var req struct {
+		Prompt   string `json:"prompt"`
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	text := req.Prompt
+	for _, m := range req.Messages {
+		text += m.Content
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(map[string]any{"tokens": textTokens(text), "count": len(text)})
+}
+
+func (w *testWorker) complete(rw http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(body, &req)
+	if w.hang.Load() {
+		rw.Header().Set("Content-Type", "text/event-stream")
+		rw.WriteHeader(http.StatusOK)
+		rw.(http.Flusher).Flush()
+		<-r.Context().Done()
+		return
+	}
+	w.served.Add(1)
+	if !req.Stream {
+		rw.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(rw, `{"id":"cmpl-%d","choices":[{"text":"hello"}],"usage":{"prompt_tokens":1}}`, w.id)
+		return
+	}
+	rw.Header().Set("Content-Type", "text/event-stream")
+	rw.WriteHeader(http.StatusOK)
+	for i := range 3 {
+		fmt.Fprintf(rw, "data: {\"worker\":%d,\"chunk\":%d}\n\n", w.id, i)
+		rw.(http.Flusher).Flush()
+		if i == 1 && w.breakMid.Load() {
+			// Drop the connection mid-stream, as a crashing worker does.
+			conn, _, err := http.NewResponseController(rw).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		if i == 0 && w.gate != nil {
+			select {
+			case <-w.gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		time.Sleep(w.streamDelay)
+	}
+	fmt.Fprint(rw, "data: [DONE]\n\n")
+}
+
+// tokensJSON writes tokens as a JSON array.
+func tokensJSON(tokens []uint32) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, t := range tokens {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, t)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
