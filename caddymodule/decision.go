@@ -22,8 +22,8 @@ const decisionVar = "kv_router.decision"
 // policy moves it on a failed attempt, and the handler's deferred release
 // frees it exactly once, whatever way the request ends.
 type decision struct {
-	router *selection.Router
-	req    *selection.SelectRequest // kept for failover re-selection
+	router  *selection.Router
+	req     *selection.SelectRequest // kept for failover re-selection
 	explain bool
 
 	mu       sync.Mutex

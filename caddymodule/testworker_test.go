@@ -22,11 +22,11 @@ import (
 // /v1/chat/completions (JSON or SSE), /tokenize, and a ZMQ publisher for
 // its KV events. Behaviour switches let tests make it slow or fail.
 type testWorker struct {
-	t        *testing.T
-	id       uint64
-	srv      *http.Server
-	addr     string
-	served   atomic.Int64 // completions answered
+	t         *testing.T
+	id        uint64
+	srv       *http.Server
+	addr      string
+	served    atomic.Int64 // completions answered
 	tokenized atomic.Int64
 	// streamDelay is the pause between SSE chunks.
 	streamDelay time.Duration
