@@ -47,8 +47,13 @@ func TestCaddyfileExampleAdapts(t *testing.T) {
 		t.Errorf("kv_router app = %v, want block_size 16 and use_kv_events false", app)
 	}
 	out, _ := json.Marshal(cfg)
-	if !strings.Contains(string(out), `"handler":"kv_selection"`) {
-		t.Errorf("no kv_selection handler in %s", out)
+	for _, want := range []string{`"handler":"kv_selection"`, `"handler":"kv_router"`, `"policy":"kv_router"`, `"source":"kv_router"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %s in %s", want, out)
+		}
+	}
+	if k, p := strings.Index(string(out), `"handler":"kv_router"`), strings.Index(string(out), `"handler":"reverse_proxy"`); k < 0 || p < 0 || k > p {
+		t.Errorf("kv_router is not ordered before reverse_proxy: %s", out)
 	}
 
 	// The app must also provision-check cleanly: the adapted JSON decodes

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +69,7 @@ func (eventCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- activeReservations
+	ch <- workerIndexBlocks
 }
 
 func (eventCollector) Collect(ch chan<- prometheus.Metric) {
@@ -85,6 +87,13 @@ func (eventCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, m := range eventMetrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(state))
+	}
+	for _, rec := range state.router.ListWorkers("", "") {
+		for _, rk := range rec.Ranks() {
+			n := state.events.Index.Blocks(rec.Partition(), rk)
+			ch <- prometheus.MustNewConstMetric(workerIndexBlocks, prometheus.GaugeValue, float64(n),
+				strconv.FormatUint(rk.WorkerID, 10), strconv.FormatUint(uint64(rk.DPRank), 10))
+		}
 	}
 }
 
@@ -134,6 +143,8 @@ var (
 	})
 	activeReservations = prometheus.NewDesc("kvrouter_active_reservations",
 		"Reservations held by requests in flight and by selection API clients.", nil, nil)
+	workerIndexBlocks = prometheus.NewDesc("kvrouter_worker_index_blocks",
+		"Blocks the KV index holds for each worker rank.", []string{"worker_id", "dp_rank"}, nil)
 )
 
 func observeSelection(resp *selection.SelectResponse, promptTokens int, mode string, took time.Duration) {

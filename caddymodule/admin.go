@@ -1,0 +1,137 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+func init() {
+	caddy.RegisterModule(Admin{})
+}
+
+// Admin serves the kv_router state on Caddy's admin listener:
+// GET /kv_router/workers lists the catalog with each rank's load and
+// indexed blocks, and GET /kv_router/stats reports the router's and the
+// KV-event listeners' counters. Both read the running router, so they
+// answer the same across reloads.
+type Admin struct{}
+
+// CaddyModule returns the Caddy module information.
+func (Admin) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.kv_router",
+		New: func() caddy.Module { return new(Admin) },
+	}
+}
+
+// Routes returns the admin routes.
+func (a Admin) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{
+		{Pattern: "/kv_router/workers", Handler: caddy.AdminHandlerFunc(a.workers)},
+		{Pattern: "/kv_router/stats", Handler: caddy.AdminHandlerFunc(a.stats)},
+	}
+}
+
+// runningState is the pooled router state, or nil when no config has a
+// kv_router app.
+func runningState() *routerState {
+	var state *routerState
+	routers.Range(func(_, v any) bool {
+		state, _ = v.(*routerState)
+		return false
+	})
+	return state
+}
+
+var errNoRouter = caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("no kv_router app is running")}
+
+// adminWorker is one worker in GET /kv_router/workers.
+type adminWorker struct {
+	selection.WorkerRecord
+	Ranks []adminRank `json:"ranks"`
+}
+
+type adminRank struct {
+	DPRank         uint32 `json:"dp_rank"`
+	PrefillTokens  uint64 `json:"active_prefill_tokens"`
+	DecodeBlocks   uint64 `json:"active_decode_blocks"`
+	ActiveRequests uint64 `json:"active_requests"`
+	IndexedBlocks  int    `json:"indexed_blocks"`
+}
+
+func (Admin) workers(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("method not allowed")}
+	}
+	state := runningState()
+	if state == nil {
+		return errNoRouter
+	}
+	loads := map[selection.Rank]selection.PotentialLoad{}
+	for _, m := range state.router.Loads("", "") {
+		for _, l := range m.Loads {
+			loads[selection.Rank{WorkerID: l.WorkerID, DPRank: l.DPRank}] = l
+		}
+	}
+	recs := state.router.ListWorkers("", "")
+	out := make([]adminWorker, 0, len(recs))
+	for _, rec := range recs {
+		aw := adminWorker{WorkerRecord: rec, Ranks: []adminRank{}}
+		for _, rk := range rec.Ranks() {
+			l := loads[rk]
+			ar := adminRank{DPRank: rk.DPRank, PrefillTokens: l.PotentialPrefillTokens, DecodeBlocks: l.PotentialDecodeBlocks,
+				ActiveRequests: l.ActiveRequests}
+			if state.events != nil {
+				ar.IndexedBlocks = state.events.Index.Blocks(rec.Partition(), rk)
+			}
+			aw.Ranks = append(aw.Ranks, ar)
+		}
+		out = append(out, aw)
+	}
+	return writeAdminJSON(w, out)
+}
+
+func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("method not allowed")}
+	}
+	state := runningState()
+	if state == nil {
+		return errNoRouter
+	}
+	ready := state.router.Ready()
+	out := map[string]any{
+		"workers":             len(ready.Workers),
+		"schedulable_workers": ready.SchedulableWorkers,
+		"active_reservations": state.router.ActiveReservations(),
+		"use_kv_events":       state.events != nil,
+	}
+	if m := state.events; m != nil {
+		st := &m.Stats
+		out["kv_events"] = map[string]uint64{
+			"messages": st.Messages.Load(), "batches": st.Batches.Load(), "malformed": st.Malformed.Load(),
+			"stale": st.Stale.Load(), "gaps": st.Gaps.Load(), "replays": st.Replays.Load(),
+			"replayed": st.Replayed.Load(), "lost": st.Lost.Load(), "restarts": st.Restarts.Load(),
+			"rejected": st.Rejected.Load(), "listeners": uint64(m.Listeners()),
+		}
+		out["index"] = map[string]any{
+			"entries": m.Index.Entries(), "full": m.Index.Full.Load(), "applied": m.Index.Applied.Load(),
+			"skipped": m.Index.Skipped.Load(), "unknown_parent": m.Index.UnknownParent.Load(),
+			"unknown_block": m.Index.UnknownBlock.Load(), "max_entries": m.Index.MaxEntries,
+		}
+	}
+	return writeAdminJSON(w, out)
+}
+
+func writeAdminJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(v)
+}
+
+// Interface guard
+var _ caddy.AdminRouter = Admin{}
