@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -118,13 +119,34 @@ func (h *Handler) Validate() error {
 }
 
 // openAIRequest is what the handler reads of a completions or chat body.
-// token_ids is read by the fast token decoder through the embedded Prompt.
+// token_ids (through the embedded Prompt) and an integer-array prompt
+// (through PromptTokens) are read by the fast token decoder; a text prompt
+// or messages are kept raw for /tokenize.
 type openAIRequest struct {
 	selection.Prompt
 	Model     string            `json:"model"`
 	RawPrompt selection.RawJSON `json:"prompt"`
 	Messages  selection.RawJSON `json:"messages"`
 	SessionID string            `json:"session_id"`
+
+	promptTokens []uint32
+}
+
+// PromptTokens implements selection.PromptTokenCarrier.
+func (o *openAIRequest) PromptTokens() *[]uint32 { return &o.promptTokens }
+
+// bodies pools request body buffers.
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// requests pools the decoded bodies with their token buffers: a request's
+// buffers are reused once its response is done.
+var requests = sync.Pool{New: func() any { return new(openAIRequest) }}
+
+func putRequest(o *openAIRequest) {
+	tokens, prompt := o.TokenIDs[:0], o.promptTokens[:0]
+	*o = openAIRequest{}
+	o.TokenIDs, o.promptTokens = tokens, prompt
+	requests.Put(o)
 }
 
 // ServeHTTP reserves a worker for the request and passes it on.
@@ -132,14 +154,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
 		return next.ServeHTTP(w, r)
 	}
-	body, err := readAndRestore(w, r, h.MaxBodySize)
+	bufp := bodies.Get().(*[]byte)
+	body, err := readAndRestore(w, r, h.MaxBodySize, (*bufp)[:0])
 	if err != nil {
+		bodies.Put(bufp)
 		return err
 	}
-	var oai openAIRequest
-	if err := selection.DecodeJSON(body, &oai); err != nil {
+	// The proxy reads the body until ServeHTTP returns; then it is reused.
+	defer func() { *bufp = body[:0]; bodies.Put(bufp) }()
+	oai := requests.Get().(*openAIRequest)
+	if err := selection.DecodeJSON(body, oai); err != nil {
+		putRequest(oai)
 		return caddyhttp.Error(selection.StatusOf(err), err)
 	}
+	// The decision refers to oai's token buffers until the request is done.
+	defer putRequest(oai)
 	req := &selection.SelectRequest{
 		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},
 		Placement: selection.Placement{SessionID: r.Header.Get(h.SessionHeader)},
@@ -147,7 +176,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if req.Placement.SessionID == "" {
 		req.Placement.SessionID = oai.SessionID
 	}
-	req.TokenIDs, req.LoraName, req.CacheSalt = h.tokens(r, &oai, req.Partition.Key())
+	req.TokenIDs, req.LoraName, req.CacheSalt = h.tokens(r, oai, req.Partition.Key())
 	mode := "kv"
 	if req.TokenIDs == nil {
 		// No tokens: book the request by load alone (an empty prompt).
@@ -180,12 +209,11 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 		return oai.TokenIDs, oai.LoraName, oai.CacheSalt
 	}
 	chat := strings.HasSuffix(r.URL.Path, "/chat/completions")
+	if !chat && oai.promptTokens != nil {
+		return oai.promptTokens, oai.LoraName, oai.CacheSalt
+	}
 	if !chat && oai.RawPrompt.IsArray() {
-		var t selection.TokenList
-		if err := t.UnmarshalJSON(oai.RawPrompt); err == nil {
-			return t, oai.LoraName, oai.CacheSalt
-		}
-		return nil, "", "" // a batch of prompts, or strings: route by load
+		return nil, "", "" // a batch of prompts, or of strings: route by load
 	}
 	if h.tokenizer == nil {
 		return nil, "", ""
@@ -212,11 +240,11 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 
 // readAndRestore reads the whole body (413 past limit) and puts it back for
 // the proxy: Body, ContentLength and GetBody, so retries can resend it.
-func readAndRestore(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+func readAndRestore(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, caddyhttp.Error(http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit))
 	}
-	body, err := selection.ReadBody(nil, r.Body, limit, r.ContentLength)
+	body, err := selection.ReadBody(buf, r.Body, limit, r.ContentLength)
 	_ = r.Body.Close()
 	if err != nil {
 		if errors.Is(err, selection.ErrBodyTooLarge) {

@@ -30,6 +30,15 @@ const (
 
 var remainderPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// PromptTokenCarrier is implemented by request types that also take an
+// integer-array "prompt" (OpenAI's completions) through the fast token
+// decoder. PromptTokens returns where to put them; its current capacity is
+// reused. A "prompt" that is not an integer array (text, a batch) is left
+// to the generic decoder.
+type PromptTokenCarrier interface {
+	PromptTokens() *[]uint32
+}
+
 // DecodeJSON decodes a request body into v (a *SelectRequest,
 // *ReservationRequest, *ScoreRequest or any type embedding Prompt). The token
 // slice already in v is reused when it has room, so a caller that pools its
@@ -39,6 +48,12 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 	p := v.prompt()
 	tokens := p.TokenIDs[:0]
 	p.TokenIDs = nil
+	ptc, _ := v.(PromptTokenCarrier)
+	var promptDst *[]uint32
+	if ptc != nil {
+		promptDst = ptc.PromptTokens()
+		*promptDst = (*promptDst)[:0]
+	}
 
 	sc := scanner{b: body}
 	sc.ws()
@@ -47,10 +62,10 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 		return goccyDecode(body, v)
 	}
 	sc.i++
-	memberStart := -1 // start of the token_ids member, or -1
-	memberEnd := 0
+	var cut [2][2]int // members parsed here, removed before goccy: token_ids, prompt
+	ncut := 0
+	seenTokens, found, promptFound := false, false, false
 	first := true
-	var found bool
 	for {
 		sc.ws()
 		if sc.i >= len(body) {
@@ -72,21 +87,37 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 		}
 		sc.i++
 		sc.ws()
-		if isTokenKey(key) {
+		switch {
+		case isTokenKey(key):
+			if seenTokens {
+				return sc.shape("duplicate field `token_ids`")
+			}
 			var null bool
 			tokens, null, err = sc.tokenArray(tokens, "token_ids")
 			if err != nil {
 				return err
 			}
-			found = !null
-			if memberStart >= 0 {
-				// A repeated key: the first copy is not worth supporting
-				// in the remainder; the last value wins, as in encoding/json.
-				return sc.shape("duplicate field `token_ids`")
+			seenTokens, found = true, !null
+			cut[ncut] = [2]int{keyStart, sc.i}
+			ncut++
+		case promptDst != nil && !promptFound && sc.i < len(body) && body[sc.i] == '[' && string(key) == "prompt":
+			// Try it as token ids; a prompt of strings or a batch of
+			// prompts stays in the body for the generic decoder.
+			start := sc.i
+			if toks, _, err := sc.tokenArray(*promptDst, "prompt"); err == nil {
+				*promptDst, promptFound = toks, true
+				cut[ncut] = [2]int{keyStart, sc.i}
+				ncut++
+				break
 			}
-			memberStart, memberEnd = keyStart, sc.i
-		} else if err := sc.skipValue(0); err != nil {
-			return err
+			sc.i = start
+			if err := sc.skipValue(0); err != nil {
+				return err
+			}
+		default:
+			if err := sc.skipValue(0); err != nil {
+				return err
+			}
 		}
 		sc.ws()
 		if sc.i >= len(body) {
@@ -106,17 +137,24 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 	if sc.i != len(body) {
 		return sc.syntax("trailing characters")
 	}
-	if memberStart < 0 {
+	if ncut == 0 {
 		if err := goccyDecode(body, v); err != nil {
 			return err
 		}
 		p.TokenIDs = nil
 		return nil
 	}
-	// Hand goccy the body without the token_ids member. A comma next to
-	// the member goes with it so the rest stays valid JSON.
+	// Hand goccy the body without the members parsed here.
 	bufp := remainderPool.Get().(*[]byte)
-	rest := removeMember((*bufp)[:0], body, memberStart, memberEnd)
+	rest := (*bufp)[:0]
+	if ncut == 1 {
+		rest = removeMember(rest, body, cut[0][0], cut[0][1])
+	} else {
+		// Remove the later member first, from a copy, then the earlier.
+		first, second := cut[0], cut[1]
+		tmp := removeMember(nil, body, second[0], second[1])
+		rest = removeMember(rest, tmp, first[0], first[1])
+	}
 	err := goccyDecode(rest, v)
 	*bufp = rest
 	remainderPool.Put(bufp)
@@ -127,6 +165,9 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 		p.TokenIDs = tokens
 	} else {
 		p.TokenIDs = nil
+	}
+	if !promptFound && promptDst != nil {
+		*promptDst = nil
 	}
 	return nil
 }

@@ -244,3 +244,43 @@ func TestDecodeRandomTokenArrays(t *testing.T) {
 		}
 	}
 }
+
+type completionBody struct {
+	Prompt
+	Model     string  `json:"model"`
+	RawPrompt RawJSON `json:"prompt"`
+	toks      []uint32
+}
+
+func (c *completionBody) PromptTokens() *[]uint32 { return &c.toks }
+
+func TestDecodeIntegerPrompt(t *testing.T) {
+	tests := []struct {
+		body   string
+		toks   []uint32 // the prompt's token ids, nil if it was not an integer array
+		raw    string   // what the generic decoder kept of prompt
+		tokens []uint32 // token_ids
+	}{
+		{`{"model":"m","prompt":[1,2,3]}`, []uint32{1, 2, 3}, "", nil},
+		{`{"prompt":"hello","model":"m"}`, nil, `"hello"`, nil},
+		{`{"prompt":["a","b"],"model":"m"}`, nil, `["a","b"]`, nil},
+		{`{"prompt":[[1,2],[3]],"model":"m"}`, nil, `[[1,2],[3]]`, nil},
+		{`{"token_ids":[9],"model":"m","prompt":[4, 5]}`, []uint32{4, 5}, "", []uint32{9}},
+		{`{"prompt":[7],"token_ids":[8]}`, []uint32{7}, "", []uint32{8}},
+	}
+	for i, tc := range tests {
+		var c completionBody
+		if err := DecodeJSON([]byte(tc.body), &c); err != nil {
+			t.Fatalf("Test %d: %v", i, err)
+		}
+		if !slices.Equal(c.toks, tc.toks) || (c.toks == nil) != (tc.toks == nil) || string(c.RawPrompt) != tc.raw ||
+			!slices.Equal(c.TokenIDs, tc.tokens) || c.Model != "m" && strings.Contains(tc.body, `"model"`) {
+			t.Errorf("Test %d: toks %v raw %q tokens %v model %q", i, c.toks, c.RawPrompt, c.TokenIDs, c.Model)
+		}
+	}
+	// A broken prompt array is a syntax error, not a silent fallback.
+	var c completionBody
+	if err := DecodeJSON([]byte(`{"prompt":[1,}`), &c); err == nil || err.(*Error).Kind != KindMalformed {
+		t.Fatalf("broken prompt: %v", err)
+	}
+}

@@ -1,7 +1,15 @@
 // Command kvbench drives load at a caddy-kvrouter gateway and reports what
-// it measured. For now it has one mode, select: it POSTs /select bodies with
-// a long random token prompt to the selection API and reports throughput,
-// latency and, given the gateway's pid, the gateway's CPU time per request.
+// it measured: throughput, latency and, given the gateway's pid, the
+// gateway's CPU time per request. Modes:
+//
+//	kvbench select       POST /select (or /select_and_reserve) bodies with a
+//	                     long random token prompt to the selection API
+//	kvbench completions  POST /v1/completions with an integer-array prompt
+//	                     through the proxy path
+//	kvbench sink         serve as a minimal upstream: read each request
+//	                     whole and answer a tiny completion (for proxy
+//	                     benchmarks, where the upstream must cost nothing)
+//
 // The workload generator of the simulated-worker fleet comes later.
 package main
 
@@ -21,29 +29,43 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "select" {
-		fmt.Fprintln(os.Stderr, "usage: kvbench select [flags]   (see kvbench select -h)")
+	if len(os.Args) >= 2 && os.Args[1] == "sink" {
+		fs := flag.NewFlagSet("sink", flag.ExitOnError)
+		listen := fs.String("listen", "127.0.0.1:9101", "address to serve on (loopback)")
+		_ = fs.Parse(os.Args[2:])
+		fmt.Fprintln(os.Stderr, "kvbench sink:", sink(*listen))
+		os.Exit(1)
+	}
+	if len(os.Args) < 2 || os.Args[1] != "select" && os.Args[1] != "completions" {
+		fmt.Fprintln(os.Stderr, "usage: kvbench select|completions|sink [flags]   (see kvbench select -h)")
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet("select", flag.ExitOnError)
-	url := fs.String("url", "http://127.0.0.1:8092", "selection API base URL")
+	mode := os.Args[1]
+	fs := flag.NewFlagSet(mode, flag.ExitOnError)
+	defaultURL := "http://127.0.0.1:8092"
+	if mode == "completions" {
+		defaultURL = "http://127.0.0.1:8080"
+	}
+	url := fs.String("url", defaultURL, "base URL: the selection API (select) or the gateway (completions)")
 	tokens := fs.Int("tokens", 100_000, "prompt length in tokens (random ids < 150,000)")
 	requests := fs.Int("requests", 200, "number of requests")
 	conc := fs.Int("concurrency", 2, "concurrent clients")
 	pid := fs.Int("pid", 0, "gateway pid, to report its CPU time per request")
 	reserve := fs.Bool("reserve", false, "use /select_and_reserve and free each reservation")
 	_ = fs.Parse(os.Args[2:])
-	if err := run(*url, *tokens, *requests, *conc, *pid, *reserve); err != nil {
+	if err := run(mode, *url, *tokens, *requests, *conc, *pid, *reserve); err != nil {
 		fmt.Fprintln(os.Stderr, "kvbench:", err)
 		os.Exit(1)
 	}
 }
 
-// body builds a /select body; every client varies the prompt's tail so the
-// requests are not all identical.
-func body(tokens int, seed uint64) []byte {
+// body builds a request body; every client has its own random prompt.
+func body(mode string, tokens int, seed uint64) []byte {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	b := []byte(`{"model_name":"default","token_ids":[`)
+	if mode == "completions" {
+		b = []byte(`{"model":"default","max_tokens":1,"prompt":[`)
+	}
 	for i := range tokens {
 		if i > 0 {
 			b = append(b, ',')
@@ -66,16 +88,19 @@ func cpuTicks(pid int) (int64, error) {
 	return ut + st, nil
 }
 
-func run(url string, tokens, requests, conc, pid int, reserve bool) error {
+func run(mode, url string, tokens, requests, conc, pid int, reserve bool) error {
 	path := "/select"
-	if reserve {
+	switch {
+	case mode == "completions":
+		path, reserve = "/v1/completions", false
+	case reserve:
 		path = "/select_and_reserve"
 	}
 	bodies := make([][]byte, conc)
 	for i := range bodies {
-		bodies[i] = body(tokens, uint64(i+1))
+		bodies[i] = body(mode, tokens, uint64(i+1))
 	}
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
 	var cpu0 int64
 	if pid > 0 {
 		var err error
@@ -170,4 +195,14 @@ func post(c *http.Client, url string, body []byte, free bool, base string) error
 	}
 	r2.Body.Close()
 	return nil
+}
+
+// sink serves a tiny completion for every request, after reading its body.
+func sink(addr string) error {
+	reply := []byte(`{"choices":[{"text":"ok"}],"usage":{"prompt_tokens":1}}`)
+	return http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(reply)
+	}))
 }
