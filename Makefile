@@ -5,7 +5,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench demo clean
+.PHONY: all deps build test test-unit test-race bench bench-proxy demo clean
 
 all: build
 
@@ -35,6 +35,10 @@ test: deps build
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./selection/
+
+# bench-proxy: the proxy path against a plain reverse_proxy (BENCHMARKS.md).
+bench-proxy: build bin/kvbench
+	./scripts/bench-proxy.sh
 
 demo: deps build bin/kvbench
 	./scripts/demo.sh
