@@ -172,6 +172,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	req := &selection.SelectRequest{
 		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},
 		Placement: selection.Placement{SessionID: r.Header.Get(h.SessionHeader)},
+		Lean:      true,
 	}
 	if req.Placement.SessionID == "" {
 		req.Placement.SessionID = oai.SessionID

@@ -457,6 +457,19 @@ var slotPool = sync.Pool{New: func() any { s := []int32{}; return &s }}
 // blocks it holds in the host tier, and its disk depth continues through
 // disk or external blocks, each block counted once in its best tier.
 func (x *Index) FindMatches(p selection.PartitionKey, blocks []uint64, out *selection.Matches) {
+	x.findMatches(p, blocks, nil, out)
+}
+
+// FindMatchesChain implements selection.ChainIndexer: chain[i] is the
+// public sequence hash of blocks [0..i], which is our block key.
+func (x *Index) FindMatchesChain(p selection.PartitionKey, chain []uint64, out *selection.Matches) {
+	x.findMatches(p, chain, chain, out)
+}
+
+// findMatches walks the prompt's blocks; each block's key is chain[i] when
+// given, else chained from blocks as far as the walk goes (a prompt
+// usually stops matching long before its end).
+func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, out *selection.Matches) {
 	t := x.tree(p)
 	if t == nil || len(blocks) == 0 {
 		return
@@ -464,7 +477,7 @@ func (x *Index) FindMatches(p selection.PartitionKey, blocks []uint64, out *sele
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	start := len(out.List)
-	n := t.nodes[blocks[0]] // the first chain key is the first block hash
+	n := t.nodes[blocks[0]] // the first key is the first block hash either way
 	if n == nil {
 		return
 	}
@@ -525,7 +538,11 @@ func (x *Index) FindMatches(p selection.PartitionKey, blocks []uint64, out *sele
 	key := blocks[0]
 	for depth := range blocks {
 		if depth > 0 {
-			key = selection.NextSequenceHash(key, blocks[depth])
+			if chain != nil {
+				key = chain[depth]
+			} else {
+				key = selection.NextSequenceHash(key, blocks[depth])
+			}
 			if n = t.nodes[key]; n == nil {
 				break
 			}
@@ -673,5 +690,8 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 	return nil
 }
 
-// Interface guard.
-var _ selection.Indexer = (*Index)(nil)
+// Interface guards
+var (
+	_ selection.Indexer      = (*Index)(nil)
+	_ selection.ChainIndexer = (*Index)(nil)
+)

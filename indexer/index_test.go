@@ -130,11 +130,21 @@ func TestIndexMatchesNaiveModel(t *testing.T) {
 		}
 		// Look up a random prompt prefix.
 		q := bases[rng.IntN(len(bases))][:min(64, bs*(1+rng.IntN(16))+rng.IntN(bs))]
-		var m selection.Matches
-		x.FindMatches(part, selection.AppendBlockHashes(nil, q, bs, selection.HashOptions{}), &m)
+		var m, mc selection.Matches
+		qb := selection.AppendBlockHashes(nil, q, bs, selection.HashOptions{})
+		x.FindMatches(part, qb, &m)
+		x.FindMatchesChain(part, selection.AppendSequenceHashes(nil, qb), &mc)
 		got := map[selection.Rank]uint32{}
 		for _, e := range m.List {
 			got[e.Rank] = e.Tiers.Device
+		}
+		if len(mc.List) != len(m.List) {
+			t.Fatalf("step %d: chain lookup found %d ranks, block lookup %d", step, len(mc.List), len(m.List))
+		}
+		for _, e := range mc.List {
+			if got[e.Rank] != e.Tiers.Device {
+				t.Fatalf("step %d: chain lookup %v, block lookup %v", step, mc.List, m.List)
+			}
 		}
 		for _, rr := range ranks {
 			if want := ref.depth(rr, q, bs); got[rr] != want {

@@ -57,6 +57,9 @@ for _ in $(seq 1 100); do
 done
 
 rate() { sed -n 's/^throughput \([0-9.]*\) req\/s.*/\1/p'; }
+# Warm both paths up first (connections, pools, the index), unmeasured.
+./bin/kvbench completions --url http://127.0.0.1:8081 --tokens 64 --requests 3000 --concurrency 8 >/dev/null
+./bin/kvbench completions --url http://127.0.0.1:8082 --tokens 64 --requests 3000 --concurrency 8 >/dev/null
 echo "== small requests (64-token prompt, tiny reply), $ROUNDS rounds of $SMALL, concurrency 8"
 kv=0; rr=0
 for i in $(seq 1 "$ROUNDS"); do

@@ -90,6 +90,14 @@ func (a *ApproxIndex) RecordBooking(p PartitionKey, r Rank, blocks []uint64) {
 	defer keysPool.Put(kp)
 	keys := AppendSequenceHashes((*kp)[:0], blocks)
 	*kp = keys
+	a.RecordBookingChain(p, r, blocks, keys)
+}
+
+// RecordBookingChain implements ChainRecorder.
+func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []uint64) {
+	if len(blocks) == 0 {
+		return
+	}
 	now := a.now()
 	exp := now.Add(a.ttl).UnixNano()
 	a.mu.Lock()
@@ -156,7 +164,6 @@ func (a *ApproxIndex) FindMatches(p PartitionKey, blocks []uint64, out *Matches)
 	if len(blocks) == 0 {
 		return
 	}
-	now := a.now().UnixNano()
 	a.mu.RLock()
 	root := a.parts[p]
 	hit := root != nil && root.child(blocks[0]) != nil // the first chain key is the first block hash
@@ -168,9 +175,19 @@ func (a *ApproxIndex) FindMatches(p PartitionKey, blocks []uint64, out *Matches)
 	defer keysPool.Put(kp)
 	keys := AppendSequenceHashes((*kp)[:0], blocks)
 	*kp = keys
+	a.FindMatchesChain(p, keys, out)
+}
+
+// FindMatchesChain implements ChainIndexer.
+func (a *ApproxIndex) FindMatchesChain(p PartitionKey, keys []uint64, out *Matches) {
+	if len(keys) == 0 {
+		return
+	}
+	now := a.now().UnixNano()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	if root = a.parts[p]; root == nil {
+	root := a.parts[p]
+	if root == nil {
 		return
 	}
 	start := len(out.List)

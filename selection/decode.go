@@ -2,13 +2,13 @@ package selection
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"strconv"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 
 	json "github.com/goccy/go-json"
 )
@@ -510,8 +510,10 @@ func (s *scanner) tokenArray(dst []uint32, field string) ([]uint32, bool, error)
 		// The slice has room for every element (see the bound above), so
 		// it is written by index and its length set once.
 		k, out := len(dst), dst[:cap(dst)]
-		for i+8 <= len(b) && k < len(out) {
-			x := binary.LittleEndian.Uint64(b[i : i+8])
+		base, last := unsafe.Pointer(unsafe.SliceData(b)), len(b)-8
+		for littleEndian && i <= last && k < len(out) {
+			// In bounds (i <= len(b)-8): a plain load, no bounds check.
+			x := *(*uint64)(unsafe.Add(base, i))
 			if byte(x)-'1' > 8 {
 				break // not a digit 1-9 (a 0, a space, or an error)
 			}

@@ -44,6 +44,19 @@ type BookingRecorder interface {
 	RecordBooking(p PartitionKey, r Rank, blocks []uint64)
 }
 
+// ChainIndexer is implemented by indexes that key blocks by the public
+// sequence hashes of the local block hashes (chain[i] stands for blocks
+// [0..i]). When the router has computed that chain anyway, it hands it over
+// so the index need not hash again.
+type ChainIndexer interface {
+	FindMatchesChain(p PartitionKey, chain []uint64, out *Matches)
+}
+
+// ChainRecorder is BookingRecorder with the chain already computed.
+type ChainRecorder interface {
+	RecordBookingChain(p PartitionKey, r Rank, blocks, chain []uint64)
+}
+
 // RouterEvent is Dynamo's KV event as /dump serializes it (spec §1.4.9).
 type RouterEvent struct {
 	WorkerID    uint64  `json:"worker_id"`

@@ -50,7 +50,7 @@ func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectR
 	if err != nil {
 		return nil, err
 	}
-	r.index.FindMatches(key, w.blocks, &w.matches)
+	r.findMatches(key, w)
 	id := req.SelectionID
 	if book {
 		if id == "" {
@@ -70,7 +70,9 @@ func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectR
 		return nil, err
 	}
 	resp := r.response(p, &sel, id)
-	fillDP(p, w, resp)
+	if !req.Lean {
+		fillDP(p, w, resp)
+	}
 	if !book {
 		r.busy(&sel, resp, req.Advisory)
 		p.mu.Unlock()
@@ -93,9 +95,7 @@ func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectR
 	r.busy(&sel, resp, false)
 	p.mu.Unlock()
 	r.commit(id, b)
-	if r.recorder != nil {
-		r.recorder.RecordBooking(key, sel.rs.rank, w.blocks)
-	}
+	r.recordBooking(key, sel.rs.rank, w)
 	isl, track := np.isl, s.trackPrefill
 	resp.SequenceHashes, resp.ISLTokens, resp.TrackPrefillTokens = b.hashes, &isl, &track
 	return resp, nil
@@ -298,7 +298,7 @@ func (r *Router) scoreRequest(req *ScoreRequest, fn func(p *partition, w *work, 
 	if err != nil {
 		return err
 	}
-	r.index.FindMatches(key, w.blocks, &w.matches)
+	r.findMatches(key, w)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.scoreInputs(w)

@@ -20,11 +20,35 @@ type work struct {
 	hits     []uint32
 	costs    []float64
 	cands    []int
+	// chained is true when tracking holds the public sequence hashes of
+	// blocks (computed here), which chain-keyed indexes can use as is.
+	chained bool
 }
 
 var workPool = sync.Pool{New: func() any { return new(work) }}
 
 func getWork() *work { return workPool.Get().(*work) }
+
+// findMatches reads the index, handing over the chain when it has one.
+func (r *Router) findMatches(key PartitionKey, w *work) {
+	if ci, ok := r.index.(ChainIndexer); ok && w.chained {
+		ci.FindMatchesChain(key, w.tracking, &w.matches)
+		return
+	}
+	r.index.FindMatches(key, w.blocks, &w.matches)
+}
+
+// recordBooking feeds a booking to an index that learns from them.
+func (r *Router) recordBooking(key PartitionKey, rank Rank, w *work) {
+	if r.recorder == nil {
+		return
+	}
+	if cr, ok := r.recorder.(ChainRecorder); ok && w.chained {
+		cr.RecordBookingChain(key, rank, w.blocks, w.tracking)
+		return
+	}
+	r.recorder.RecordBooking(key, rank, w.blocks)
+}
 
 func putWork(w *work) {
 	w.blocks, w.tracking = w.blocks[:0], w.tracking[:0]
@@ -59,6 +83,7 @@ func (r *Router) normalize(pr *Prompt, p *partition, s *scoring, w *work, needBl
 		} else {
 			w.tracking = appendRandom(w.tracking[:0], len(w.blocks))
 		}
+		w.chained = s.assumeReuse
 		return normPrompt{hasBlocks: true, isl: uint64(len(tokens))}, nil
 	}
 	if needBlocks && pr.BlockHashes == nil {
@@ -76,6 +101,7 @@ func (r *Router) normalize(pr *Prompt, p *partition, s *scoring, w *work, needBl
 	if *pr.ISLTokens == 0 {
 		return normPrompt{}, errorf(KindBadRequest, "isl_tokens must be greater than 0")
 	}
+	w.chained = false
 	w.blocks = append(w.blocks[:0], pr.BlockHashes...)
 	if s.assumeReuse {
 		w.tracking = append(w.tracking[:0], pr.SequenceHashes...)
@@ -292,7 +318,6 @@ func (r *Router) response(p *partition, sel *selection, id string) *SelectRespon
 			GPU:            uint64(sel.tiers.Device) * bs,
 			CPU:            uint64(sel.tiers.Device+sel.tiers.Host) * bs,
 			Disk:           uint64(sel.tiers.Device+sel.tiers.Host+sel.tiers.Disk) * bs,
-			DP:             map[string]uint64{},
 		},
 	}
 	return resp
@@ -302,6 +327,7 @@ func (r *Router) response(p *partition, sel *selection, id string) *SelectRespon
 // p.mu must be held and w must still hold this selection's tiers.
 func fillDP(p *partition, w *work, resp *SelectResponse) {
 	bs := uint64(p.blockSize)
+	resp.Overlap.DP = map[string]uint64{}
 	for i, rs := range p.ranks {
 		if rs.rank.WorkerID == resp.WorkerID {
 			resp.Overlap.DP[strconv.FormatUint(uint64(rs.rank.DPRank), 10)] = uint64(w.tiers[i].Device) * bs

@@ -131,6 +131,10 @@ type SelectRequest struct {
 	StrictPriority       uint32                `json:"strict_priority,omitempty"`
 	// Advisory adds worker_load to a /select response.
 	Advisory bool `json:"advisory,omitempty"`
+	// Lean leaves out of the response what only the selection API reports
+	// (the per-rank overlap map). Not part of the wire format: the proxy
+	// path sets it to save allocations on every request.
+	Lean bool `json:"-"`
 }
 
 // ReservationRequest is the body of POST /reservations.
