@@ -359,6 +359,8 @@ func TestProxyStaticUpstreams(t *testing.T) {
 	w1, w2 := newTestWorker(t, 1), newTestWorker(t, 2)
 	cfg := strings.Replace(proxyCaddyfile(workerBlock(w1)+workerBlock(w2)), "dynamic kv_router",
 		"to "+w1.addr+" "+w2.addr, 1)
+	// The placeholders reach other directives, as they reach access logs.
+	cfg = strings.Replace(cfg, "\tbind 127.0.0.1\n\tkv_router {", "\tbind 127.0.0.1\n\theader >X-From-Placeholder \"{http.kv_router.worker}/{http.kv_router.cached_tokens}\"\n\tkv_router {", 1)
 	tester.InitServer(cfg, "caddyfile")
 	w1.waitSubscribed()
 	w2.waitSubscribed()
@@ -368,6 +370,9 @@ func TestProxyStaticUpstreams(t *testing.T) {
 	res, _ := post(t, tester, "/v1/completions", `{"model":"m","prompt":`+tokensJSON(p)+`}`)
 	if res.StatusCode != 200 || res.Header.Get("X-KVRouter-Worker") != "2" || w2.served.Load() != 1 {
 		t.Fatalf("static upstreams: status %d worker %q served %d", res.StatusCode, res.Header.Get("X-KVRouter-Worker"), w2.served.Load())
+	}
+	if got := res.Header.Get("X-From-Placeholder"); got != "2/48" {
+		t.Errorf("placeholders gave %q, want 2/48", got)
 	}
 	// Session affinity from the header: a session first seen on worker 2
 	// is not pinned without affinity on, but the header is accepted.
