@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// summary is one policy's run, as printed and as written by --json.
+type summary struct {
+	Policy       string         `json:"policy"`
+	URL          string         `json:"url"`
+	Requests     int            `json:"requests"`
+	Errors       int            `json:"errors"`
+	Seconds      float64        `json:"seconds"`
+	ReqPerSec    float64        `json:"req_per_s"`
+	TTFTms       percentiles    `json:"ttft_ms"`
+	E2Ems        percentiles    `json:"e2e_ms"`
+	PromptTokens int64          `json:"prompt_tokens"`
+	CachedTokens int64          `json:"cached_tokens"`
+	HitRatio     float64        `json:"prefix_hit_ratio"`
+	PerWorker    map[string]int `json:"requests_per_worker"`
+	CPUPerReqMs  float64        `json:"gateway_cpu_ms_per_request,omitempty"`
+	FirstError   string         `json:"first_error,omitempty"`
+	ttfts        []float64
+}
+
+type percentiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+}
+
+func pct(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+}
+
+func summarize(policy, url string, rs []result, elapsed time.Duration, cpuTicksUsed int64) summary {
+	s := summary{Policy: policy, URL: url, Seconds: elapsed.Seconds(), PerWorker: map[string]int{}}
+	var e2e []float64
+	for _, r := range rs {
+		if r.Err != nil {
+			s.Errors++
+			if s.FirstError == "" {
+				s.FirstError = r.Err.Error()
+			}
+			continue
+		}
+		s.Requests++
+		s.ttfts = append(s.ttfts, float64(r.TTFT)/1e6)
+		e2e = append(e2e, float64(r.E2E)/1e6)
+		s.PromptTokens += int64(r.PromptTokens)
+		s.CachedTokens += int64(r.CachedTokens)
+		s.PerWorker[r.Worker]++
+	}
+	sort.Float64s(s.ttfts)
+	sort.Float64s(e2e)
+	s.TTFTms = percentiles{pct(s.ttfts, .5), pct(s.ttfts, .9), pct(s.ttfts, .99)}
+	s.E2Ems = percentiles{pct(e2e, .5), pct(e2e, .9), pct(e2e, .99)}
+	if s.Seconds > 0 {
+		s.ReqPerSec = float64(s.Requests) / s.Seconds
+	}
+	if s.PromptTokens > 0 {
+		s.HitRatio = float64(s.CachedTokens) / float64(s.PromptTokens)
+	}
+	if cpuTicksUsed > 0 && s.Requests > 0 {
+		s.CPUPerReqMs = float64(cpuTicksUsed) * 10 / float64(s.Requests)
+	}
+	return s
+}
+
+// spread renders requests per worker compactly, busiest first.
+func spread(m map[string]int) string {
+	type kv struct {
+		w string
+		n int
+	}
+	var l []kv
+	for w, n := range m {
+		l = append(l, kv{w, n})
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].n > l[j].n || l[i].n == l[j].n && l[i].w < l[j].w })
+	var b strings.Builder
+	for i, e := range l {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		w := e.w
+		if w == "" {
+			w = "?"
+		}
+		fmt.Fprintf(&b, "%s:%d", w, e.n)
+	}
+	return b.String()
+}
+
+func printTable(sums []summary) {
+	fmt.Printf("%-12s %8s %6s %8s %10s %10s %10s %10s %8s  %s\n",
+		"policy", "requests", "errors", "req/s", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p50", "hit", "requests per worker")
+	for _, s := range sums {
+		fmt.Printf("%-12s %8d %6d %8.1f %8.1fms %8.1fms %8.1fms %8.1fms %8.3f  %s\n",
+			s.Policy, s.Requests, s.Errors, s.ReqPerSec, s.TTFTms.P50, s.TTFTms.P90, s.TTFTms.P99, s.E2Ems.P50, s.HitRatio, spread(s.PerWorker))
+		if s.CPUPerReqMs > 0 {
+			fmt.Printf("%-12s gateway CPU %.2f ms per request\n", "", s.CPUPerReqMs)
+		}
+		if s.FirstError != "" {
+			fmt.Printf("%-12s first error: %s\n", "", s.FirstError)
+		}
+	}
+	if len(sums) > 1 {
+		base := sums[0]
+		fmt.Println()
+		for _, s := range sums[1:] {
+			ratio := func(a, b float64) string {
+				if a == 0 {
+					return "n/a"
+				}
+				return fmt.Sprintf("%.2fx", b/a)
+			}
+			fmt.Printf("%s vs %s: TTFT p50 %s lower, p90 %s lower; prefix hit %.3f vs %.3f; throughput %.2fx\n",
+				base.Policy, s.Policy, ratio(base.TTFTms.P50, s.TTFTms.P50), ratio(base.TTFTms.P90, s.TTFTms.P90),
+				base.HitRatio, s.HitRatio, base.ReqPerSec/max(s.ReqPerSec, 1e-9))
+		}
+	}
+}
+
+// runWorkload is `kvbench run`.
+func runWorkload(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	url := fs.String("url", "http://127.0.0.1:8080", "gateway base URL (ignored with --compare)")
+	compare := fs.String("compare", "", "policy=url,... : run the same trace through each, side by side (the first is the baseline of the ratios)")
+	reset := fs.String("reset", "", "URL to POST before each run so every policy starts with cold caches (kvmock's admin /reset)")
+	kind := fs.String("workload", "agentic", "agentic, multiturn or random")
+	sessions := fs.Int("sessions", 32, "sessions in the trace")
+	turns := fs.Int("turns", 8, "turns per session")
+	conc := fs.Int("concurrency", 8, "sessions in flight at once")
+	system := fs.Int("system-tokens", 2048, "agentic: tokens of the shared system prompt")
+	turnTokens := fs.Int("turn-tokens", 256, "mean new tokens per turn")
+	output := fs.Int("output-tokens", 16, "output tokens per turn")
+	maxISL := fs.Int("max-isl", 16384, "context cut to its last max-isl tokens")
+	duration := fs.Duration("duration", 60*time.Second, "stop each run after this long")
+	seed := fs.Uint64("seed", 1, "trace seed: the same seed gives the same trace")
+	model := fs.String("model", "default", "model name sent in requests")
+	pid := fs.Int("pid", 0, "gateway pid, to report its CPU time per request")
+	jsonOut := fs.String("json", "", "write the results as JSON to this file")
+	plotOut := fs.String("plot", "", "write TTFT distributions per policy as SVG to this file")
+	_ = fs.Parse(args)
+
+	trace, err := buildTrace(workloadConfig{Kind: *kind, Sessions: *sessions, Turns: *turns, SystemTokens: *system,
+		TurnTokens: *turnTokens, OutputTokens: *output, MaxISL: *maxISL, Seed: *seed})
+	if err != nil {
+		return err
+	}
+	targets := [][2]string{{"gateway", *url}}
+	if *compare != "" {
+		targets = nil
+		for _, kv := range strings.Split(*compare, ",") {
+			name, u, ok := strings.Cut(kv, "=")
+			if !ok {
+				return fmt.Errorf("--compare wants policy=url, not %q", kv)
+			}
+			targets = append(targets, [2]string{name, u})
+		}
+	}
+	var total int
+	for _, s := range trace {
+		total += len(s.Turns)
+	}
+	fmt.Printf("workload %s: %d sessions x %d turns (%d requests), concurrency %d, seed %d, up to %v per policy\n",
+		*kind, *sessions, *turns, total, *conc, *seed, *duration)
+	var sums []summary
+	for _, tg := range targets {
+		if *reset != "" {
+			if err := postReset(*reset); err != nil {
+				return err
+			}
+			time.Sleep(500 * time.Millisecond) // let the gateway apply the cleared caches
+		}
+		var cpu0 int64
+		if *pid > 0 {
+			cpu0, _ = cpuTicks(*pid)
+		}
+		start := time.Now()
+		rs := runTrace(context.Background(), tg[1], *model, trace, *conc, *duration)
+		elapsed := time.Since(start)
+		var used int64
+		if *pid > 0 {
+			cpu1, _ := cpuTicks(*pid)
+			used = cpu1 - cpu0
+		}
+		s := summarize(tg[0], tg[1], rs, elapsed, used)
+		sums = append(sums, s)
+		fmt.Printf("  %s: %d requests in %.1fs\n", tg[0], s.Requests+s.Errors, s.Seconds)
+	}
+	fmt.Println()
+	printTable(sums)
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(sums, "", "  ")
+		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if *plotOut != "" {
+		if err := os.WriteFile(*plotOut, plotTTFT(sums), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("\nTTFT distributions: %s\n", *plotOut)
+	}
+	for _, s := range sums {
+		if s.Errors > 0 {
+			return fmt.Errorf("%s: %d requests failed", s.Policy, s.Errors)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// result is what one request measured.
+type result struct {
+	Session, Turn int
+	TTFT, E2E     time.Duration
+	PromptTokens  int
+	CachedTokens  int
+	Worker        string
+	Err           error
+}
+
+// runTrace plays the sessions through url with conc concurrent sessions,
+// each session's turns in order, until all are done or duration passes.
+func runTrace(ctx context.Context, url, model string, sessions []session, conc int, duration time.Duration) []result {
+	client := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: conc * 2}}
+	ctx, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+	queue := make(chan *session)
+	go func() {
+		defer close(queue)
+		for i := range sessions {
+			select {
+			case queue <- &sessions[i]:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var mu sync.Mutex
+	var out []result
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range queue {
+				for t, tr := range s.Turns {
+					if ctx.Err() != nil {
+						return
+					}
+					r := request(ctx, client, url, model, tr)
+					r.Session, r.Turn = s.ID, t
+					if ctx.Err() != nil && r.Err != nil {
+						return // cut by the deadline: not a failure of the gateway
+					}
+					mu.Lock()
+					out = append(out, r)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// request sends one streaming completion and times its first token.
+func request(ctx context.Context, client *http.Client, url, model string, tr turn) result {
+	var body bytes.Buffer
+	body.WriteString(`{"model":`)
+	body.WriteString(strconv.Quote(model))
+	body.WriteString(`,"stream":true,"stream_options":{"include_usage":true},"max_tokens":`)
+	body.WriteString(strconv.Itoa(tr.Output))
+	body.WriteString(`,"prompt":[`)
+	for i, t := range tr.Prompt {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(strconv.FormatUint(uint64(t), 10))
+	}
+	body.WriteString("]}")
+	r := result{PromptTokens: len(tr.Prompt)}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", &body)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	res, err := client.Do(req)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	defer res.Body.Close()
+	if r.Worker = res.Header.Get("X-Kvmock-Worker"); r.Worker == "" {
+		r.Worker = res.Header.Get("X-KVRouter-Worker")
+	}
+	if res.StatusCode != http.StatusOK {
+		r.Err = fmt.Errorf("status %d", res.StatusCode)
+		return r
+	}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("data:")) {
+			continue
+		}
+		data := bytes.TrimSpace(line[5:])
+		if r.TTFT == 0 {
+			r.TTFT = time.Since(start)
+		}
+		if bytes.Equal(data, []byte("[DONE]")) {
+			break
+		}
+		if bytes.Contains(data, []byte(`"usage"`)) {
+			var u struct {
+				Usage *struct {
+					PromptTokens  int `json:"prompt_tokens"`
+					PromptDetails *struct {
+						CachedTokens int `json:"cached_tokens"`
+					} `json:"prompt_tokens_details"`
+				} `json:"usage"`
+			}
+			if json.Unmarshal(data, &u) == nil && u.Usage != nil {
+				if u.Usage.PromptTokens > 0 {
+					r.PromptTokens = u.Usage.PromptTokens
+				}
+				if u.Usage.PromptDetails != nil {
+					r.CachedTokens = u.Usage.PromptDetails.CachedTokens
+				}
+			}
+		}
+	}
+	r.E2E = time.Since(start)
+	if err := sc.Err(); err != nil {
+		r.Err = err
+	} else if r.TTFT == 0 {
+		r.Err = fmt.Errorf("no data in the stream")
+	}
+	return r
+}
+
+// postReset asks the fleet to drop its caches (kvmock's POST /reset).
+func postReset(url string) error {
+	res, err := http.Post(url, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		return err
+	}
+	res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		return fmt.Errorf("reset: status %d", res.StatusCode)
+	}
+	return nil
+}
