@@ -53,6 +53,11 @@ func around(rng *rand.Rand, mean int) int {
 
 // buildTrace generates the sessions of a workload.
 func buildTrace(c workloadConfig) ([]session, error) {
+	switch c.Kind {
+	case "agentic", "multiturn", "random":
+	default:
+		return nil, fmt.Errorf("unknown workload %q (agentic, multiturn, random)", c.Kind)
+	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x6b76))
 	system := randTokens(rng, c.SystemTokens)
 	sessions := make([]session, c.Sessions)
@@ -68,9 +73,6 @@ func buildTrace(c workloadConfig) ([]session, error) {
 			ctx = append(ctx, randTokens(rng, around(rng, c.TurnTokens*2))...) // the task
 		case "multiturn":
 			ctx = append(ctx, randTokens(rng, around(rng, c.TurnTokens))...)
-		case "random":
-		default:
-			return nil, fmt.Errorf("unknown workload %q (agentic, multiturn, random)", c.Kind)
 		}
 		for t := 0; t < c.Turns; t++ {
 			var prompt []uint32
