@@ -5,7 +5,12 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench bench-proxy demo clean
+.PHONY: all deps build test test-unit test-race bench bench-proxy demo fuzz fuzz-ci clean
+
+# Fuzz targets, as package:Target.
+FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
+	caddymodule:FuzzOpenAIBody caddymodule:FuzzCaddyfile
+FUZZTIME ?= 60s
 
 all: build
 
@@ -26,12 +31,27 @@ build: bin/caddy
 bin/kvbench: $(shell find cmd/kvbench selection -name '*.go') go.mod
 	$(GO) build -o bin/kvbench ./cmd/kvbench
 
+bin/kvmock: $(shell find cmd/kvmock indexer selection -name '*.go') go.mod
+	$(GO) build -o bin/kvmock ./cmd/kvmock
+
 # test: vet, every package's tests (the Caddy integration tests included),
 # then the race detector over the concurrent packages.
 test: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 ./selection/ ./indexer/
+	$(MAKE) fuzz-ci
+
+# fuzz runs every fuzz target for FUZZTIME; fuzz-ci, every one briefly.
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg/ || exit 1; \
+	done
+
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./selection/
