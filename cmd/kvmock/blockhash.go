@@ -1,0 +1,54 @@
+package main
+
+// Block hashes as the simulated engine computes them. They are chained
+// like vLLM's (hash_i = H(hash_{i-1}, tokens of block i)), but with
+// FNV-1a 64 instead of the gateway's XXH3 scheme on purpose: the gateway
+// must treat engine hashes as opaque ids and key its index by the
+// token_ids the events carry, exactly as it has to with a real vLLM, whose
+// default sha256-over-pickle hashes it cannot reproduce.
+
+const (
+	fnvOffset64 = 14695981039109346037
+	fnvPrime64  = 1099511628211
+)
+
+// noneHash is the parent of a sequence's first block, vLLM's NONE_HASH.
+// It is fixed, so that every worker (and every restart) agrees.
+var noneHash = fnvString("kvmock-none-hash")
+
+func fnvString(s string) uint64 {
+	h := uint64(fnvOffset64)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime64
+	}
+	return h
+}
+
+// blockHash hashes one full block: the parent hash as 8 little-endian
+// bytes, then each token as 4 little-endian bytes.
+func blockHash(parent uint64, tokens []uint32) uint64 {
+	h := uint64(fnvOffset64)
+	for i := 0; i < 8; i++ {
+		h = (h ^ (parent >> (8 * i) & 0xff)) * fnvPrime64
+	}
+	for _, t := range tokens {
+		h = (h ^ uint64(t&0xff)) * fnvPrime64
+		h = (h ^ uint64(t>>8&0xff)) * fnvPrime64
+		h = (h ^ uint64(t>>16&0xff)) * fnvPrime64
+		h = (h ^ uint64(t>>24)) * fnvPrime64
+	}
+	return h
+}
+
+// blockHashes returns the chained hashes of the full blocks of tokens; a
+// trailing partial block has none, as in vLLM.
+func blockHashes(tokens []uint32, blockSize int) []uint64 {
+	n := len(tokens) / blockSize
+	out := make([]uint64, n)
+	parent := noneHash
+	for i := range n {
+		parent = blockHash(parent, tokens[i*blockSize:(i+1)*blockSize])
+		out[i] = parent
+	}
+	return out
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	json "github.com/goccy/go-json"
+)
+
+// The completion endpoints: POST /v1/completions and
+// POST /v1/chat/completions, each answered as one JSON document or, with
+// "stream": true, as server-sent events with one chunk per output token.
+// Usage (with prompt_tokens_details.cached_tokens) is always reported: in
+// the JSON answer, or in a last chunk with no choices before [DONE], as
+// vLLM does with stream_options.include_usage.
+
+func (w *worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
+	w.complete(rw, r, false)
+}
+
+func (w *worker) handleChat(rw http.ResponseWriter, r *http.Request) {
+	w.complete(rw, r, true)
+}
+
+func (w *worker) complete(rw http.ResponseWriter, r *http.Request, chat bool) {
+	rw.Header().Set("X-Kvmock-Worker", strconv.Itoa(w.id))
+	req, err := readRequest(rw, r)
+	if err == nil {
+		err = w.cfg.checkModel(req.Model)
+	}
+	var prompt []uint32
+	if err == nil {
+		if chat {
+			prompt, err = chatTokens(req)
+		} else {
+			prompt, err = promptTokens(req)
+		}
+	}
+	var maxTokens int
+	if err == nil {
+		maxTokens, err = w.cfg.outputLength(req, len(prompt))
+	}
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	// Hashing here, on the handler's goroutine, keeps the per-worker
+	// scheduler free for scheduling.
+	rq := newRequest(prompt, blockHashes(prompt, w.cfg.BlockSize), maxTokens, w.cfg.BlockSize)
+	e := w.pickEngine(r)
+	rw.Header().Set("X-Kvmock-Dp-Rank", strconv.Itoa(e.dpRank))
+	e.submit(rq)
+
+	out := &answer{chat: chat, created: time.Now().Unix(), model: w.modelJSON(), prompt: len(prompt)}
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	out.id = prefix + strconv.Itoa(w.id) + "-" + strconv.FormatUint(w.nextID.Add(1), 10)
+	if req.Stream {
+		w.stream(rw, r, e, rq, out)
+	} else {
+		w.whole(rw, r, e, rq, out)
+	}
+}
+
+// wait blocks until the request has more than sent tokens or is done. It
+// reports false when the client went away, after telling the scheduler.
+func wait(ctx context.Context, e *engine, rq *request, sent int) (progress, bool) {
+	for {
+		p := rq.snapshot()
+		if p.done || p.generated > sent {
+			return p, true
+		}
+		select {
+		case <-rq.wake:
+		case <-ctx.Done():
+			rq.aborted.Store(true)
+			e.poke()
+			return p, false
+		case <-e.done:
+			// The engine stopped; whatever it did not finish never will.
+			if p = rq.snapshot(); !p.done {
+				p.done, p.err = true, errStopped
+			}
+			return p, true
+		}
+	}
+}
+
+// whole answers with one JSON document once generation is over.
+func (w *worker) whole(rw http.ResponseWriter, r *http.Request, e *engine, rq *request, out *answer) {
+	// Waiting for more than maxTokens tokens returns only when done.
+	p, ok := wait(r.Context(), e, rq, rq.maxTokens)
+	if !ok {
+		return
+	}
+	if p.err != nil {
+		// A restarted or stopped vLLM process takes its connections with it.
+		panic(http.ErrAbortHandler)
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Header().Set("X-Kvmock-Cached-Tokens", strconv.Itoa(p.cachedTokens))
+	_, _ = rw.Write(out.appendWhole(nil, p))
+}
+
+// stream answers with server-sent events. Nothing, not even the headers,
+// is sent before the first token: a gateway may take the first byte as the
+// end of prefill.
+func (w *worker) stream(rw http.ResponseWriter, r *http.Request, e *engine, rq *request, out *answer) {
+	rc := http.NewResponseController(rw)
+	sent := 0
+	var buf []byte
+	for {
+		p, ok := wait(r.Context(), e, rq, sent)
+		if !ok {
+			return
+		}
+		if p.err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		if sent == 0 {
+			h := rw.Header()
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-cache")
+			h.Set("X-Kvmock-Cached-Tokens", strconv.Itoa(p.cachedTokens))
+		}
+		buf = buf[:0]
+		for sent < p.generated {
+			last := p.done && sent+1 == p.generated
+			buf = out.appendChunk(buf, sent, last)
+			sent++
+		}
+		if p.done {
+			buf = out.appendUsageChunk(buf, p)
+			buf = append(buf, "data: [DONE]\n\n"...)
+		}
+		_, err := rw.Write(buf)
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			rq.aborted.Store(true)
+			e.poke()
+			return
+		}
+		if p.done {
+			return
+		}
+	}
+}
+
+// writeError answers in vLLM's error shape.
+func writeError(rw http.ResponseWriter, err error) {
+	ae, ok := errors.AsType[*apiError](err)
+	if !ok {
+		ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
+	}
+	typ := "BadRequestError"
+	switch ae.status {
+	case http.StatusNotFound:
+		typ = "NotFoundError"
+	case http.StatusRequestEntityTooLarge:
+		typ = "RequestEntityTooLarge"
+	case http.StatusInternalServerError:
+		typ = "InternalServerError"
+	}
+	body := map[string]any{"object": "error", "message": ae.msg, "type": typ, "param": nil, "code": ae.status}
+	if ae.param != "" {
+		body["param"] = ae.param
+	}
+	b, _ := json.Marshal(body)
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(ae.status)
+	_, _ = rw.Write(b)
+}
+
+// modelJSON is the model name as a JSON string.
+func (w *worker) modelJSON() []byte {
+	b, _ := json.Marshal(w.cfg.Model)
+	return b
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/caddy-kvrouter/indexer"
+)
+
+// Config describes a fleet of simulated workers. The zero value of a base
+// port means "any free port" for every worker, which lets tests run fleets
+// side by side without choosing ports.
+type Config struct {
+	// Workers is the number of simulated vLLM processes; their ids are 1..Workers.
+	Workers int
+	// DPRanks is the number of data-parallel ranks (engine cores) per
+	// worker. Each rank has its own KV cache, scheduler and publisher.
+	DPRanks int
+
+	// HTTPBasePort is the port of worker 0's API; worker i serves on base+i.
+	HTTPBasePort int
+	// ZMQBasePort is the port of the first KV-event PUB socket; rank r of
+	// worker i binds base + i*DPRanks + r, as vLLM offsets ports per DP rank.
+	ZMQBasePort int
+	// ReplayBasePort numbers the replay ROUTER sockets like ZMQBasePort.
+	ReplayBasePort int
+	// Admin is the fleet admin listener ("host:port"); empty means none.
+	Admin string
+	// Register, when set, is the gateway's selection API base URL to which
+	// every worker is POSTed on start.
+	Register string
+
+	// BlockSize is the number of tokens per KV block.
+	BlockSize int
+	// KVBlocks is the KV-cache capacity of each rank, in blocks.
+	KVBlocks int
+	// Encoding is the event encoding of the published payloads.
+	Encoding indexer.Encoding
+	// Model is the served model name.
+	Model string
+	// PrefillRate is how many uncached prompt tokens a rank computes per second.
+	PrefillRate float64
+	// DecodeTime is the duration of a step that samples output tokens.
+	DecodeTime time.Duration
+	// MaxBatchedTokens is the token budget of one scheduler step.
+	MaxBatchedTokens int
+	// MaxNumSeqs caps the requests running at once on a rank.
+	MaxNumSeqs int
+	// MaxTokens is the number of output tokens of a request that names none.
+	MaxTokens int
+	// MaxModelLen bounds prompt plus output tokens, as vLLM's max_model_len.
+	MaxModelLen int
+	// ReplayBuffer is the number of batches each publisher keeps for replay.
+	ReplayBuffer int
+}
+
+// DefaultConfig returns the settings of the command-line defaults. The
+// prefill rate is low enough that a long uncached prompt costs a visible
+// fraction of a second, so routing to a cached prefix shows in latencies.
+func DefaultConfig() Config {
+	return Config{
+		Workers:          8,
+		DPRanks:          1,
+		HTTPBasePort:     8001,
+		ZMQBasePort:      5557,
+		ReplayBasePort:   5657,
+		Admin:            "127.0.0.1:8000",
+		BlockSize:        16,
+		KVBlocks:         4096,
+		Encoding:         indexer.EncodingMap,
+		Model:            "default",
+		PrefillRate:      20000,
+		DecodeTime:       5 * time.Millisecond,
+		MaxBatchedTokens: 8192,
+		MaxNumSeqs:       256,
+		MaxTokens:        16,
+		MaxModelLen:      131072,
+		ReplayBuffer:     10_000,
+	}
+}
+
+// portRange is a block of consecutive ports one kind of socket uses.
+type portRange struct {
+	name       string
+	first, end int // [first, end)
+}
+
+// Validate reports settings that cannot work, including port ranges that
+// overlap: with many workers the default bases collide (5557+N reaches
+// 5657), and a clear error beats a bind failure halfway through start.
+func (c *Config) Validate() error {
+	switch {
+	case c.Workers < 1:
+		return errors.New("--workers must be at least 1")
+	case c.DPRanks < 1:
+		return errors.New("--dp-ranks must be at least 1")
+	case c.BlockSize < 1:
+		return errors.New("--block-size must be at least 1")
+	case c.KVBlocks < 1:
+		return errors.New("--kv-blocks must be at least 1")
+	case c.PrefillRate <= 0:
+		return errors.New("--prefill-rate must be positive")
+	case c.DecodeTime < 0:
+		return errors.New("--decode-ms must not be negative")
+	case c.MaxBatchedTokens < 1:
+		return errors.New("--max-num-batched-tokens must be at least 1")
+	case c.MaxNumSeqs < 1:
+		return errors.New("--max-num-seqs must be at least 1")
+	case c.MaxTokens < 1:
+		return errors.New("--max-tokens must be at least 1")
+	case c.MaxModelLen < 2:
+		return errors.New("--max-model-len must be at least 2")
+	case c.ReplayBuffer < 1:
+		return errors.New("--replay-buffer must be at least 1")
+	case c.Model == "":
+		return errors.New("--model must not be empty")
+	}
+	ranks := c.Workers * c.DPRanks
+	var ranges []portRange
+	add := func(name string, base, n int) {
+		if base != 0 {
+			ranges = append(ranges, portRange{name, base, base + n})
+		}
+	}
+	add("--http-base-port", c.HTTPBasePort, c.Workers)
+	add("--zmq-base-port", c.ZMQBasePort, ranks)
+	add("--replay-base-port", c.ReplayBasePort, ranks)
+	if c.Admin != "" {
+		_, p, err := net.SplitHostPort(c.Admin)
+		if err != nil {
+			return fmt.Errorf("--admin: %v", err)
+		}
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			return fmt.Errorf("--admin: bad port %q", p)
+		}
+		add("--admin", port, 1)
+	}
+	for i, a := range ranges {
+		if a.first < 1 || a.end-1 > 65535 {
+			return fmt.Errorf("%s: ports %d-%d are out of range", a.name, a.first, a.end-1)
+		}
+		for _, b := range ranges[i+1:] {
+			if a.first < b.end && b.first < a.end {
+				return fmt.Errorf("%s (%d-%d) overlaps %s (%d-%d); move one of the bases",
+					a.name, a.first, a.end-1, b.name, b.first, b.end-1)
+			}
+		}
+	}
+	return nil
+}
+
+// httpAddr is worker i's API listen address.
+func (c *Config) httpAddr(i int) string {
+	return "127.0.0.1:" + strconv.Itoa(portOf(c.HTTPBasePort, i))
+}
+
+// zmqEndpoint is the bind endpoint of one rank's socket under base; "*"
+// asks libzmq for a free port.
+func (c *Config) zmqEndpoint(base, worker, rank int) string {
+	if base == 0 {
+		return "tcp://127.0.0.1:*"
+	}
+	return "tcp://127.0.0.1:" + strconv.Itoa(base+worker*c.DPRanks+rank)
+}
+
+func portOf(base, i int) int {
+	if base == 0 {
+		return 0
+	}
+	return base + i
+}

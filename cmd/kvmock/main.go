@@ -1,0 +1,107 @@
+// Command kvmock simulates a fleet of vLLM workers in one process, for
+// demos and benchmarks of the caddy-kvrouter gateway. Each worker serves
+// vLLM's OpenAI-compatible HTTP API on 127.0.0.1, keeps a paged KV cache
+// with prefix caching, and publishes KV-cache events over ZMQ in vLLM's wire
+// format (PUB socket plus replay ROUTER). A scheduler per engine models
+// chunked prefill and decode steps in real time, so a request whose prefix
+// is cached gets its first token sooner, which is what a KV-aware router is
+// for. A fleet admin API resets caches, restarts or stops workers and loses
+// events on purpose.
+//
+//	kvmock --workers 8 --register http://127.0.0.1:8092
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kvrouter/caddy-kvrouter/indexer"
+)
+
+func main() {
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	log.SetPrefix("kvmock: ")
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvmock:", err)
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags turns the command line into a Config.
+func parseFlags(args []string) (Config, error) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("kvmock", flag.ContinueOnError)
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "number of simulated workers (ids 1..N)")
+	fs.IntVar(&cfg.DPRanks, "dp-ranks", cfg.DPRanks, "data-parallel ranks per worker, each with its own cache and publisher")
+	fs.IntVar(&cfg.HTTPBasePort, "http-base-port", cfg.HTTPBasePort, "worker i serves HTTP on 127.0.0.1:base+i (0: any free port)")
+	fs.IntVar(&cfg.ZMQBasePort, "zmq-base-port", cfg.ZMQBasePort, "rank r of worker i binds its KV-event PUB on base+i*dp_ranks+r (0: any)")
+	fs.IntVar(&cfg.ReplayBasePort, "replay-base-port", cfg.ReplayBasePort, "replay ROUTER ports, numbered like --zmq-base-port (0: any)")
+	fs.StringVar(&cfg.Admin, "admin", cfg.Admin, "fleet admin listen address (empty: none)")
+	fs.StringVar(&cfg.Register, "register", "", "selection API base URL to POST each worker to on start, e.g. http://127.0.0.1:8092")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV block")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", cfg.KVBlocks, "KV-cache capacity per rank, in blocks")
+	encoding := fs.String("event-encoding", "map", "KV-event encoding: map (vLLM from mid-2026) or array (positional, older vLLM)")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "served model name")
+	fs.Float64Var(&cfg.PrefillRate, "prefill-rate", cfg.PrefillRate, "uncached prompt tokens computed per second")
+	decodeMS := fs.Float64("decode-ms", float64(cfg.DecodeTime)/float64(time.Millisecond), "duration of a step that samples output tokens, in ms")
+	fs.IntVar(&cfg.MaxBatchedTokens, "max-num-batched-tokens", cfg.MaxBatchedTokens, "token budget of one scheduler step")
+	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "requests running at once per rank")
+	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "output tokens of a request that does not set max_tokens")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "maximum prompt plus output tokens")
+	fs.IntVar(&cfg.ReplayBuffer, "replay-buffer", cfg.ReplayBuffer, "batches each publisher keeps for replay")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch *encoding {
+	case "map":
+		cfg.Encoding = indexer.EncodingMap
+	case "array":
+		cfg.Encoding = indexer.EncodingArray
+	default:
+		return cfg, fmt.Errorf("--event-encoding must be map or array, not %q", *encoding)
+	}
+	cfg.DecodeTime = time.Duration(*decodeMS * float64(time.Millisecond))
+	return cfg, cfg.Validate()
+}
+
+// run starts the fleet, registers it if asked, and waits for SIGINT or
+// SIGTERM.
+func run(cfg Config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	f, err := NewFleet(cfg)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	first, last := f.workers[0], f.workers[len(f.workers)-1]
+	log.Printf("%d workers (model %q, %d DP rank(s) each): HTTP %s … %s, KV events %s …, replay %s …, admin %s",
+		len(f.workers), cfg.Model, cfg.DPRanks, first.addr, last.addr,
+		first.engines[0].pub.PubEndpoint, first.engines[0].pub.ReplayEndpoint, f.AdminAddr())
+	if cfg.Register != "" {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := f.Register(rctx, cfg.Register)
+		cancel()
+		if err != nil {
+			return err
+		}
+		log.Printf("registered %d workers at %s/workers", len(f.workers), cfg.Register)
+	}
+	<-ctx.Done()
+	log.Print("stopping")
+	return nil
+}

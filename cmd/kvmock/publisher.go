@@ -1,0 +1,277 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// The KV-event publishers of the whole fleet. vLLM has one publisher
+// thread per engine; here one goroutine (the sender) owns every PUB socket
+// and another (the replay server, replay.go) owns every replay ROUTER.
+// With a thousand workers that is two goroutines instead of two thousand,
+// and neither wakes up while the fleet is idle: the sender blocks on a Go
+// channel, the replay server in zmq_poll without a timeout. The two talk
+// over an inproc PUSH/PULL pair, because a goroutine blocked in zmq_poll
+// can only be woken by a socket.
+
+// rankPub is the publishing state of one engine (one DP rank of a worker):
+// its sequence counter and replay buffer, shared by the sender (which
+// appends) and the replay server (which reads).
+type rankPub struct {
+	idx    int // position in the fleet's socket tables
+	worker int // worker id, 1-based
+	dpRank int
+
+	// PubEndpoint and ReplayEndpoint are the bound endpoints, known once
+	// the fleet has started.
+	PubEndpoint, ReplayEndpoint string
+
+	mu  sync.Mutex
+	seq uint64 // next sequence number
+	buf ring
+	// drop is how many of the next batches are buffered but not sent.
+	drop int
+
+	batches atomic.Int64 // batches sent on the PUB socket
+	dropped atomic.Int64 // batches held back by drop_events
+	events  atomic.Int64 // events in all batches, sent or not
+}
+
+// ring keeps the last cap(items) batches, oldest first from head.
+type ring struct {
+	items []batch
+	head  int
+	n     int
+}
+
+// batch is one published message: its sequence number and payload. The
+// payload is never modified after publishing, so replays share it.
+type batch struct {
+	seq     uint64
+	payload []byte
+}
+
+func (r *ring) push(b batch) {
+	if r.n < len(r.items) {
+		r.items[(r.head+r.n)%len(r.items)] = b
+		r.n++
+		return
+	}
+	r.items[r.head] = b
+	r.head = (r.head + 1) % len(r.items)
+}
+
+// from returns the buffered batches with seq >= start, oldest first.
+func (r *ring) from(start uint64) []batch {
+	var out []batch
+	for i := range r.n {
+		if b := r.items[(r.head+i)%len(r.items)]; b.seq >= start {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func (r *ring) reset() {
+	clear(r.items)
+	r.head, r.n = 0, 0
+}
+
+// opKind is what an engine asks of the sender.
+type opKind uint8
+
+const (
+	// opPublish sends a payload under the rank's next sequence number.
+	opPublish opKind = iota
+	// opRestart resets the sequence to 0 and empties the replay buffer,
+	// like a new vLLM process. It travels the same channel as publishes, so
+	// every batch of the old "process" is out before the counter restarts.
+	opRestart
+	// opClose closes the rank's PUB and ROUTER sockets for good.
+	opClose
+)
+
+// pubOp is one request to the sender.
+type pubOp struct {
+	kind    opKind
+	rank    *rankPub
+	payload []byte
+	events  int
+}
+
+// publisher owns the ZMQ side of the fleet.
+type publisher struct {
+	zctx  *zmq.Context
+	ranks []*rankPub
+	ops   chan pubOp
+	ctl   string // inproc endpoint from the sender to the replay server
+
+	senderDone, replayDone chan struct{}
+}
+
+// Control messages from the sender to the replay server.
+const (
+	ctlQuit  = "quit"
+	ctlClose = "close" // followed by a frame with the rank index
+)
+
+// startPublisher binds every rank's sockets and starts the two goroutines.
+// zmqBase and replayBase follow Config's port numbering (0: any port).
+func startPublisher(zctx *zmq.Context, ranks []*rankPub, cfg *Config) (*publisher, error) {
+	p := &publisher{
+		zctx:       zctx,
+		ranks:      ranks,
+		ops:        make(chan pubOp, 1024),
+		ctl:        fmt.Sprintf("inproc://kvmock-ctl-%p", ranks),
+		senderDone: make(chan struct{}),
+		replayDone: make(chan struct{}),
+	}
+	for _, r := range ranks {
+		r.buf.items = make([]batch, cfg.ReplayBuffer)
+	}
+	// The replay server binds the inproc endpoint before the sender
+	// connects to it.
+	ready := make(chan error)
+	go p.serveReplay(cfg, ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	go p.send(cfg, ready)
+	if err := <-ready; err != nil {
+		<-p.replayDone
+		return nil, err
+	}
+	return p, nil
+}
+
+// publish queues a payload of n events for rank r.
+func (p *publisher) publish(r *rankPub, payload []byte, n int) {
+	p.ops <- pubOp{kind: opPublish, rank: r, payload: payload, events: n}
+}
+
+// restart queues a sequence reset for rank r.
+func (p *publisher) restart(r *rankPub) { p.ops <- pubOp{kind: opRestart, rank: r} }
+
+// closeRank queues the closing of rank r's sockets.
+func (p *publisher) closeRank(r *rankPub) { p.ops <- pubOp{kind: opClose, rank: r} }
+
+// close stops both goroutines, which close every socket. No engine may
+// publish afterwards.
+func (p *publisher) close() {
+	close(p.ops)
+	<-p.senderDone
+	<-p.replayDone
+}
+
+// send is the sender goroutine. It creates, uses and closes every PUB
+// socket and the control PUSH socket.
+func (p *publisher) send(cfg *Config, ready chan<- error) {
+	defer close(p.senderDone)
+	// libzmq sockets may move between threads only with a memory barrier;
+	// pinning the goroutine avoids the question.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	ctl, err := p.zctx.NewSocket(zmq.PUSH)
+	if err == nil {
+		err = ctl.Connect(p.ctl)
+	}
+	if err != nil {
+		// Without a control socket the replay server cannot be told to
+		// stop; this happens only if the context is broken.
+		ready <- fmt.Errorf("control socket: %w", err)
+		return
+	}
+	defer ctl.Close()
+	_ = ctl.SetLinger(-1) // the quit message must arrive
+
+	socks := make([]*zmq.Socket, len(p.ranks))
+	defer func() {
+		for _, s := range socks {
+			if s != nil {
+				s.Close()
+			}
+		}
+		_, _ = ctl.Send(ctlQuit, 0)
+	}()
+	for i, r := range p.ranks {
+		s, err := p.zctx.NewSocket(zmq.PUB)
+		if err != nil {
+			ready <- err
+			return
+		}
+		socks[i] = s
+		// vLLM's defaults: a deep send queue, and no lingering on close.
+		_ = s.SetSndhwm(100_000)
+		_ = s.SetLinger(0)
+		ep := cfg.zmqEndpoint(cfg.ZMQBasePort, r.worker-1, r.dpRank)
+		if err := s.Bind(ep); err != nil {
+			ready <- fmt.Errorf("worker %d rank %d: bind KV events %s: %w", r.worker, r.dpRank, ep, err)
+			return
+		}
+		r.PubEndpoint, _ = s.GetLastEndpoint()
+	}
+	ready <- nil
+
+	var seq8 [8]byte
+	empty := []byte{}
+	for op := range p.ops {
+		r := op.rank
+		s := socks[r.idx]
+		switch op.kind {
+		case opPublish:
+			r.mu.Lock()
+			seq := r.seq
+			r.seq++
+			r.buf.push(batch{seq, op.payload})
+			hold := r.drop > 0
+			if hold {
+				r.drop--
+			}
+			r.mu.Unlock()
+			r.events.Add(int64(op.events))
+			if hold || s == nil {
+				r.dropped.Add(1)
+				continue
+			}
+			binary.BigEndian.PutUint64(seq8[:], seq)
+			// PUB never blocks: at the high-water mark it drops, as vLLM's does.
+			if _, err := s.SendMessage(empty, seq8[:], op.payload); err == nil {
+				r.batches.Add(1)
+			}
+		case opRestart:
+			r.mu.Lock()
+			r.seq, r.drop = 0, 0
+			r.buf.reset()
+			r.mu.Unlock()
+		case opClose:
+			if s != nil {
+				s.Close()
+				socks[r.idx] = nil
+			}
+			var idx [8]byte
+			binary.BigEndian.PutUint64(idx[:], uint64(r.idx))
+			_, _ = ctl.SendMessage(ctlClose, idx[:])
+		}
+	}
+}
+
+// dropNext makes the next n batches of r buffered for replay but not
+// sent, simulating their loss on the way.
+func (r *rankPub) dropNext(n int) {
+	r.mu.Lock()
+	r.drop = n
+	r.mu.Unlock()
+}
+
+// nextSeq is the sequence number the next batch will get.
+func (r *rankPub) nextSeq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq
+}
