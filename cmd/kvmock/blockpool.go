@@ -5,19 +5,26 @@ package main
 // the block that holds it; a reference count per block for the requests
 // using it; and one queue of free blocks, least recently freed first. A
 // freed block keeps its hash (it stays cached and can be hit again) until
-// allocation takes it from the head of the queue and evicts it. Blocks that
-// never held anything start out in the queue, so they are used before any
-// cached block is evicted.
+// allocation takes it from the head of the queue and evicts it.
+//
+// In vLLM the queue starts out holding every block, so blocks that never
+// held anything are used before any cached block is evicted. Here those
+// never-used blocks are not materialized: they are the indices from
+// len(hash) to capacity, handed out before the queue is touched, and the
+// per-block arrays grow as they are. That is the same order, and an idle
+// engine of a thousand-worker fleet costs next to no memory.
 //
 // The pool is owned by its engine's scheduler goroutine; it has no lock.
 type blockPool struct {
+	capacity int
+	// Per-block state, for the blocks used at least once.
 	hash   []uint64
 	cached []bool
 	ref    []int32
 	// prev and next link the free queue; -1 ends it.
 	prev, next []int32
 	head, tail int32
-	free       int
+	queued     int // blocks in the free queue
 	byHash     map[uint64]int32
 	// evicted collects the hashes of the blocks evicted since the scheduler
 	// last took them, in eviction order, for BlockRemoved events.
@@ -25,13 +32,7 @@ type blockPool struct {
 }
 
 func newBlockPool(n int) *blockPool {
-	p := &blockPool{
-		hash:   make([]uint64, n),
-		cached: make([]bool, n),
-		ref:    make([]int32, n),
-		prev:   make([]int32, n),
-		next:   make([]int32, n),
-	}
+	p := &blockPool{capacity: n}
 	p.reset()
 	return p
 }
@@ -39,22 +40,18 @@ func newBlockPool(n int) *blockPool {
 // reset returns the pool to the state of a fresh process: every block
 // free and nothing cached. It records no evictions.
 func (p *blockPool) reset() {
-	n := len(p.hash)
-	p.byHash = make(map[uint64]int32, n)
+	p.hash, p.cached, p.ref, p.prev, p.next = nil, nil, nil, nil, nil
+	p.byHash = make(map[uint64]int32)
 	p.head, p.tail = -1, -1
-	p.free = 0
-	p.evicted = p.evicted[:0]
-	for i := range n {
-		p.hash[i], p.cached[i], p.ref[i] = 0, false, 0
-		p.pushTail(int32(i))
-	}
+	p.queued = 0
+	p.evicted = nil
 }
 
 // size is the pool's capacity in blocks.
-func (p *blockPool) size() int { return len(p.hash) }
+func (p *blockPool) size() int { return p.capacity }
 
 // numFree counts the blocks no request uses, cached or not.
-func (p *blockPool) numFree() int { return p.free }
+func (p *blockPool) numFree() int { return p.capacity - len(p.hash) + p.queued }
 
 // numCached counts the blocks that hold a hash.
 func (p *blockPool) numCached() int { return len(p.byHash) }
@@ -91,11 +88,18 @@ func (p *blockPool) take(hashes []uint64, n int, dst []int32) []int32 {
 	return dst
 }
 
-// allocate takes n blocks from the head of the free queue and appends them
-// to dst. A cached block taken this way is evicted. The caller has checked
-// numFree.
+// allocate takes n free blocks, never-used ones first and then from the
+// head of the free queue, and appends them to dst. A cached block taken
+// from the queue is evicted. The caller has checked numFree.
 func (p *blockPool) allocate(n int, dst []int32) []int32 {
 	for range n {
+		if len(p.hash) < p.capacity {
+			b := int32(len(p.hash))
+			p.hash, p.cached, p.ref = append(p.hash, 0), append(p.cached, false), append(p.ref, 1)
+			p.prev, p.next = append(p.prev, -1), append(p.next, -1)
+			dst = append(dst, b)
+			continue
+		}
 		b := p.head
 		p.unlink(b)
 		if p.cached[b] {
@@ -170,7 +174,7 @@ func (p *blockPool) pushTail(b int32) {
 		p.head = b
 	}
 	p.tail = b
-	p.free++
+	p.queued++
 }
 
 func (p *blockPool) unlink(b int32) {
@@ -185,5 +189,5 @@ func (p *blockPool) unlink(b int32) {
 		p.tail = p.prev[b]
 	}
 	p.prev[b], p.next[b] = -1, -1
-	p.free--
+	p.queued--
 }

@@ -105,3 +105,22 @@ func TestBlockHashesChain(t *testing.T) {
 		t.Fatal("hash ignores the parent")
 	}
 }
+
+func TestBlockPoolUsesNeverUsedBlocksFirst(t *testing.T) {
+	p := newBlockPool(4)
+	a := p.allocate(2, nil)
+	p.register(a[0], 1)
+	p.register(a[1], 2)
+	p.release(a)
+	if p.numFree() != 4 {
+		t.Fatalf("free %d", p.numFree())
+	}
+	// Two blocks were never used: they go before any cached block.
+	if b := p.allocate(2, nil); !slices.Equal(b, []int32{2, 3}) || len(p.takeEvicted()) != 0 {
+		t.Fatalf("allocated %v", b)
+	}
+	p.allocate(1, nil)
+	if ev := p.takeEvicted(); !slices.Equal(ev, []uint64{2}) {
+		t.Fatalf("evicted %v, want the tail block of the freed sequence", ev)
+	}
+}

@@ -42,11 +42,13 @@ type rankPub struct {
 	events  atomic.Int64 // events in all batches, sent or not
 }
 
-// ring keeps the last cap(items) batches, oldest first from head.
+// ring keeps the last limit batches, oldest first from head. It grows as
+// batches arrive rather than up front: a thousand idle workers with room for
+// 10,000 batches each would otherwise hold 300 MB of empty slots.
 type ring struct {
 	items []batch
 	head  int
-	n     int
+	limit int
 }
 
 // batch is one published message: its sequence number and payload. The
@@ -57,9 +59,8 @@ type batch struct {
 }
 
 func (r *ring) push(b batch) {
-	if r.n < len(r.items) {
-		r.items[(r.head+r.n)%len(r.items)] = b
-		r.n++
+	if len(r.items) < r.limit {
+		r.items = append(r.items, b)
 		return
 	}
 	r.items[r.head] = b
@@ -69,7 +70,7 @@ func (r *ring) push(b batch) {
 // from returns the buffered batches with seq >= start, oldest first.
 func (r *ring) from(start uint64) []batch {
 	var out []batch
-	for i := range r.n {
+	for i := range len(r.items) {
 		if b := r.items[(r.head+i)%len(r.items)]; b.seq >= start {
 			out = append(out, b)
 		}
@@ -77,9 +78,9 @@ func (r *ring) from(start uint64) []batch {
 	return out
 }
 
+// reset empties the ring and lets go of its memory, as a new process would.
 func (r *ring) reset() {
-	clear(r.items)
-	r.head, r.n = 0, 0
+	r.items, r.head = nil, 0
 }
 
 // opKind is what an engine asks of the sender.
@@ -132,7 +133,7 @@ func startPublisher(zctx *zmq.Context, ranks []*rankPub, cfg *Config) (*publishe
 		replayDone: make(chan struct{}),
 	}
 	for _, r := range ranks {
-		r.buf.items = make([]batch, cfg.ReplayBuffer)
+		r.buf.limit = cfg.ReplayBuffer
 	}
 	// The replay server binds the inproc endpoint before the sender
 	// connects to it.

@@ -70,10 +70,19 @@ func (p *publisher) serveReplay(cfg *Config, ready chan<- error) {
 			continue
 		}
 		for _, it := range polled {
-			if it.Socket == ctl {
-				msg, err := ctl.RecvMessageBytes(0)
+			if it.Socket != ctl {
+				answerReplays(it.Socket, owner[it.Socket])
+				continue
+			}
+			// Take every control message waiting, and rebuild the poller
+			// once: when a whole fleet stops, a thousand closes arrive
+			// together, and rebuilding (and polling a thousand sockets)
+			// after each one takes seconds.
+			closed := false
+			for {
+				msg, err := ctl.RecvMessageBytes(zmq.DONTWAIT)
 				if err != nil {
-					continue
+					break
 				}
 				switch string(msg[0]) {
 				case ctlQuit:
@@ -84,12 +93,13 @@ func (p *publisher) serveReplay(cfg *Config, ready chan<- error) {
 						delete(owner, socks[i])
 						socks[i].Close()
 						socks[i] = nil
+						closed = true
 					}
-					poller = p.replayPoller(ctl, socks)
 				}
-				continue
 			}
-			answerReplays(it.Socket, owner[it.Socket])
+			if closed {
+				poller = p.replayPoller(ctl, socks)
+			}
 		}
 	}
 }
