@@ -20,6 +20,7 @@ import (
 //
 // Actions on a worker apply to all its DP ranks unless ?rank=R names one.
 
+// adminHandler routes the admin API.
 func (f *Fleet) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /reset", f.adminReset)
@@ -31,6 +32,7 @@ func (f *Fleet) adminHandler() http.Handler {
 	return mux
 }
 
+// writeJSON answers with v as JSON.
 func writeJSON(rw http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -42,6 +44,7 @@ func writeJSON(rw http.ResponseWriter, status int, v any) {
 	_, _ = rw.Write(append(b, '\n'))
 }
 
+// adminError answers {"error": msg}, as the selection API does.
 func adminError(rw http.ResponseWriter, status int, msg string) {
 	writeJSON(rw, status, map[string]string{"error": msg})
 }
@@ -167,6 +170,7 @@ type workerStats struct {
 	Ranks []rankStats `json:"ranks"`
 }
 
+// fleetStats is the answer of GET /stats.
 type fleetStats struct {
 	Workers []workerStats `json:"workers"`
 	Totals  rankStats     `json:"totals"`
@@ -174,6 +178,8 @@ type fleetStats struct {
 	CacheHitRate float64 `json:"cache_hit_rate"`
 }
 
+// snapshot reads an engine's counters; they are atomics, so it needs no
+// help from the scheduler goroutine and never waits for a step.
 func (e *engine) snapshot() rankStats {
 	return rankStats{
 		DPRank:           e.dpRank,
@@ -211,6 +217,7 @@ func (s *rankStats) add(o rankStats) {
 	s.KVCacheUsage += o.KVCacheUsage
 }
 
+// stats gathers every worker's counters and the fleet totals.
 func (f *Fleet) stats() fleetStats {
 	var out fleetStats
 	out.Workers = make([]workerStats, 0, len(f.workers))
@@ -236,6 +243,7 @@ func (f *Fleet) stats() fleetStats {
 	return out
 }
 
+// adminStats answers GET /stats.
 func (f *Fleet) adminStats(rw http.ResponseWriter, _ *http.Request) {
 	writeJSON(rw, http.StatusOK, f.stats())
 }

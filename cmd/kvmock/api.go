@@ -33,6 +33,7 @@ type apiRequest struct {
 	AddGenerationPrompt *bool `json:"add_generation_prompt"`
 }
 
+// apiMessage is one chat message as it arrives.
 type apiMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
@@ -45,8 +46,10 @@ type apiError struct {
 	param  string
 }
 
+// Error returns the message.
 func (e *apiError) Error() string { return e.msg }
 
+// badRequest is a 400 answer.
 func badRequest(format string, a ...any) *apiError {
 	return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
 }
@@ -92,6 +95,7 @@ func promptTokens(req *apiRequest) ([]uint32, error) {
 	return decodePrompt(raw)
 }
 
+// decodePrompt decodes a non-empty prompt value.
 func decodePrompt(raw []byte) ([]uint32, error) {
 	switch raw[0] {
 	case '"':

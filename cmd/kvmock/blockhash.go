@@ -7,6 +7,7 @@ package main
 // token_ids the events carry, exactly as it has to with a real vLLM, whose
 // default sha256-over-pickle hashes it cannot reproduce.
 
+// The FNV-1a 64 parameters.
 const (
 	fnvOffset64 = 14695981039109346037
 	fnvPrime64  = 1099511628211
@@ -16,6 +17,7 @@ const (
 // It is fixed, so that every worker (and every restart) agrees.
 var noneHash = fnvString("kvmock-none-hash")
 
+// fnvString hashes a string with FNV-1a 64.
 func fnvString(s string) uint64 {
 	h := uint64(fnvOffset64)
 	for i := 0; i < len(s); i++ {

@@ -31,6 +31,7 @@ type blockPool struct {
 	evicted []uint64
 }
 
+// newBlockPool returns an empty pool of n blocks.
 func newBlockPool(n int) *blockPool {
 	p := &blockPool{capacity: n}
 	p.reset()
@@ -111,6 +112,7 @@ func (p *blockPool) allocate(n int, dst []int32) []int32 {
 	return dst
 }
 
+// evict takes block b's hash away and records it for a BlockRemoved.
 func (p *blockPool) evict(b int32) {
 	h := p.hash[b]
 	if p.byHash[h] == b {
@@ -166,6 +168,7 @@ func (p *blockPool) takeEvicted() []uint64 {
 	return out
 }
 
+// pushTail appends block b to the free queue.
 func (p *blockPool) pushTail(b int32) {
 	p.prev[b], p.next[b] = p.tail, -1
 	if p.tail >= 0 {
@@ -177,6 +180,7 @@ func (p *blockPool) pushTail(b int32) {
 	p.queued++
 }
 
+// unlink takes block b out of the free queue.
 func (p *blockPool) unlink(b int32) {
 	if p.prev[b] >= 0 {
 		p.next[p.prev[b]] = p.next[b]

@@ -17,14 +17,18 @@ import (
 // the JSON answer, or in a last chunk with no choices before [DONE], as
 // vLLM does with stream_options.include_usage.
 
+// handleCompletions serves POST /v1/completions.
 func (w *worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
 	w.complete(rw, r, false)
 }
 
+// handleChat serves POST /v1/chat/completions.
 func (w *worker) handleChat(rw http.ResponseWriter, r *http.Request) {
 	w.complete(rw, r, true)
 }
 
+// complete decodes a completion request, hands it to an engine and
+// answers as the request asked.
 func (w *worker) complete(rw http.ResponseWriter, r *http.Request, chat bool) {
 	rw.Header().Set("X-Kvmock-Worker", strconv.Itoa(w.id))
 	req, err := readRequest(rw, r)

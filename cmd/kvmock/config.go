@@ -167,6 +167,7 @@ func (c *Config) zmqEndpoint(base, worker, rank int) string {
 	return "tcp://127.0.0.1:" + strconv.Itoa(base+worker*c.DPRanks+rank)
 }
 
+// portOf is the i-th port from base, or 0 (any port) when base is 0.
 func portOf(base, i int) int {
 	if base == 0 {
 		return 0

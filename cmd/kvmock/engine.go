@@ -51,6 +51,7 @@ type engineStats struct {
 // cmdKind is an administrative action the scheduler performs between steps.
 type cmdKind uint8
 
+// The administrative actions.
 const (
 	// cmdReset drops the whole cache and announces AllBlocksCleared.
 	cmdReset cmdKind = iota
@@ -61,11 +62,13 @@ const (
 	cmdStop
 )
 
+// engineCmd is an action with a channel closed once it is done.
 type engineCmd struct {
 	kind cmdKind
 	done chan struct{}
 }
 
+// newEngine returns an engine whose scheduler is not running yet.
 func newEngine(cfg *Config, worker, dpRank int, pub *rankPub) *engine {
 	return &engine{
 		cfg:    cfg,
@@ -93,6 +96,7 @@ func (e *engine) submit(r *request) {
 	e.poke()
 }
 
+// poke wakes the scheduler if it sleeps for want of work.
 func (e *engine) poke() {
 	select {
 	case e.wake <- struct{}{}:
@@ -151,6 +155,7 @@ func (e *engine) intake() bool {
 	e.running = slices.DeleteFunc(e.running, func(r *request) bool {
 		if r.aborted.Load() {
 			e.pool.release(r.blocks)
+			r.blocks = nil
 			return true
 		}
 		return false

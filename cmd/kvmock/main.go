@@ -24,6 +24,7 @@ import (
 	"github.com/kvrouter/caddy-kvrouter/indexer"
 )
 
+// main parses the flags and runs the fleet until a signal.
 func main() {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("kvmock: ")

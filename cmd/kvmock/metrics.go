@@ -17,6 +17,7 @@ type metric struct {
 	value           func(e *engine) float64
 }
 
+// metrics are the families served, in order.
 var metrics = []metric{
 	{"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
 		func(e *engine) float64 { return float64(e.stats.running.Load()) }},
@@ -39,6 +40,7 @@ var metrics = []metric{
 		func(e *engine) float64 { return float64(e.stats.served.Load()) }},
 }
 
+// handleMetrics serves GET /metrics.
 func (w *worker) handleMetrics(rw http.ResponseWriter, _ *http.Request) {
 	var b []byte
 	labels := make([]string, len(w.engines))

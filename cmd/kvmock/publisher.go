@@ -58,6 +58,7 @@ type batch struct {
 	payload []byte
 }
 
+// push adds a batch, overwriting the oldest once the ring is full.
 func (r *ring) push(b batch) {
 	if len(r.items) < r.limit {
 		r.items = append(r.items, b)
@@ -86,6 +87,7 @@ func (r *ring) reset() {
 // opKind is what an engine asks of the sender.
 type opKind uint8
 
+// The sender's operations.
 const (
 	// opPublish sends a payload under the rank's next sequence number.
 	opPublish opKind = iota
@@ -121,8 +123,8 @@ const (
 	ctlClose = "close" // followed by a frame with the rank index
 )
 
-// startPublisher binds every rank's sockets and starts the two goroutines.
-// zmqBase and replayBase follow Config's port numbering (0: any port).
+// startPublisher binds every rank's sockets, on the ports Config numbers
+// (any free port for a zero base), and starts the two goroutines.
 func startPublisher(zctx *zmq.Context, ranks []*rankPub, cfg *Config) (*publisher, error) {
 	p := &publisher{
 		zctx:       zctx,

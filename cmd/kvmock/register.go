@@ -88,8 +88,10 @@ type statusError struct {
 	body   string
 }
 
+// Error describes the answer.
 func (e *statusError) Error() string { return fmt.Sprintf("status %d: %s", e.status, e.body) }
 
+// post sends one registration; see Register for which errors are final.
 func post(ctx context.Context, client *http.Client, url string, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {

@@ -104,6 +104,7 @@ func (p *publisher) serveReplay(cfg *Config, ready chan<- error) {
 	}
 }
 
+// replayPoller polls the control socket and every open ROUTER.
 func (p *publisher) replayPoller(ctl *zmq.Socket, socks []*zmq.Socket) *zmq.Poller {
 	poller := zmq.NewPoller()
 	poller.Add(ctl, zmq.POLLIN)

@@ -55,6 +55,8 @@ type progress struct {
 	err          error
 }
 
+// newRequest returns a request that needs blocks for its prompt and
+// maxTokens output tokens.
 func newRequest(prompt []uint32, hashes []uint64, maxTokens, blockSize int) *request {
 	return &request{
 		prompt:     prompt,

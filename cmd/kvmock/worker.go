@@ -57,6 +57,7 @@ func newWorker(cfg *Config, id int, engines []*engine) (*worker, error) {
 	return w, nil
 }
 
+// serve serves HTTP until the server is closed.
 func (w *worker) serve() {
 	defer close(w.served)
 	_ = w.srv.Serve(w.ln)
