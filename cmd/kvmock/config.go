@@ -129,9 +129,13 @@ func (c *Config) Validate() error {
 	add("--zmq-base-port", c.ZMQBasePort, ranks)
 	add("--replay-base-port", c.ReplayBasePort, ranks)
 	if c.Admin != "" {
-		_, p, err := net.SplitHostPort(c.Admin)
+		host, p, err := net.SplitHostPort(c.Admin)
 		if err != nil {
 			return fmt.Errorf("--admin: %v", err)
+		}
+		// The admin API can stop workers and has no authentication.
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("--admin must be a loopback address, not %q", host)
 		}
 		port, err := strconv.Atoi(p)
 		if err != nil {

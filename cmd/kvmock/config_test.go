@@ -26,6 +26,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Admin = "127.0.0.1:8003" }, "--http-base-port (8001-8008) overlaps --admin"},
 		{func(c *Config) { c.HTTPBasePort = 65530 }, "out of range"},
 		{func(c *Config) { c.Admin = "nonsense" }, "--admin"},
+		{func(c *Config) { c.Admin = "0.0.0.0:9000" }, "loopback"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()
