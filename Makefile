@@ -39,7 +39,7 @@ bin/kvmock: $(shell find cmd/kvmock indexer selection -name '*.go') go.mod
 test: deps build
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
-	$(GO) test -race -count=1 ./selection/ ./indexer/
+	$(GO) test -race -count=1 ./selection/ ./indexer/ ./caddymodule/
 	$(MAKE) fuzz-ci
 
 # fuzz runs every fuzz target for FUZZTIME; fuzz-ci, every one briefly.
@@ -60,7 +60,7 @@ bench: deps
 bench-proxy: build bin/kvbench
 	./scripts/bench-proxy.sh
 
-demo: deps build bin/kvbench
+demo: deps build bin/kvbench bin/kvmock
 	./scripts/demo.sh
 
 clean:

@@ -43,8 +43,8 @@ func TestCaddyfileExampleAdapts(t *testing.T) {
 	if !ok {
 		t.Fatalf("no kv_router app in %v", apps)
 	}
-	if app["block_size"] != 16.0 || app["use_kv_events"] != false {
-		t.Errorf("kv_router app = %v, want block_size 16 and use_kv_events false", app)
+	if app["block_size"] != 16.0 || app["use_kv_events"] != nil {
+		t.Errorf("kv_router app = %v, want block_size 16 and use_kv_events at its default (on)", app)
 	}
 	out, _ := json.Marshal(cfg)
 	for _, want := range []string{`"handler":"kv_selection"`, `"handler":"kv_router"`, `"policy":"kv_router"`, `"source":"kv_router"`} {

@@ -1,44 +1,47 @@
 #!/usr/bin/env bash
-# make demo: start the gateway with Caddyfile.example, register two workers
-# through the Dynamo-compatible selection API, and show how a select follows
-# a cached prefix. Everything started here is stopped on exit.
+# make demo: eight simulated vLLM workers (kvmock) publishing real KV-cache
+# events over ZMQ, the gateway run with Caddyfile.example, and the same
+# agentic trace (shared system prompt, long growing contexts, tool-call
+# turns) played through kv_router and through ordinary load balancing
+# (round_robin, least_conn, random), with the workers' caches emptied
+# before each run. It prints what KV-aware routing gained and where the
+# TTFT plot is, and stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+OUT=${DEMO_OUT:-/tmp/kvrouter-demo}
+DURATION=${DEMO_DURATION:-15s}   # per policy; four policies: about a minute
+mkdir -p "$OUT"
 API=http://127.0.0.1:8092
-ADMIN=http://localhost:2019
-LOG=$(mktemp /tmp/kvrouter-demo.XXXXXX.log)
 
-./bin/caddy run --config Caddyfile.example >"$LOG" 2>&1 &
-CADDY=$!
-trap 'kill $CADDY 2>/dev/null; wait $CADDY 2>/dev/null || true' EXIT
+./bin/caddy run --config Caddyfile.example >"$OUT/gateway.log" 2>&1 &
+GW=$!
+MOCK=
+cleanup() {
+	[ -n "$MOCK" ] && kill "$MOCK" 2>/dev/null
+	kill "$GW" 2>/dev/null
+	wait 2>/dev/null || true
+}
+trap cleanup EXIT
 
 for _ in $(seq 1 100); do
 	curl -fsS "$API/health" >/dev/null 2>&1 && break
 	sleep 0.1
 done
-curl -fsS "$API/health" >/dev/null || { echo "gateway did not start; log:"; cat "$LOG"; exit 1; }
+curl -fsS "$API/health" >/dev/null || { echo "the gateway did not start; see $OUT/gateway.log"; exit 1; }
 
-post() { curl -sS -X POST -H 'Content-Type: application/json' -d "$2" "$API$1"; echo; }
-tokens() { seq -s, "$1" "$2"; }
+echo "== starting 8 simulated workers (kvmock), registered through the selection API"
+./bin/kvmock --workers 8 --register "$API" --admin 127.0.0.1:8000 >"$OUT/kvmock.log" 2>&1 &
+MOCK=$!
+for _ in $(seq 1 150); do
+	curl -fsS "$API/ready" 2>/dev/null | grep -q '"schedulable_workers":8' && break
+	sleep 0.1
+done
+curl -fsS "$API/ready" | grep -q '"schedulable_workers":8' || { echo "workers did not register; see $OUT/kvmock.log"; exit 1; }
 
-echo "== register two workers (POST /workers)"
-post /workers '{"worker_id":1,"endpoint":"127.0.0.1:8001","block_size":16}'
-post /workers '{"worker_id":2,"endpoint":"127.0.0.1:8002","block_size":16}'
-
-echo; echo "== readiness (GET /ready)"
-curl -sS "$API/ready"; echo
-
-PROMPT=$(tokens 1 512)
-echo; echo "== first request: 512 tokens, nothing cached yet (POST /select_and_reserve)"
-FIRST=$(post /select_and_reserve "{\"selection_id\":\"demo-1\",\"token_ids\":[$PROMPT]}")
-echo "$FIRST" | sed -E 's/"sequence_hashes":\[[^]]*\]/"sequence_hashes":[…]/'
-curl -sS -X DELETE "$API/reservations/demo-1" >/dev/null
-
-echo; echo "== second request: the same 512 tokens plus 64 more (POST /select)"
-echo "   it should go to the same worker, with overlap.gpu = 512 cached tokens"
-post /select "{\"token_ids\":[$PROMPT,$(tokens 9000 9063)]}"
-
-echo; echo "== loads (GET /loads)"
-curl -sS "$API/loads"; echo
-echo; echo "gateway log: $LOG"
+echo "== the agentic trace through each policy ($DURATION each)"
+./bin/kvbench run --workload agentic --sessions 64 --turns 16 --concurrency 32 --duration "$DURATION" \
+	--compare kv_router=http://127.0.0.1:8080,round_robin=http://127.0.0.1:8081,least_conn=http://127.0.0.1:8082,random=http://127.0.0.1:8083 \
+	--reset http://127.0.0.1:8000/reset --pid "$GW" --json "$OUT/results.json" --plot "$OUT/ttft.svg"
+echo
+echo "results: $OUT/results.json   logs: $OUT/gateway.log $OUT/kvmock.log"

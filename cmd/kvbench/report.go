@@ -140,10 +140,11 @@ func runWorkload(args []string) error {
 	reset := fs.String("reset", "", "URL to POST before each run so every policy starts with cold caches (kvmock's admin /reset)")
 	kind := fs.String("workload", "agentic", "agentic, multiturn or random")
 	sessions := fs.Int("sessions", 32, "sessions in the trace")
-	turns := fs.Int("turns", 8, "turns per session")
+	turns := fs.Int("turns", 16, "turns per session")
 	conc := fs.Int("concurrency", 8, "sessions in flight at once")
 	system := fs.Int("system-tokens", 2048, "agentic: tokens of the shared system prompt")
 	turnTokens := fs.Int("turn-tokens", 256, "mean new tokens per turn")
+	taskTokens := fs.Int("task-tokens", 6000, "agentic: mean tokens of each session's starting context")
 	output := fs.Int("output-tokens", 16, "output tokens per turn")
 	maxISL := fs.Int("max-isl", 16384, "context cut to its last max-isl tokens")
 	duration := fs.Duration("duration", 60*time.Second, "stop each run after this long")
@@ -154,7 +155,7 @@ func runWorkload(args []string) error {
 	plotOut := fs.String("plot", "", "write TTFT distributions per policy as SVG to this file")
 	_ = fs.Parse(args)
 
-	trace, err := buildTrace(workloadConfig{Kind: *kind, Sessions: *sessions, Turns: *turns, SystemTokens: *system,
+	trace, err := buildTrace(workloadConfig{Kind: *kind, Sessions: *sessions, Turns: *turns, SystemTokens: *system, TaskTokens: *taskTokens,
 		TurnTokens: *turnTokens, OutputTokens: *output, MaxISL: *maxISL, Seed: *seed})
 	if err != nil {
 		return err

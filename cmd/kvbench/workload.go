@@ -15,6 +15,7 @@ type workloadConfig struct {
 	Sessions     int
 	Turns        int
 	SystemTokens int // agentic: the shared system prompt
+	TaskTokens   int // agentic: each session's own starting context (task, documents)
 	TurnTokens   int // mean new tokens per turn (user message, tool result)
 	OutputTokens int // output tokens per turn
 	MaxISL       int // the context is cut to its last MaxISL tokens
@@ -70,7 +71,7 @@ func buildTrace(c workloadConfig) ([]session, error) {
 			// that grows with every turn: a user message, the assistant's
 			// previous answer, tool-call results.
 			ctx = append(ctx, system...)
-			ctx = append(ctx, randTokens(rng, around(rng, c.TurnTokens*2))...) // the task
+			ctx = append(ctx, randTokens(rng, around(rng, max(c.TaskTokens, 1)))...) // the task
 		case "multiturn":
 			ctx = append(ctx, randTokens(rng, around(rng, c.TurnTokens))...)
 		}
