@@ -18,13 +18,7 @@ import (
 // declared worker whose KV events come from pubEP.
 func eventsCaddyfile(pubEP string) string {
 	return fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	grace_period 1s
-	skip_install_trust
-	auto_https off
-	kv_router {
+%s	kv_router {
 		block_size 4
 		worker 1 {
 			endpoint 127.0.0.1:9001
@@ -43,7 +37,7 @@ func eventsCaddyfile(pubEP string) string {
 	bind 127.0.0.1
 	kv_selection
 }
-`, testAdminPort, testHTTPPort, testHTTPSPort, pubEP, testHTTPPort)
+`, testGlobals, pubEP, testHTTPPort)
 }
 
 // TestEventsSteerSelectionAcrossReload: a real ZMQ publisher's BlockStored

@@ -24,18 +24,22 @@ const (
 
 var apiBase = fmt.Sprintf("http://127.0.0.1:%d", testHTTPPort)
 
-// testCaddyfile serves the selection API on the test port, with a second
-// copy under /small/ that accepts bodies of at most 64 bytes. The workers
-// block goes into the kv_router global option.
-func testCaddyfile(workers string) string {
-	return fmt.Sprintf(`{
-	admin localhost:%d
+// testGlobals are the global options every test config starts with: the
+// test ports, loopback admin, a short grace period, no TLS.
+var testGlobals = fmt.Sprintf(`	admin localhost:%d
 	http_port %d
 	https_port %d
 	grace_period 1s
 	skip_install_trust
 	auto_https off
-	kv_router {
+`, testAdminPort, testHTTPPort, testHTTPSPort)
+
+// testCaddyfile serves the selection API on the test port, with a second
+// copy under /small/ that accepts bodies of at most 64 bytes. The workers
+// block goes into the kv_router global option.
+func testCaddyfile(workers string) string {
+	return fmt.Sprintf(`{
+%s	kv_router {
 		block_size 4
 		use_kv_events off
 %s
@@ -53,7 +57,7 @@ func testCaddyfile(workers string) string {
 		kv_selection
 	}
 }
-`, testAdminPort, testHTTPPort, testHTTPSPort, workers, testHTTPPort)
+`, testGlobals, workers, testHTTPPort)
 }
 
 const worker1 = `		worker 1 {
@@ -69,19 +73,13 @@ const worker3 = `		worker 3 {
 // blankCaddyfile has no kv_router app, so loading it releases the pooled
 // router and the next test starts from an empty one.
 var blankCaddyfile = fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	grace_period 1s
-	skip_install_trust
-	auto_https off
-}
+%s}
 
 :%d {
 	bind 127.0.0.1
 	respond "blank"
 }
-`, testAdminPort, testHTTPPort, testHTTPSPort, testHTTPPort)
+`, testGlobals, testHTTPPort)
 
 func newTester(t *testing.T) *caddytest.Tester {
 	t.Helper()

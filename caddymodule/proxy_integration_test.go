@@ -22,13 +22,7 @@ import (
 // to the given workers (declared in the kv_router block, events on).
 func proxyCaddyfile(workers string) string {
 	return fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	grace_period 1s
-	skip_install_trust
-	auto_https off
-	kv_router {
+%s	kv_router {
 		block_size 4
 %s
 	}
@@ -46,7 +40,7 @@ func proxyCaddyfile(workers string) string {
 		lb_retries 2
 	}
 }
-`, testAdminPort, testHTTPPort, testHTTPSPort, workers, testHTTPPort)
+`, testGlobals, workers, testHTTPPort)
 }
 
 func workerBlock(w *testWorker) string {
