@@ -175,6 +175,13 @@ type App struct {
 	// for clients that never sent its release. Default: 1h.
 	ReservationTTL caddy.Duration `json:"reservation_ttl,omitempty"`
 
+	// WorkerDownAfter takes a worker out of the candidates, and drops its
+	// KV index entries, once the proxy has failed to reach it (dial errors,
+	// 502/503/504) for this long with no success in between. While it is
+	// out, its endpoint is dialed periodically and it comes back as soon as
+	// a connection succeeds. Zero disables it. Default: 30s.
+	WorkerDownAfter caddy.Duration `json:"worker_down_after,omitempty"`
+
 	// MaxWorkers bounds the number of workers in the catalog.
 	// Default: 65536.
 	MaxWorkers int `json:"max_workers,omitempty"`
@@ -426,6 +433,7 @@ func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 		{"session_affinity_ttl", a.SessionAffinityTTL, &cfg.SessionAffinityTTL},
 		{"pending_ttl", a.PendingTTL, &cfg.PendingTTL},
 		{"reservation_ttl", a.ReservationTTL, &cfg.ReservationTTL},
+		{"worker_down_after", a.WorkerDownAfter, &cfg.WorkerDownAfter},
 	} {
 		if f.v < 0 {
 			return cfg, nil, fmt.Errorf("%s must not be negative", f.name)

@@ -68,6 +68,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		pending_max_entries <count>
 //		pending_max_bytes <size>
 //		reservation_ttl <duration>
+//		worker_down_after <duration>
 //		max_workers <count>
 //
 //		worker <id> {
@@ -167,6 +168,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.PendingMaxBytes, err = parseSize(d)
 		case "reservation_ttl":
 			a.ReservationTTL, err = parseDuration(d)
+		case "worker_down_after":
+			a.WorkerDownAfter, err = parseDuration(d)
 		case "max_workers":
 			a.MaxWorkers, err = parseCount(d)
 		case "worker":

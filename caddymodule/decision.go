@@ -69,6 +69,7 @@ func (d *decision) failover() bool {
 		return false
 	}
 	d.tried = append(d.tried, selection.Rank{WorkerID: d.resp.WorkerID, DPRank: d.resp.DPRank})
+	d.router.ReportFailure(d.resp.WorkerID)
 	_ = d.router.Free(d.resp.SelectionID)
 	d.req.SelectionID = ""
 	d.req.Placement.ExcludeRanks = d.tried
@@ -96,6 +97,15 @@ func (d *decision) prefillDone() {
 	}
 	if _, resp := d.target(); resp != nil {
 		_ = d.router.PrefillComplete(resp.SelectionID)
+		d.router.ReportSuccess(resp.WorkerID)
+	}
+}
+
+// upstreamFailed records that the proxy got no good answer from the
+// current worker (a 502, 503 or 504 from reverse_proxy).
+func (d *decision) upstreamFailed() {
+	if _, resp := d.target(); resp != nil {
+		d.router.ReportFailure(resp.WorkerID)
 	}
 }
 

@@ -200,7 +200,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	caddyhttp.SetVar(r.Context(), decisionVar, d)
 	defer d.release() // runs on return, on panic(http.ErrAbortHandler) and after a client cancel
 	d.annotate(w, r)
-	return next.ServeHTTP(&prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, d: d}, r)
+	err = next.ServeHTTP(&prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, d: d}, r)
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && (he.StatusCode == http.StatusBadGateway || he.StatusCode == http.StatusServiceUnavailable ||
+		he.StatusCode == http.StatusGatewayTimeout) {
+		d.upstreamFailed()
+	}
+	return err
 }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on

@@ -263,7 +263,8 @@ func TestProxyFailsOverFromDeadWorker(t *testing.T) {
 	// Worker 2's HTTP port is closed: its events still arrive, so it looks
 	// like the best place for its prefix until the dial fails.
 	_ = dead.srv.Close()
-	tester.InitServer(proxyCaddyfile(workerBlock(w1)+workerBlock(dead)), "caddyfile")
+	cfg := strings.Replace(proxyCaddyfile(workerBlock(w1)+workerBlock(dead)), "block_size 4", "block_size 4\n\t\tworker_down_after 300ms", 1)
+	tester.InitServer(cfg, "caddyfile")
 	w1.waitSubscribed()
 	dead.waitSubscribed()
 	p := seqTokens(700, 64)
@@ -276,6 +277,21 @@ func TestProxyFailsOverFromDeadWorker(t *testing.T) {
 	}
 	if testCounter(failoversTotal) != before+1 {
 		t.Fatalf("failovers went from %v to %v", before, testCounter(failoversTotal))
+	}
+	waitNoReservations(t)
+	// After worker_down_after with no success, the dead worker is taken out
+	// and its index entries are dropped; new requests go straight to 1.
+	state := pooledState(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for !state.router.WorkerDown(2) || state.events.Index.Blocks(selection.PartitionKey{Model: "m", Group: "default"}, selection.Rank{WorkerID: 2}) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead worker was not taken out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res, _ = post(t, tester, "/v1/completions", `{"model":"m","prompt":`+tokensJSON(p)+`}`)
+	if res.StatusCode != 200 || res.Header.Get("X-KVRouter-Worker") != "1" || testCounter(failoversTotal) != before+1 {
+		t.Fatalf("after take-out: status %d worker %q failovers %v", res.StatusCode, res.Header.Get("X-KVRouter-Worker"), testCounter(failoversTotal)-before)
 	}
 	waitNoReservations(t)
 }

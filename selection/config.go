@@ -65,6 +65,11 @@ type Config struct {
 	// ReservationTTL force-frees bookings older than this (stale requests
 	// whose free never came).
 	ReservationTTL time.Duration
+	// WorkerDownAfter takes a worker out of the candidates, and drops its
+	// index entries, when it has been failing (as reported by the proxy)
+	// for this long with no success in between; 0 disables it. A down
+	// worker is dialed on every sweep and comes back when it connects.
+	WorkerDownAfter time.Duration
 	// DefaultBlockSize applies to workers registered without block_size.
 	DefaultBlockSize uint32
 	// MaxWorkers bounds the catalog size.

@@ -142,6 +142,9 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 			return err
 		}
 		p.TokenIDs = nil
+		if promptDst != nil {
+			*promptDst = nil // no integer-array prompt: not a reused buffer's leftovers
+		}
 		return nil
 	}
 	// Hand goccy the body without the members parsed here.

@@ -278,6 +278,15 @@ func TestDecodeIntegerPrompt(t *testing.T) {
 			t.Errorf("Test %d: toks %v raw %q tokens %v model %q", i, c.toks, c.RawPrompt, c.TokenIDs, c.Model)
 		}
 	}
+	// A reused value: a text prompt after an integer one leaves no tokens.
+	var reused completionBody
+	if err := DecodeJSON([]byte(`{"prompt":[1,2]}`), &reused); err != nil || len(reused.toks) != 2 {
+		t.Fatal(err)
+	}
+	reused.toks = reused.toks[:0]
+	if err := DecodeJSON([]byte(`{"prompt":"text"}`), &reused); err != nil || reused.toks != nil {
+		t.Fatalf("text prompt after a reused buffer: %v %v", reused.toks, err)
+	}
 	// A broken prompt array is a syntax error, not a silent fallback.
 	var c completionBody
 	if err := DecodeJSON([]byte(`{"prompt":[1,}`), &c); err == nil || err.(*Error).Kind != KindMalformed {

@@ -25,6 +25,7 @@ type rankState struct {
 	totalKV    uint64
 	taints     []string
 	removed    bool
+	down       bool // unreachable (health.go): not a candidate
 
 	prefillTokens uint64
 	requests      uint64

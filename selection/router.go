@@ -32,6 +32,7 @@ type Router struct {
 
 	pending  *pendingCache
 	affinity *affinityTable
+	health   healthTable
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -125,6 +126,9 @@ func (r *Router) sweeper() {
 	if r.cfg.ReservationTTL > 0 && r.cfg.ReservationTTL/2 < every {
 		every = max(r.cfg.ReservationTTL/2, 10*time.Millisecond)
 	}
+	if r.cfg.WorkerDownAfter > 0 && r.cfg.WorkerDownAfter/2 < every {
+		every = max(r.cfg.WorkerDownAfter/2, 10*time.Millisecond)
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -137,8 +141,8 @@ func (r *Router) sweeper() {
 	}
 }
 
-// Sweep force-frees bookings older than ReservationTTL and drops idle
-// session bindings. It runs periodically; tests call it directly.
+// Sweep force-frees bookings older than ReservationTTL, drops idle
+// session bindings, and takes out (or brings back) unreachable workers. It runs periodically; tests call it directly.
 func (r *Router) Sweep() int {
 	var stale []string
 	if r.cfg.ReservationTTL > 0 {
@@ -157,6 +161,7 @@ func (r *Router) Sweep() int {
 	if r.affinity.enabled() {
 		r.affinity.sweep()
 	}
+	r.sweepHealth()
 	return len(stale)
 }
 

@@ -183,7 +183,7 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 		if allowed != nil && !allowed[rs.rank.WorkerID] {
 			continue
 		}
-		if pl != nil && slices.Contains(pl.ExcludeRanks, rs.rank) {
+		if rs.down || pl != nil && slices.Contains(pl.ExcludeRanks, rs.rank) {
 			continue
 		}
 		if !hasAll(rs.taints, required) {
@@ -194,6 +194,9 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 	if len(w.cands) == 0 {
 		if len(p.ranks) > 0 && (allowed != nil || len(required) > 0 || pl != nil && len(pl.ExcludeRanks) > 0) {
 			return selection{}, errorf(KindNotReady, "all eligible workers were filtered for %s", p.key)
+		}
+		if len(p.ranks) > 0 {
+			return selection{}, errorf(KindNotReady, "every worker of %s is unreachable", p.key)
 		}
 		return selection{}, errNoSchedulable(p.key.Model, p.key.Group)
 	}
