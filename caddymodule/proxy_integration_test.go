@@ -396,3 +396,54 @@ func TestProxyStaticUpstreams(t *testing.T) {
 	res.Body.Close()
 	waitNoReservations(t)
 }
+
+// TestProxyNeverDialsOutsideTheCatalog: nothing in a request (body fields,
+// Host, forwarding headers) can make the gateway dial an address that is
+// not a registered worker.
+func TestProxyNeverDialsOutsideTheCatalog(t *testing.T) {
+	tester := newTester(t)
+	w1 := newTestWorker(t, 1)
+	tester.InitServer(proxyCaddyfile(workerBlock(w1)), "caddyfile")
+	w1.waitSubscribed()
+	evil, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evil.Close()
+	var dialed atomic.Int64
+	go func() {
+		for {
+			c, err := evil.Accept()
+			if err != nil {
+				return
+			}
+			dialed.Add(1)
+			c.Close()
+		}
+	}()
+	ea := evil.Addr().String()
+	body := `{"model":"m","prompt":[1,2,3,4,5,6,7,8],"endpoint":"` + ea + `","worker_id":99,` +
+		`"pinned_worker":{"worker_id":99,"dp_rank":0},"affinity_target":{"worker_id":99}}`
+	for _, hdr := range [][2]string{{"Host", ea}, {"X-Forwarded-Host", ea}, {"X-Routing-Group", ea}, {"X-Session-ID", ea}} {
+		req, _ := http.NewRequest(http.MethodPost, apiBase+"/v1/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if hdr[0] == "Host" {
+			req.Host = hdr[1]
+		} else {
+			req.Header.Set(hdr[0], hdr[1])
+		}
+		res, err := tester.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: status %d", hdr[0], res.StatusCode)
+		}
+	}
+	if dialed.Load() != 0 || w1.served.Load() != 4 {
+		t.Fatalf("the unregistered address was dialed %d times; the worker served %d of 4", dialed.Load(), w1.served.Load())
+	}
+	waitNoReservations(t)
+}

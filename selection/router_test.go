@@ -716,3 +716,17 @@ func TestConcurrentBookings(t *testing.T) {
 		}
 	}
 }
+
+func TestCatalogCap(t *testing.T) {
+	r := newTestRouter(t, func(c *Config) { c.MaxWorkers = 2 })
+	addWorker(t, r, 1, nil)
+	addWorker(t, r, 2, nil)
+	_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(3)), Endpoint: ptr("c:1"), BlockSize: ptr(uint32(16))})
+	mustStatus(t, err, 409, "worker catalog is full (2 workers)")
+	// Updating a worker already in the catalog is not refused.
+	addWorker(t, r, 2, func(w *WorkerRequest) { w.TotalKVBlocks = ptr(uint64(5)) })
+	if _, err := r.DeleteWorker(1); err != nil {
+		t.Fatal(err)
+	}
+	addWorker(t, r, 3, nil)
+}
