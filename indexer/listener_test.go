@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -226,4 +227,49 @@ func TestListenerReplayTimeout(t *testing.T) {
 	if f.depth(f.rank, prompt) != 5 || f.depth(f.rank, testPrompt(10)) != 5 {
 		t.Fatal("index not usable after a replay timeout")
 	}
+}
+
+// TestListenerConnectsLate: the publisher's endpoint is down when the
+// listener starts and comes up later; libzmq's reconnect brings the events
+// in without anything restarted.
+func TestListenerConnectsLate(t *testing.T) {
+	// A free port, released so that nothing listens there yet.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + ln.Addr().String()
+	ln.Close()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := New()
+	x.ConfigurePartition(part, lbs, false)
+	var stats Stats
+	l, err := StartListener(zctx, x, &stats, nil, ListenerConfig{Endpoint: ep, Partition: part, Rank: selection.Rank{WorkerID: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a few failed reconnects
+	pub, _ := zctx.NewSocket(zmq.XPUB)
+	_ = pub.SetLinger(0)
+	_ = pub.SetRcvtimeo(10 * time.Second)
+	if err := pub.Bind(ep); err != nil {
+		t.Skipf("could not rebind %s: %v", ep, err)
+	}
+	if _, err := pub.RecvBytes(0); err != nil {
+		t.Fatalf("the listener never connected: %v", err)
+	}
+	var s [8]byte
+	if _, err := pub.SendMessage([]byte{}, s[:], chunk(EncodingMap, 0, testPrompt(13), 0, 6)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the late publisher's events", func() bool { return stats.Batches.Load() == 1 })
+	if n := x.Blocks(part, selection.Rank{WorkerID: 4}); n != 6 {
+		t.Fatalf("%d blocks indexed, want 6", n)
+	}
+	l.Stop()
+	pub.Close()
+	_ = zctx.Term()
 }
