@@ -447,3 +447,21 @@ func TestProxyNeverDialsOutsideTheCatalog(t *testing.T) {
 	}
 	waitNoReservations(t)
 }
+
+// TestProxyBodyLimit: a body over the handler's max_body_size gets 413
+// and reaches no worker.
+func TestProxyBodyLimit(t *testing.T) {
+	tester := newTester(t)
+	w1 := newTestWorker(t, 1)
+	cfg := strings.Replace(proxyCaddyfile(workerBlock(w1)), "explain on", "explain on\n\t\tmax_body_size 256", 1)
+	tester.InitServer(cfg, "caddyfile")
+	res, _ := post(t, tester, "/v1/completions", `{"model":"m","prompt":`+tokensJSON(seqTokens(1000, 100))+`}`)
+	if res.StatusCode != http.StatusRequestEntityTooLarge || w1.served.Load() != 0 {
+		t.Fatalf("oversized body: status %d, served %d", res.StatusCode, w1.served.Load())
+	}
+	res, _ = post(t, tester, "/v1/completions", `{"model":"m","prompt":[1,2,3,4]}`)
+	if res.StatusCode != 200 {
+		t.Fatalf("small body: status %d", res.StatusCode)
+	}
+	waitNoReservations(t)
+}
