@@ -86,44 +86,27 @@ func parseTopic(topic string) (uint64, string, error) {
 func (b *BindListener) run(sub *zmq.Socket) {
 	defer close(b.done)
 	defer sub.Close()
-	for {
-		select {
-		case <-b.stop:
-			return
-		default:
-		}
-		frames, err := sub.RecvMessageBytes(0)
-		if err != nil {
-			if zmq.AsErrno(err) == zmq.ETERM {
-				return
-			}
-			continue // the receive timeout
-		}
-		seq, payload, ok := liveFrames(frames)
-		if !ok {
-			b.stats.Malformed.Add(1)
-			continue
-		}
+	receive(sub, b.stop, b.stats, func(topic []byte, seq uint64, payload []byte) {
 		// Resolve every message: a worker deleted from the catalog must
 		// stop feeding the index at once, and one that moved partitions
 		// starts a fresh sequence there.
-		id, model, err := parseTopic(string(frames[0]))
+		id, model, err := parseTopic(string(topic))
 		if err != nil {
 			b.stats.Malformed.Add(1)
-			continue
+			return
 		}
 		cfg, ok := b.resolve(id, model)
-		st := b.streams[string(frames[0])]
 		if !ok {
 			b.stats.Rejected.Add(1)
-			delete(b.streams, string(frames[0]))
-			continue
+			delete(b.streams, string(topic))
+			return
 		}
+		st := b.streams[string(topic)]
 		if st == nil || st.cfg != cfg {
 			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.stats, log: b.log, stop: b.stop}
-			b.streams[string(frames[0])] = st
+			b.streams[string(topic)] = st
 		}
 		b.stats.Messages.Add(1)
 		st.deliver(seq, payload)
-	}
+	})
 }

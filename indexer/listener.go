@@ -134,29 +134,36 @@ func (l *Listener) Stop() {
 func (l *Listener) run(sub *zmq.Socket) {
 	defer close(l.done)
 	defer sub.Close()
+	receive(sub, l.stop, l.stats, func(_ []byte, seq uint64, payload []byte) {
+		l.stats.Messages.Add(1)
+		l.deliver(seq, payload)
+	})
+}
+
+// receive reads live messages from sub until stop is closed (or the ZMQ
+// context ends) and hands each well-framed one to handle; malformed frames
+// are counted and skipped. The socket's receive timeout wakes the loop so
+// it notices stop.
+func receive(sub *zmq.Socket, stop <-chan struct{}, stats *Stats, handle func(topic []byte, seq uint64, payload []byte)) {
 	for {
 		select {
-		case <-l.stop:
+		case <-stop:
 			return
 		default:
 		}
 		frames, err := sub.RecvMessageBytes(0)
 		if err != nil {
-			if errors.Is(err, zmq.Errno(11)) { // EAGAIN: the receive timeout
-				continue
-			}
 			if zmq.AsErrno(err) == zmq.ETERM {
 				return
 			}
-			continue
+			continue // the receive timeout, or a transient error
 		}
 		seq, payload, ok := liveFrames(frames)
 		if !ok {
-			l.stats.Malformed.Add(1)
+			stats.Malformed.Add(1)
 			continue
 		}
-		l.stats.Messages.Add(1)
-		l.deliver(seq, payload)
+		handle(frames[0], seq, payload)
 	}
 }
 
