@@ -134,28 +134,31 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 
 // sweepLocked drops expired holds and the edges left with none.
 func (a *ApproxIndex) sweepLocked(now int64) {
-	var sweep func(e *approxEdge)
-	sweep = func(e *approxEdge) {
-		for k, c := range e.children {
-			live := c.holds[:0]
-			for _, h := range c.holds {
-				if h.expires > now {
-					live = append(live, h)
-				}
-			}
-			c.holds = live
-			if len(live) == 0 {
-				delete(e.children, k) // holds only shrink with depth
-				continue
-			}
-			sweep(c)
-		}
-	}
 	for p, root := range a.parts {
-		sweep(root)
+		root.prune(func(h approxHold) bool { return h.expires > now })
 		if len(root.children) == 0 {
 			delete(a.parts, p)
 		}
+	}
+}
+
+// prune keeps, below e, the holds keep accepts, and drops the edges left
+// with none: a rank's holds form a prefix of every path, so an edge with
+// no holds has none below it either.
+func (e *approxEdge) prune(keep func(approxHold) bool) {
+	for k, c := range e.children {
+		live := c.holds[:0]
+		for _, h := range c.holds {
+			if keep(h) {
+				live = append(live, h)
+			}
+		}
+		c.holds = live
+		if len(live) == 0 {
+			delete(e.children, k)
+			continue
+		}
+		c.prune(keep)
 	}
 }
 
@@ -228,28 +231,9 @@ func (a *ApproxIndex) FindMatchesChain(p PartitionKey, keys []uint64, out *Match
 func (a *ApproxIndex) RemoveWorker(p PartitionKey, workerID uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	root := a.parts[p]
-	if root == nil {
-		return
+	if root := a.parts[p]; root != nil {
+		root.prune(func(h approxHold) bool { return h.rank.WorkerID != workerID })
 	}
-	var walk func(e *approxEdge)
-	walk = func(e *approxEdge) {
-		for k, c := range e.children {
-			live := c.holds[:0]
-			for _, h := range c.holds {
-				if h.rank.WorkerID != workerID {
-					live = append(live, h)
-				}
-			}
-			c.holds = live
-			if len(live) == 0 {
-				delete(e.children, k)
-				continue
-			}
-			walk(c)
-		}
-	}
-	walk(root)
 }
 
 // Dump implements Indexer: one single-block Stored event per (block, live
