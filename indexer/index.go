@@ -154,6 +154,22 @@ func (n *node) drop(h *holder) bool {
 	return !n.first.used && len(n.extra()) == 0
 }
 
+// extend chains a block's local hash onto the prefix key (have: whether
+// there is a prefix) and returns the block's key and node, created if new.
+func (t *tree) extend(prefix uint64, have bool, local uint64) (uint64, *node) {
+	key := local
+	if have {
+		key = selection.NextSequenceHash(prefix, local)
+	}
+	n := t.nodes[key]
+	if n == nil {
+		n = t.newNode()
+		n.local, n.parent, n.root = local, prefix, !have
+		t.nodes[key] = n
+	}
+	return key, n
+}
+
 func (t *tree) newNode() *node {
 	if k := len(t.spare); k > 0 {
 		n := t.spare[k-1]
@@ -288,18 +304,9 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
 		span = span[:0]
 		for ; next < ours; next++ {
-			parent, root := key, !have
-			if have {
-				key = selection.NextSequenceHash(key, locals[next])
-			} else {
-				key, have = locals[next], true
-			}
-			n := t.nodes[key]
-			if n == nil {
-				n = t.newNode()
-				n.local, n.parent, n.root = locals[next], parent, root
-				t.nodes[key] = n
-			}
+			var n *node
+			key, n = t.extend(key, have, locals[next])
+			have = true
 			span = append(span, n)
 		}
 		if len(span) == 0 {
@@ -672,18 +679,9 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 			key, have = e.key, true
 		}
 		for _, b := range st.Blocks {
-			parent, root := key, !have
-			if have {
-				key = selection.NextSequenceHash(key, b.TokensHash)
-			} else {
-				key, have = b.TokensHash, true
-			}
-			n := t.nodes[key]
-			if n == nil {
-				n = t.newNode()
-				n.local, n.parent, n.root = b.TokensHash, parent, root
-				t.nodes[key] = n
-			}
+			var n *node
+			key, n = t.extend(key, have, b.TokensHash)
+			have = true
 			t.hold(x, m, id, []*node{n}, key, b.BlockHash, tier)
 		}
 	}
