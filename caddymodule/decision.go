@@ -40,15 +40,6 @@ func decisionFrom(r *http.Request) *decision {
 	return d
 }
 
-// endpointKey normalizes a worker endpoint or upstream dial address so the
-// two compare: no scheme, no trailing slash.
-func endpointKey(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		s = s[i+3:]
-	}
-	return strings.TrimSuffix(s, "/")
-}
-
 // target is the endpoint the request should go to now.
 func (d *decision) target() (string, *selection.SelectResponse) {
 	d.mu.Lock()
@@ -56,7 +47,7 @@ func (d *decision) target() (string, *selection.SelectResponse) {
 	if d.resp == nil {
 		return "", nil
 	}
-	return endpointKey(d.resp.Endpoint), d.resp
+	return selection.HostPort(d.resp.Endpoint), d.resp
 }
 
 // failover frees the current reservation, which reverse_proxy could not

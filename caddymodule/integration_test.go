@@ -211,11 +211,7 @@ func forceReload(t *testing.T, caddyfile string) {
 
 func pooledState(t *testing.T) *routerState {
 	t.Helper()
-	var s *routerState
-	routers.Range(func(_, v any) bool {
-		s, _ = v.(*routerState)
-		return false
-	})
+	s := runningState()
 	if s == nil {
 		t.Fatal("no router in the pool")
 	}

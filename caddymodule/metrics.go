@@ -73,11 +73,7 @@ func (eventCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (eventCollector) Collect(ch chan<- prometheus.Metric) {
-	var state *routerState
-	routers.Range(func(_, v any) bool {
-		state, _ = v.(*routerState)
-		return false
-	})
+	state := runningState()
 	if state == nil {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 func init() {
@@ -76,7 +77,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 			return nil
 		}
 		for _, u := range pool {
-			if endpointKey(u.Dial) == ep && u.Available() {
+			if selection.HostPort(u.Dial) == ep && u.Available() {
 				if w != nil {
 					d.annotate(w, r)
 				}

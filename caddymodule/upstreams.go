@@ -64,7 +64,7 @@ func (u *Upstreams) GetUpstreams(*http.Request) ([]*reverseproxy.Upstream, error
 			if !w.Schedulable() || w.Endpoint == nil {
 				continue
 			}
-			if d := endpointKey(*w.Endpoint); !seen[d] {
+			if d := selection.HostPort(*w.Endpoint); !seen[d] {
 				seen[d] = true
 				c.dials = append(c.dials, d)
 			}

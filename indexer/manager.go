@@ -49,11 +49,7 @@ func desired(rec *selection.WorkerRecord) map[selection.Rank]ListenerConfig {
 		if !selection.ValidZMQEndpoint(ep) {
 			continue
 		}
-		cfg := ListenerConfig{Endpoint: ep, Partition: rec.Partition(), Rank: r}
-		if rec.ReplayEndpoint != nil && rec.DataParallelSize == 1 {
-			cfg.Replay = *rec.ReplayEndpoint
-		}
-		out[r] = cfg
+		out[r] = ListenerConfig{Endpoint: ep, Replay: rec.ReplayFor(), Partition: rec.Partition(), Rank: r}
 	}
 	return out
 }
@@ -150,10 +146,7 @@ func ResolverFor(r *selection.Router) Resolver {
 		if !ok || rec.ModelName != model || rec.BlockSize == nil {
 			return ListenerConfig{}, false
 		}
-		cfg := ListenerConfig{Partition: rec.Partition(), Rank: selection.Rank{WorkerID: workerID, DPRank: rec.DataParallelStartRank}}
-		if rec.ReplayEndpoint != nil && rec.DataParallelSize == 1 {
-			cfg.Replay = *rec.ReplayEndpoint
-		}
-		return cfg, true
+		return ListenerConfig{Replay: rec.ReplayFor(), Partition: rec.Partition(),
+			Rank: selection.Rank{WorkerID: workerID, DPRank: rec.DataParallelStartRank}}, true
 	}
 }

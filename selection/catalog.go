@@ -123,6 +123,24 @@ func (w *WorkerRecord) EventEndpoint(dpRank uint32) string {
 	return ""
 }
 
+// ReplayFor returns the replay endpoint listeners may use: the record's,
+// for a one-rank worker only (the per-rank mapping is ambiguous otherwise).
+func (w *WorkerRecord) ReplayFor() string {
+	if w.ReplayEndpoint == nil || w.DataParallelSize != 1 {
+		return ""
+	}
+	return *w.ReplayEndpoint
+}
+
+// HostPort strips a scheme and a trailing slash from an endpoint, leaving
+// the host:port that upstreams dial and health probes connect to.
+func HostPort(endpoint string) string {
+	if i := strings.Index(endpoint, "://"); i >= 0 {
+		endpoint = endpoint[i+3:]
+	}
+	return strings.TrimSuffix(endpoint, "/")
+}
+
 // Schedulable reports whether the record can receive traffic.
 func (w *WorkerRecord) Schedulable() bool { return w.Lifecycle == LifecycleSchedulable }
 

@@ -2,7 +2,6 @@ package selection
 
 import (
 	"net"
-	"strings"
 	"sync"
 	"time"
 )
@@ -130,11 +129,7 @@ func (r *Router) setDown(id uint64, down bool) {
 // dialable reports whether a TCP connection to endpoint (host:port, an
 // optional scheme ignored) succeeds within timeout.
 func dialable(endpoint string, timeout time.Duration) bool {
-	if i := strings.Index(endpoint, "://"); i >= 0 {
-		endpoint = endpoint[i+3:]
-	}
-	endpoint = strings.TrimSuffix(endpoint, "/")
-	c, err := net.DialTimeout("tcp", endpoint, max(timeout, 100*time.Millisecond))
+	c, err := net.DialTimeout("tcp", HostPort(endpoint), max(timeout, 100*time.Millisecond))
 	if err != nil {
 		return false
 	}
