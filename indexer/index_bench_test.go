@@ -8,6 +8,32 @@ import (
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
+// The steady-state payloads of the benchmarks: each stores blocksPer new
+// blocks (block size 16) and removes those stored window payloads earlier.
+const nPayloads, blocksPer, window = 2048, 16, 512
+
+func steadyPayloads(enc Encoding, seed1, seed2 uint64) [][]byte {
+	rng := rand.New(rand.NewPCG(seed1, seed2))
+	hashes := make([][]uint64, nPayloads)
+	payloads := make([][]byte, nPayloads)
+	for i := range payloads {
+		ev := &StoredBlocks{BlockSize: 16}
+		for range blocksPer {
+			ev.BlockHashes = append(ev.BlockHashes, rng.Uint64())
+		}
+		for range blocksPer * 16 {
+			ev.TokenIDs = append(ev.TokenIDs, uint32(rng.IntN(150000)))
+		}
+		hashes[i] = ev.BlockHashes
+		var old []uint64
+		if i >= window {
+			old = hashes[i-window]
+		}
+		payloads[i] = AppendBatch(nil, enc, 1, 0, ev, Removal{BlockHashes: old})
+	}
+	return payloads
+}
+
 // BenchmarkDecodeApply measures an engine's steady state: each payload
 // stores 16 new blocks (block size 16) and removes the 16 stored 512
 // payloads earlier, as a cache that evicts its oldest blocks does; so the
@@ -19,25 +45,7 @@ func BenchmarkDecodeApply(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			x := New()
 			x.ConfigurePartition(part, 16, false)
-			rng := rand.New(rand.NewPCG(1, 2))
-			const nPayloads, blocksPer, window = 2048, 16, 512
-			hashes := make([][]uint64, nPayloads)
-			payloads := make([][]byte, nPayloads)
-			for i := range payloads {
-				ev := &StoredBlocks{BlockSize: 16}
-				for range blocksPer {
-					ev.BlockHashes = append(ev.BlockHashes, rng.Uint64())
-				}
-				for range blocksPer * 16 {
-					ev.TokenIDs = append(ev.TokenIDs, uint32(rng.IntN(150000)))
-				}
-				hashes[i] = ev.BlockHashes
-				old := hashes[(i+nPayloads-window)%nPayloads]
-				if i < window {
-					old = nil // filled in below, once every payload has hashes
-				}
-				payloads[i] = AppendBatch(nil, enc, 1, 0, ev, Removal{BlockHashes: old})
-			}
+			payloads := steadyPayloads(enc, 1, 2)
 			var d Decoder
 			r := selection.Rank{WorkerID: 1}
 			b.ReportAllocs()

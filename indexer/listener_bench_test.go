@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"encoding/binary"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -41,25 +40,7 @@ func BenchmarkEndToEndZMQ(b *testing.B) {
 	if _, err := pub.RecvBytes(0); err != nil {
 		b.Fatal("no subscription")
 	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	const nPayloads, blocksPer, window = 2048, 16, 512
-	payloads := make([][]byte, nPayloads)
-	hashes := make([][]uint64, nPayloads)
-	for i := range payloads {
-		ev := &StoredBlocks{BlockSize: 16}
-		for range blocksPer {
-			ev.BlockHashes = append(ev.BlockHashes, rng.Uint64())
-		}
-		for range blocksPer * 16 {
-			ev.TokenIDs = append(ev.TokenIDs, uint32(rng.IntN(150000)))
-		}
-		hashes[i] = ev.BlockHashes
-		var old []uint64
-		if i >= window {
-			old = hashes[i-window]
-		}
-		payloads[i] = AppendBatch(nil, EncodingMap, 1, 0, ev, Removal{BlockHashes: old})
-	}
+	payloads := steadyPayloads(EncodingMap, 5, 6)
 	var seq uint64
 	var s [8]byte
 	b.ResetTimer()
