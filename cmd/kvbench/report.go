@@ -24,6 +24,9 @@ type summary struct {
 	PromptTokens int64          `json:"prompt_tokens"`
 	CachedTokens int64          `json:"cached_tokens"`
 	HitRatio     float64        `json:"prefix_hit_ratio"`
+	// Ceiling is the hit ratio one unbounded cache would have had for the
+	// same completed requests (ceiling.go).
+	Ceiling      float64        `json:"prefix_hit_ceiling"`
 	PerWorker    map[string]int `json:"requests_per_worker"`
 	CPUPerReqMs  float64        `json:"gateway_cpu_ms_per_request,omitempty"`
 	FirstError   string         `json:"first_error,omitempty"`
@@ -43,7 +46,7 @@ func pct(sorted []float64, p float64) float64 {
 	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
 }
 
-func summarize(policy, url string, rs []result, elapsed time.Duration, cpuTicksUsed int64) summary {
+func summarize(policy, url string, rs []result, elapsed time.Duration, cpuTicksUsed int64, trace []session, blockSize int) summary {
 	s := summary{Policy: policy, URL: url, Seconds: elapsed.Seconds(), PerWorker: map[string]int{}}
 	var e2e []float64
 	for _, r := range rs {
@@ -70,6 +73,7 @@ func summarize(policy, url string, rs []result, elapsed time.Duration, cpuTicksU
 	}
 	if s.PromptTokens > 0 {
 		s.HitRatio = float64(s.CachedTokens) / float64(s.PromptTokens)
+		s.Ceiling = float64(ceilingTokens(trace, rs, blockSize)) / float64(s.PromptTokens)
 	}
 	if cpuTicksUsed > 0 && s.Requests > 0 {
 		s.CPUPerReqMs = float64(cpuTicksUsed) * 10 / float64(s.Requests)
@@ -103,11 +107,11 @@ func spread(m map[string]int) string {
 }
 
 func printTable(sums []summary) {
-	fmt.Printf("%-12s %8s %6s %8s %10s %10s %10s %10s %8s  %s\n",
-		"policy", "requests", "errors", "req/s", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p50", "hit", "requests per worker")
+	fmt.Printf("%-12s %8s %6s %8s %10s %10s %10s %10s %8s %8s  %s\n",
+		"policy", "requests", "errors", "req/s", "TTFT p50", "TTFT p90", "TTFT p99", "e2e p50", "hit", "ceiling", "requests per worker")
 	for _, s := range sums {
-		fmt.Printf("%-12s %8d %6d %8.1f %8.1fms %8.1fms %8.1fms %8.1fms %8.3f  %s\n",
-			s.Policy, s.Requests, s.Errors, s.ReqPerSec, s.TTFTms.P50, s.TTFTms.P90, s.TTFTms.P99, s.E2Ems.P50, s.HitRatio, spread(s.PerWorker))
+		fmt.Printf("%-12s %8d %6d %8.1f %8.1fms %8.1fms %8.1fms %8.1fms %8.3f %8.3f  %s\n",
+			s.Policy, s.Requests, s.Errors, s.ReqPerSec, s.TTFTms.P50, s.TTFTms.P90, s.TTFTms.P99, s.E2Ems.P50, s.HitRatio, s.Ceiling, spread(s.PerWorker))
 		if s.CPUPerReqMs > 0 {
 			fmt.Printf("%-12s gateway CPU %.2f ms per request\n", "", s.CPUPerReqMs)
 		}
@@ -146,9 +150,10 @@ func runWorkload(args []string) error {
 	turnTokens := fs.Int("turn-tokens", 256, "mean new tokens per turn")
 	taskTokens := fs.Int("task-tokens", 6000, "agentic: mean tokens of each session's starting context")
 	output := fs.Int("output-tokens", 16, "output tokens per turn")
-	maxISL := fs.Int("max-isl", 16384, "context cut to its last max-isl tokens")
+	maxISL := fs.Int("max-isl", 16384, "a context longer than this is compacted to half of it (system prompt and latest turns)")
 	duration := fs.Duration("duration", 60*time.Second, "stop each run after this long")
 	seed := fs.Uint64("seed", 1, "trace seed: the same seed gives the same trace")
+	blockSize := fs.Int("block-size", 16, "the workers' KV block size, for the hit-ratio ceiling")
 	model := fs.String("model", "default", "model name sent in requests")
 	pid := fs.Int("pid", 0, "gateway pid, to report its CPU time per request")
 	jsonOut := fs.String("json", "", "write the results as JSON to this file")
@@ -197,7 +202,7 @@ func runWorkload(args []string) error {
 			cpu1, _ := cpuTicks(*pid)
 			used = cpu1 - cpu0
 		}
-		s := summarize(tg[0], tg[1], rs, elapsed, used)
+		s := summarize(tg[0], tg[1], rs, elapsed, used, trace, *blockSize)
 		sums = append(sums, s)
 		fmt.Printf("  %s: %d requests in %.1fs\n", tg[0], s.Requests+s.Errors, s.Seconds)
 	}

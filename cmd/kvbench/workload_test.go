@@ -44,12 +44,27 @@ func TestTraceIsDeterministicAndShaped(t *testing.T) {
 			}
 		}
 	}
-	// The context is cut to max-isl, keeping the system prompt.
+	// A context over max-isl is compacted to half of it, keeping the
+	// system prompt, and then grows again from there: one new prefix per
+	// compaction, not one per turn.
 	cfg.MaxISL = 100
 	d, _ := buildTrace(cfg)
-	last := d[0].Turns[4].Prompt
-	if len(last) > 100 || !slices.Equal(last[:50], c[0].Turns[0].Prompt[:50]) {
-		t.Fatalf("cut context: %d tokens", len(last))
+	compactions := 0
+	for k := 1; k < len(d[0].Turns); k++ {
+		prev, cur := d[0].Turns[k-1].Prompt, d[0].Turns[k].Prompt
+		if len(cur) > 100 || !slices.Equal(cur[:25], c[0].Turns[0].Prompt[:25]) {
+			t.Fatalf("turn %d: %d tokens, or the system prompt lost", k, len(cur))
+		}
+		if len(cur) > len(prev) && slices.Equal(cur[:len(prev)], prev) {
+			continue
+		}
+		compactions++
+		if len(cur) > 50 {
+			t.Fatalf("turn %d compacted to %d tokens, want at most 50", k, len(cur))
+		}
+	}
+	if compactions == 0 || compactions == len(d[0].Turns)-1 {
+		t.Fatalf("%d compactions in %d turns", compactions, len(d[0].Turns))
 	}
 	// Random: no reuse between turns.
 	cfg.Kind, cfg.MaxISL = "random", 0
@@ -79,9 +94,12 @@ func TestRunTraceMeasures(t *testing.T) {
 	defer srv.Close()
 	trace, _ := buildTrace(workloadConfig{Kind: "multiturn", Sessions: 3, Turns: 4, TurnTokens: 8, OutputTokens: 2, Seed: 1})
 	rs := runTrace(context.Background(), srv.URL, "m", trace, 2, time.Minute)
-	s := summarize("p", srv.URL, rs, time.Second, 0)
+	s := summarize("p", srv.URL, rs, time.Second, 0, trace, 4)
 	if s.Requests != 12 || s.Errors != 0 || s.HitRatio != 0.75 || s.TTFTms.P50 <= 0 || len(s.PerWorker) != 2 {
 		t.Fatalf("summary %+v", s)
+	}
+	if want := float64(ceilingTokens(trace, rs, 4)) / float64(s.PromptTokens); s.Ceiling != want || s.Ceiling <= 0 || s.Ceiling >= 1 {
+		t.Fatalf("ceiling %v, want %v in (0, 1)", s.Ceiling, want)
 	}
 	svg := string(plotTTFT([]summary{s, s}))
 	if !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<polyline") != 2 {
@@ -90,7 +108,7 @@ func TestRunTraceMeasures(t *testing.T) {
 	// A failing gateway is counted, not hidden.
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", 503) }))
 	defer bad.Close()
-	s = summarize("bad", bad.URL, runTrace(context.Background(), bad.URL, "m", trace[:1], 1, time.Minute), time.Second, 0)
+	s = summarize("bad", bad.URL, runTrace(context.Background(), bad.URL, "m", trace[:1], 1, time.Minute), time.Second, 0, trace, 4)
 	if s.Errors != 4 || !strings.Contains(s.FirstError, "503") {
 		t.Fatalf("errors %d first %q", s.Errors, s.FirstError)
 	}
