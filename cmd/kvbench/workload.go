@@ -18,7 +18,7 @@ type workloadConfig struct {
 	TaskTokens   int // agentic: each session's own starting context (task, documents)
 	TurnTokens   int // mean new tokens per turn (user message, tool result)
 	OutputTokens int // output tokens per turn
-	MaxISL       int // the context is cut to its last MaxISL tokens
+	MaxISL       int // a context longer is compacted to half of it (system prompt and latest turns)
 	Seed         uint64
 }
 
@@ -89,10 +89,14 @@ func buildTrace(c workloadConfig) ([]session, error) {
 					ctx = append(ctx, randTokens(rng, around(rng, c.TurnTokens/2))...) // the next message
 				}
 				if c.MaxISL > 0 && len(ctx) > c.MaxISL {
-					// A long conversation keeps its system prompt and its
-					// latest turns, as agents trimming context do.
-					keep := min(c.SystemTokens, c.MaxISL/2)
-					ctx = append(ctx[:keep:keep], ctx[len(ctx)-(c.MaxISL-keep):]...)
+					// An agent whose context outgrows the window compacts
+					// it: the system prompt and the latest turns, to half
+					// the window, which then grows again. Cutting only the
+					// excess every turn instead would make every later
+					// turn a new prefix, which agents avoid because it
+					// throws their prefix cache away.
+					keep := min(c.SystemTokens, c.MaxISL/4)
+					ctx = append(ctx[:keep:keep], ctx[len(ctx)-(c.MaxISL/2-keep):]...)
 				}
 				prompt = append([]uint32(nil), ctx...)
 			}
