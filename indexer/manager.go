@@ -26,6 +26,16 @@ type Manager struct {
 	closed    bool
 }
 
+// maxSockets is the socket limit of a manager's ZMQ context. libzmq's
+// default of 1,023 would make the 1,024th worker rank's listener fail to
+// start, while the catalog takes up to 65,536 workers; a manager holds one
+// SUB per rank and, during a replay, a DEALER as well. So the limit is
+// libzmq's own ceiling (ZMQ_SOCKET_LIMIT with epoll), and the real bound is
+// the process's file descriptors (each socket holds an eventfd and, once
+// connected, a TCP connection). The cost is the context's slot table, about
+// 12 bytes per allowed socket, allocated when the first socket is created.
+const maxSockets = 65535
+
 // NewManager returns a manager feeding index.
 func NewManager(index *Index, log *zap.Logger) (*Manager, error) {
 	if log == nil {
@@ -35,8 +45,15 @@ func NewManager(index *Index, log *zap.Logger) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := zctx.SetMaxSockets(maxSockets); err != nil {
+		// A libzmq built on poll or select clips the limit to FD_SETSIZE;
+		// the default still serves up to a thousand ranks.
+		log.Warn("cannot raise the ZMQ socket limit; at most about 1,000 worker ranks can be followed",
+			zap.Int("wanted", maxSockets), zap.Error(err))
+	}
 	return &Manager{Index: index, zctx: zctx, log: log, listeners: map[selection.Rank]*Listener{}}, nil
 }
+
 
 // desired lists the listeners a record calls for.
 func desired(rec *selection.WorkerRecord) map[selection.Rank]ListenerConfig {
@@ -129,10 +146,14 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
+	// A listener notices Stop only when its receive times out (100 ms);
+	// one after the other, a thousand ranks would take a minute to stop.
+	var wg sync.WaitGroup
 	for r, l := range m.listeners {
-		l.Stop()
+		wg.Go(l.Stop)
 		delete(m.listeners, r)
 	}
+	wg.Wait()
 	if m.bind != nil {
 		m.bind.Stop()
 	}
