@@ -143,22 +143,25 @@ func (f *Fleet) adminStop(rw http.ResponseWriter, r *http.Request) {
 
 // rankStats are one engine's counters.
 type rankStats struct {
-	DPRank           int     `json:"dp_rank"`
-	KVEventsEndpoint string  `json:"kv_events_endpoint"`
-	ReplayEndpoint   string  `json:"replay_endpoint"`
-	RequestsServed   int64   `json:"requests_served"`
-	PromptTokens     int64   `json:"prompt_tokens"`
-	CachedTokens     int64   `json:"cached_tokens"`
-	GeneratedTokens  int64   `json:"generated_tokens"`
-	Evictions        int64   `json:"evictions"`
-	BatchesPublished int64   `json:"batches_published"`
-	BatchesDropped   int64   `json:"batches_dropped"`
-	EventsPublished  int64   `json:"events_published"`
-	NextSeq          uint64  `json:"next_seq"`
-	Running          int64   `json:"running"`
-	Waiting          int64   `json:"waiting"`
-	CachedBlocks     int64   `json:"cached_blocks"`
-	KVCacheUsage     float64 `json:"kv_cache_usage"`
+	DPRank           int    `json:"dp_rank"`
+	KVEventsEndpoint string `json:"kv_events_endpoint"`
+	ReplayEndpoint   string `json:"replay_endpoint"`
+	RequestsServed   int64  `json:"requests_served"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CachedTokens     int64  `json:"cached_tokens"`
+	GeneratedTokens  int64  `json:"generated_tokens"`
+	Evictions        int64  `json:"evictions"`
+	BatchesPublished int64  `json:"batches_published"`
+	BatchesDropped   int64  `json:"batches_dropped"`
+	EventsPublished  int64  `json:"events_published"`
+	// Subscriptions is how many topics subscribers hold on the rank's
+	// KV-event socket (a gateway subscribes to one, "").
+	Subscriptions int64   `json:"subscriptions"`
+	NextSeq       uint64  `json:"next_seq"`
+	Running       int64   `json:"running"`
+	Waiting       int64   `json:"waiting"`
+	CachedBlocks  int64   `json:"cached_blocks"`
+	KVCacheUsage  float64 `json:"kv_cache_usage"`
 }
 
 // workerStats sums a worker's ranks; usage is their mean.
@@ -176,6 +179,11 @@ type fleetStats struct {
 	Totals  rankStats     `json:"totals"`
 	// CacheHitRate is cached_tokens / prompt_tokens over the fleet.
 	CacheHitRate float64 `json:"cache_hit_rate"`
+	// Ranks counts the fleet's engines and SubscribedRanks those whose
+	// KV-event socket has a subscriber: when they are equal, nothing the
+	// fleet publishes from now on is lost to a slow-joining subscriber.
+	Ranks           int `json:"ranks"`
+	SubscribedRanks int `json:"subscribed_ranks"`
 }
 
 // snapshot reads an engine's counters; they are atomics, so it needs no
@@ -193,6 +201,7 @@ func (e *engine) snapshot() rankStats {
 		BatchesPublished: e.pub.batches.Load(),
 		BatchesDropped:   e.pub.dropped.Load(),
 		EventsPublished:  e.pub.events.Load(),
+		Subscriptions:    e.pub.subs.Load(),
 		NextSeq:          e.pub.nextSeq(),
 		Running:          e.stats.running.Load(),
 		Waiting:          e.stats.waiting.Load(),
@@ -211,6 +220,7 @@ func (s *rankStats) add(o rankStats) {
 	s.BatchesPublished += o.BatchesPublished
 	s.BatchesDropped += o.BatchesDropped
 	s.EventsPublished += o.EventsPublished
+	s.Subscriptions += o.Subscriptions
 	s.Running += o.Running
 	s.Waiting += o.Waiting
 	s.CachedBlocks += o.CachedBlocks
@@ -219,6 +229,7 @@ func (s *rankStats) add(o rankStats) {
 
 // stats gathers every worker's counters and the fleet totals.
 func (f *Fleet) stats() fleetStats {
+	f.pub.refreshSubs()
 	var out fleetStats
 	out.Workers = make([]workerStats, 0, len(f.workers))
 	nranks := 0
@@ -229,6 +240,9 @@ func (f *Fleet) stats() fleetStats {
 			ws.Ranks = append(ws.Ranks, rs)
 			ws.add(rs)
 			nranks++
+			if rs.Subscriptions > 0 {
+				out.SubscribedRanks++
+			}
 		}
 		ws.KVEventsEndpoint, ws.ReplayEndpoint = ws.Ranks[0].KVEventsEndpoint, ws.Ranks[0].ReplayEndpoint
 		ws.NextSeq = ws.Ranks[0].NextSeq
@@ -236,6 +250,7 @@ func (f *Fleet) stats() fleetStats {
 		ws.KVCacheUsage /= float64(len(w.engines))
 		out.Workers = append(out.Workers, ws)
 	}
+	out.Ranks = nranks
 	out.Totals.KVCacheUsage /= float64(nranks)
 	if out.Totals.PromptTokens > 0 {
 		out.CacheHitRate = float64(out.Totals.CachedTokens) / float64(out.Totals.PromptTokens)

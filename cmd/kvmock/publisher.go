@@ -40,6 +40,10 @@ type rankPub struct {
 	batches atomic.Int64 // batches sent on the PUB socket
 	dropped atomic.Int64 // batches held back by drop_events
 	events  atomic.Int64 // events in all batches, sent or not
+	// subs is how many distinct topics subscribers hold on the PUB socket,
+	// as of the last refresh (publisher.refreshSubs); 0 means nobody would
+	// receive a batch published now.
+	subs atomic.Int64
 }
 
 // ring keeps the last limit batches, oldest first from head. It grows as
@@ -97,6 +101,9 @@ const (
 	opRestart
 	// opClose closes the rank's PUB and ROUTER sockets for good.
 	opClose
+	// opSubs reads the subscriptions every PUB socket has received into
+	// the ranks' subs counters, then closes done.
+	opSubs
 )
 
 // pubOp is one request to the sender.
@@ -105,6 +112,7 @@ type pubOp struct {
 	rank    *rankPub
 	payload []byte
 	events  int
+	done    chan struct{} // opSubs
 }
 
 // publisher owns the ZMQ side of the fleet.
@@ -163,6 +171,16 @@ func (p *publisher) restart(r *rankPub) { p.ops <- pubOp{kind: opRestart, rank: 
 // closeRank queues the closing of rank r's sockets.
 func (p *publisher) closeRank(r *rankPub) { p.ops <- pubOp{kind: opClose, rank: r} }
 
+// refreshSubs brings every rank's subs counter up to date and returns
+// once it is. A benchmark waits on it before loading the fleet: a PUB
+// drops what it publishes before a subscription reaches it (ZMQ's slow
+// joiner), and the gateway would see those batches as a gap.
+func (p *publisher) refreshSubs() {
+	done := make(chan struct{})
+	p.ops <- pubOp{kind: opSubs, done: done}
+	<-done
+}
+
 // close stops both goroutines, which close every socket. No engine may
 // publish afterwards.
 func (p *publisher) close() {
@@ -203,7 +221,10 @@ func (p *publisher) send(cfg *Config, ready chan<- error) {
 		_, _ = ctl.Send(ctlQuit, 0)
 	}()
 	for i, r := range p.ranks {
-		s, err := p.zctx.NewSocket(zmq.PUB)
+		// An XPUB is a PUB that also hands over the subscriptions it
+		// receives, so the fleet can tell when the gateway listens. On the
+		// wire a SUB sees no difference from vLLM's PUB.
+		s, err := p.zctx.NewSocket(zmq.XPUB)
 		if err != nil {
 			ready <- err
 			return
@@ -224,6 +245,15 @@ func (p *publisher) send(cfg *Config, ready chan<- error) {
 	var seq8 [8]byte
 	empty := []byte{}
 	for op := range p.ops {
+		if op.kind == opSubs {
+			for i, s := range socks {
+				if s != nil {
+					countSubs(s, p.ranks[i])
+				}
+			}
+			close(op.done)
+			continue
+		}
 		r := op.rank
 		s := socks[r.idx]
 		switch op.kind {
@@ -257,9 +287,29 @@ func (p *publisher) send(cfg *Config, ready chan<- error) {
 				s.Close()
 				socks[r.idx] = nil
 			}
+			r.subs.Store(0)
 			var idx [8]byte
 			binary.BigEndian.PutUint64(idx[:], uint64(r.idx))
 			_, _ = ctl.SendMessage(ctlClose, idx[:])
+		}
+	}
+}
+
+// countSubs takes the subscription messages waiting on an XPUB socket.
+// Without XPUB_VERBOSE, libzmq passes a topic's first subscription and, when
+// its last subscriber unsubscribes or goes away, one unsubscription, so the
+// running sum is the number of topics somebody holds.
+func countSubs(s *zmq.Socket, r *rankPub) {
+	for {
+		msg, err := s.RecvBytes(zmq.DONTWAIT)
+		if err != nil {
+			return
+		}
+		switch {
+		case len(msg) > 0 && msg[0] == 1:
+			r.subs.Add(1)
+		case len(msg) > 0 && msg[0] == 0:
+			r.subs.Add(-1)
 		}
 	}
 }
