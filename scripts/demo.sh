@@ -11,6 +11,15 @@ cd "$(dirname "$0")/.."
 
 OUT=${DEMO_OUT:-/tmp/kvrouter-demo}
 DURATION=${DEMO_DURATION:-15s}   # per policy; four policies: about a minute
+# The trace: 64 agentic sessions of 32 turns, 32 in flight; each starts
+# with a 1,024-token system prompt shared by all and an 8,000-token task
+# context of its own (files read, the issue) and grows by about 650
+# tokens a turn (tool results, messages, answers), up to the 32k window.
+# Each worker caches 5,120 blocks (80k tokens): enough for its share of
+# the sessions in flight (about half a million tokens in all) when each
+# session stays on one worker, but a small part of what it is asked for
+# when every worker sees every session.
+KV_BLOCKS=${DEMO_KV_BLOCKS:-5120}
 mkdir -p "$OUT"
 API=http://127.0.0.1:8092
 
@@ -31,7 +40,7 @@ done
 curl -fsS "$API/health" >/dev/null || { echo "the gateway did not start; see $OUT/gateway.log"; exit 1; }
 
 echo "== starting 8 simulated workers (kvmock), registered through the selection API"
-./bin/kvmock --workers 8 --register "$API" --admin 127.0.0.1:8000 >"$OUT/kvmock.log" 2>&1 &
+./bin/kvmock --workers 8 --kv-blocks "$KV_BLOCKS" --register "$API" --admin 127.0.0.1:8000 >"$OUT/kvmock.log" 2>&1 &
 MOCK=$!
 for _ in $(seq 1 150); do
 	curl -fsS "$API/ready" 2>/dev/null | grep -q '"schedulable_workers":8' && break
@@ -40,7 +49,8 @@ done
 curl -fsS "$API/ready" | grep -q '"schedulable_workers":8' || { echo "workers did not register; see $OUT/kvmock.log"; exit 1; }
 
 echo "== the agentic trace through each policy ($DURATION each)"
-./bin/kvbench run --workload agentic --sessions 64 --turns 16 --concurrency 32 --duration "$DURATION" \
+./bin/kvbench run --workload agentic --sessions 64 --turns 32 --concurrency 32 --duration "$DURATION" \
+	--system-tokens 1024 --task-tokens 8000 --max-isl 32768 \
 	--compare kv_router=http://127.0.0.1:8080,round_robin=http://127.0.0.1:8081,least_conn=http://127.0.0.1:8082,random=http://127.0.0.1:8083 \
 	--reset http://127.0.0.1:8000/reset --pid "$GW" --json "$OUT/results.json" --plot "$OUT/ttft.svg"
 echo
