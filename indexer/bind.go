@@ -31,6 +31,7 @@ type BindListener struct {
 	endpoint string
 
 	stop    chan struct{}
+	wait    *readWait // nil: receives block with a timeout instead
 	done    chan struct{}
 	once    sync.Once
 	streams map[string]*stream // by topic; owned by the goroutine
@@ -57,6 +58,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	}
 	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint,
 		stop: make(chan struct{}), done: make(chan struct{}), streams: map[string]*stream{}}
+	b.wait = waitFor(sub, log)
 	go b.run(sub)
 	return b, nil
 }
@@ -66,7 +68,12 @@ func (b *BindListener) Endpoint() string { return b.endpoint }
 
 // Stop ends the listener and waits until its socket is closed.
 func (b *BindListener) Stop() {
-	b.once.Do(func() { close(b.stop) })
+	b.once.Do(func() {
+		close(b.stop)
+		if b.wait != nil {
+			b.wait.interrupt()
+		}
+	})
 	<-b.done
 }
 
@@ -86,7 +93,10 @@ func parseTopic(topic string) (uint64, string, error) {
 func (b *BindListener) run(sub *zmq.Socket) {
 	defer close(b.done)
 	defer sub.Close()
-	receive(sub, b.stop, b.stats, func(topic []byte, seq uint64, payload []byte) {
+	if b.wait != nil {
+		defer b.wait.close()
+	}
+	receive(sub, b.wait, b.stop, b.stats, func(topic []byte, seq uint64, payload []byte) {
 		// Resolve every message: a worker deleted from the catalog must
 		// stop feeding the index at once, and one that moved partitions
 		// starts a fresh sequence there.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
@@ -59,6 +60,7 @@ func (c *ListenerConfig) replayTimeout() time.Duration {
 // Listener follows one publisher. Its goroutine owns its sockets.
 type Listener struct {
 	stream
+	wait *readWait // nil: receives block with a timeout instead
 	done chan struct{}
 	once sync.Once
 }
@@ -101,8 +103,20 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 	}
 	l := &Listener{stream: stream{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log, stop: make(chan struct{})},
 		done: make(chan struct{})}
+	l.wait = waitFor(sub, log)
 	go l.run(sub)
 	return l, nil
+}
+
+// waitFor is the socket's readWait, or nil (logged) when the descriptor
+// cannot be polled.
+func waitFor(sub *zmq.Socket, log *zap.Logger) *readWait {
+	w, err := newReadWait(sub)
+	if err != nil {
+		log.Warn("kv events: cannot poll the ZMQ socket's descriptor; receiving with a timeout", zap.Error(err))
+		return nil
+	}
+	return w
 }
 
 func setupSub(s *zmq.Socket) error {
@@ -112,7 +126,7 @@ func setupSub(s *zmq.Socket) error {
 		s.SetReconnectIvl(100 * time.Millisecond),
 		s.SetReconnectIvlMax(5 * time.Second),
 		s.SetTcpKeepalive(1),
-		s.SetRcvtimeo(100 * time.Millisecond), // wake up to notice Stop
+		s.SetRcvtimeo(100 * time.Millisecond), // without a readWait: wake up to notice Stop
 		s.SetSubscribe(""),
 	} {
 		if err != nil {
@@ -127,14 +141,22 @@ func (l *Listener) Config() ListenerConfig { return l.cfg }
 
 // Stop ends the listener and waits until its socket is closed.
 func (l *Listener) Stop() {
-	l.once.Do(func() { close(l.stop) })
+	l.once.Do(func() {
+		close(l.stop)
+		if l.wait != nil {
+			l.wait.interrupt()
+		}
+	})
 	<-l.done
 }
 
 func (l *Listener) run(sub *zmq.Socket) {
 	defer close(l.done)
 	defer sub.Close()
-	receive(sub, l.stop, l.stats, func(_ []byte, seq uint64, payload []byte) {
+	if l.wait != nil {
+		defer l.wait.close()
+	}
+	receive(sub, l.wait, l.stop, l.stats, func(_ []byte, seq uint64, payload []byte) {
 		l.stats.Messages.Add(1)
 		l.deliver(seq, payload)
 	})
@@ -142,19 +164,34 @@ func (l *Listener) run(sub *zmq.Socket) {
 
 // receive reads live messages from sub until stop is closed (or the ZMQ
 // context ends) and hands each well-framed one to handle; malformed frames
-// are counted and skipped. The socket's receive timeout wakes the loop so
-// it notices stop.
-func receive(sub *zmq.Socket, stop <-chan struct{}, stats *Stats, handle func(topic []byte, seq uint64, payload []byte)) {
+// are counted and skipped. It drains the socket without blocking and parks
+// on w between messages; stopping interrupts w. Without w (or once w
+// fails), it blocks in libzmq, whose receive timeout wakes the loop so it
+// notices stop.
+func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, stats *Stats, handle func(topic []byte, seq uint64, payload []byte)) {
 	for {
 		select {
 		case <-stop:
 			return
 		default:
 		}
-		frames, err := sub.RecvMessageBytes(0)
+		flags := zmq.Flag(0)
+		if w != nil {
+			flags = zmq.DONTWAIT
+		}
+		frames, err := sub.RecvMessageBytes(flags)
 		if err != nil {
-			if zmq.AsErrno(err) == zmq.ETERM {
+			switch {
+			case zmq.AsErrno(err) == zmq.ETERM:
 				return
+			case w != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
+				if !w.wait() {
+					select {
+					case <-stop:
+					default:
+						w = nil // the descriptor failed: fall back to the timeout
+					}
+				}
 			}
 			continue // the receive timeout, or a transient error
 		}

@@ -54,7 +54,6 @@ func NewManager(index *Index, log *zap.Logger) (*Manager, error) {
 	return &Manager{Index: index, zctx: zctx, log: log, listeners: map[selection.Rank]*Listener{}}, nil
 }
 
-
 // desired lists the listeners a record calls for.
 func desired(rec *selection.WorkerRecord) map[selection.Rank]ListenerConfig {
 	out := map[selection.Rank]ListenerConfig{}
@@ -146,8 +145,10 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
-	// A listener notices Stop only when its receive times out (100 ms);
-	// one after the other, a thousand ranks would take a minute to stop.
+	// Stop waits for the listener's goroutine to close its socket, and
+	// one whose descriptor cannot be polled notices Stop only when its
+	// receive times out (100 ms): one after the other, a thousand ranks
+	// could take a minute.
 	var wg sync.WaitGroup
 	for r, l := range m.listeners {
 		wg.Go(l.Stop)

@@ -3,6 +3,10 @@ package indexer
 import (
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,4 +98,65 @@ func TestManagerFollowsMoreRanksThanZMQDefault(t *testing.T) {
 	}
 	closed = true
 	t.Logf("%d listeners stopped in %v", workers, time.Since(start).Round(time.Millisecond))
+}
+
+// osThreads is the process's live OS thread count (Linux).
+func osThreads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("no thread count")
+	return 0
+}
+
+// TestIdleListenersHoldNoThreads: a listener waits for its socket on Go's
+// poller, not in a blocking libzmq call, so a thousand idle ranks do not
+// cost a thousand OS threads (each woken ten times a second); and Stop
+// ends the wait at once.
+func TestIdleListenersHoldNoThreads(t *testing.T) {
+	const n = 300
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zctx.Term()
+	var stats Stats
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := "tcp://" + ln.Addr().String()
+	ln.Close()
+	before := osThreads(t)
+	listeners := make([]*Listener, 0, n)
+	for i := range n {
+		l, err := StartListener(zctx, New(), &stats, nil, ListenerConfig{Endpoint: nobody, Rank: selection.Rank{WorkerID: uint64(i + 1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.wait == nil {
+			t.Fatal("the listener could not poll its socket's descriptor")
+		}
+		listeners = append(listeners, l)
+	}
+	time.Sleep(300 * time.Millisecond) // room for timeouts to fire, had the listeners any
+	if grown := osThreads(t) - before; grown >= n/2 {
+		t.Fatalf("%d idle listeners added %d OS threads", n, grown)
+	}
+	var wg sync.WaitGroup
+	for _, l := range listeners {
+		wg.Go(l.Stop)
+	}
+	wg.Wait()
 }

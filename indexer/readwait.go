@@ -1,0 +1,81 @@
+package indexer
+
+import (
+	"os"
+	"syscall"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// readWait parks a listener's goroutine until its SUB socket may have a
+// message, on Go's network poller rather than inside libzmq. A blocking
+// zmq_recv holds an OS thread for as long as it waits, and one with a
+// timeout (so that the listener notices Stop) wakes that thread ten times
+// a second: in front of 1,024 workers that was 1,024 threads and about
+// half a core of the gateway's two spent doing nothing. libzmq signals
+// work for a socket on its ZMQ_FD, an eventfd the poller can watch; a
+// parked goroutine costs no thread and no wake-ups, and interrupt ends
+// the wait at once.
+type readWait struct {
+	sock *zmq.Socket
+	f    *os.File // a duplicate of the socket's ZMQ_FD, registered with the poller
+	rc   syscall.RawConn
+}
+
+// newReadWait watches s; with an error, the caller falls back to blocking
+// receives with a timeout.
+func newReadWait(s *zmq.Socket) (*readWait, error) {
+	fd, err := s.GetFd()
+	if err != nil {
+		return nil, err
+	}
+	// A duplicate, so that closing the os.File (which also takes it off
+	// the poller) leaves libzmq's own descriptor alone.
+	syscall.ForkLock.RLock()
+	dup, err := syscall.Dup(fd)
+	if err == nil {
+		syscall.CloseOnExec(dup)
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	// libzmq makes the eventfd non-blocking already; os.NewFile only hands
+	// non-blocking descriptors to the poller.
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		syscall.Close(dup)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "zmq_fd")
+	rc, err := f.SyscallConn()
+	if err == nil {
+		// Deadlines work only on a descriptor the poller took.
+		err = f.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &readWait{sock: s, f: f, rc: rc}, nil
+}
+
+// wait returns true once the socket may have a message, false once
+// interrupt was called (or the descriptor failed). ZMQ_FD is edge
+// triggered and only says that commands reached the socket: ZMQ_EVENTS
+// processes them and tells whether a message waits, so it is checked
+// before every sleep. An edge that comes after that check wakes the
+// poller, which remembers it even if the goroutine has not parked yet.
+func (w *readWait) wait() bool {
+	err := w.rc.Read(func(uintptr) bool {
+		ev, err := w.sock.GetEvents()
+		return err != nil || ev&zmq.POLLIN != 0 // on an error, let the receive report it
+	})
+	return err == nil
+}
+
+// interrupt ends the current or next wait; any goroutine may call it.
+func (w *readWait) interrupt() { _ = w.f.SetReadDeadline(time.Unix(1, 0)) }
+
+// close releases the duplicate descriptor; the socket is not touched.
+func (w *readWait) close() { _ = w.f.Close() }
