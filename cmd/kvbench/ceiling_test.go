@@ -52,3 +52,20 @@ func TestCeiling(t *testing.T) {
 		t.Errorf("block size 0: %d", got)
 	}
 }
+
+// TestSessionMoves counts a turn as a move only when its worker differs
+// from the one of the session's latest earlier successful turn.
+func TestSessionMoves(t *testing.T) {
+	rs := []result{
+		{Session: 0, Turn: 0, Worker: "1"},
+		{Session: 0, Turn: 1, Worker: "1"},
+		{Session: 0, Turn: 2, Worker: "2"}, // a move
+		{Session: 0, Turn: 3, Worker: "1", Err: errors.New("x")},
+		{Session: 0, Turn: 4, Worker: "2"}, // compared with turn 2: stays
+		{Session: 1, Turn: 0, Worker: "2"}, // a first turn is never a move
+		{Session: 1, Turn: 1, Worker: "3"}, // a move
+	}
+	if got := sessionMoves(rs); got != 2 {
+		t.Fatalf("%d moves, want 2", got)
+	}
+}

@@ -13,24 +13,27 @@ import (
 
 // summary is one policy's run, as printed and as written by --json.
 type summary struct {
-	Policy       string         `json:"policy"`
-	URL          string         `json:"url"`
-	Requests     int            `json:"requests"`
-	Errors       int            `json:"errors"`
-	Seconds      float64        `json:"seconds"`
-	ReqPerSec    float64        `json:"req_per_s"`
-	TTFTms       percentiles    `json:"ttft_ms"`
-	E2Ems        percentiles    `json:"e2e_ms"`
-	PromptTokens int64          `json:"prompt_tokens"`
-	CachedTokens int64          `json:"cached_tokens"`
-	HitRatio     float64        `json:"prefix_hit_ratio"`
+	Policy       string      `json:"policy"`
+	URL          string      `json:"url"`
+	Requests     int         `json:"requests"`
+	Errors       int         `json:"errors"`
+	Seconds      float64     `json:"seconds"`
+	ReqPerSec    float64     `json:"req_per_s"`
+	TTFTms       percentiles `json:"ttft_ms"`
+	E2Ems        percentiles `json:"e2e_ms"`
+	PromptTokens int64       `json:"prompt_tokens"`
+	CachedTokens int64       `json:"cached_tokens"`
+	HitRatio     float64     `json:"prefix_hit_ratio"`
 	// Ceiling is the hit ratio one unbounded cache would have had for the
 	// same completed requests (ceiling.go).
-	Ceiling      float64        `json:"prefix_hit_ceiling"`
-	PerWorker    map[string]int `json:"requests_per_worker"`
-	CPUPerReqMs  float64        `json:"gateway_cpu_ms_per_request,omitempty"`
-	FirstError   string         `json:"first_error,omitempty"`
-	ttfts        []float64
+	Ceiling   float64        `json:"prefix_hit_ceiling"`
+	PerWorker map[string]int `json:"requests_per_worker"`
+	// Moves counts turns served by another worker than the session's
+	// previous turn: each one leaves a cached context behind.
+	Moves       int     `json:"session_moves"`
+	CPUPerReqMs float64 `json:"gateway_cpu_ms_per_request,omitempty"`
+	FirstError  string  `json:"first_error,omitempty"`
+	ttfts       []float64
 }
 
 type percentiles struct {
@@ -64,6 +67,7 @@ func summarize(policy, url string, rs []result, elapsed time.Duration, cpuTicksU
 		s.CachedTokens += int64(r.CachedTokens)
 		s.PerWorker[r.Worker]++
 	}
+	s.Moves = sessionMoves(rs)
 	sort.Float64s(s.ttfts)
 	sort.Float64s(e2e)
 	s.TTFTms = percentiles{pct(s.ttfts, .5), pct(s.ttfts, .9), pct(s.ttfts, .99)}
@@ -79,6 +83,30 @@ func summarize(policy, url string, rs []result, elapsed time.Duration, cpuTicksU
 		s.CPUPerReqMs = float64(cpuTicksUsed) * 10 / float64(s.Requests)
 	}
 	return s
+}
+
+// sessionMoves counts the successful turns whose worker differs from the
+// one that served the same session's previous successful turn.
+func sessionMoves(rs []result) int {
+	type key struct{ session, turn int }
+	worker := map[key]string{}
+	for _, r := range rs {
+		if r.Err == nil {
+			worker[key{r.Session, r.Turn}] = r.Worker
+		}
+	}
+	moves := 0
+	for k, w := range worker {
+		for t := k.turn - 1; t >= 0; t-- {
+			if prev, ok := worker[key{k.session, t}]; ok {
+				if prev != w {
+					moves++
+				}
+				break
+			}
+		}
+	}
+	return moves
 }
 
 // spread renders requests per worker compactly, busiest first.
@@ -112,6 +140,7 @@ func printTable(sums []summary) {
 	for _, s := range sums {
 		fmt.Printf("%-12s %8d %6d %8.1f %8.1fms %8.1fms %8.1fms %8.1fms %8.3f %8.3f  %s\n",
 			s.Policy, s.Requests, s.Errors, s.ReqPerSec, s.TTFTms.P50, s.TTFTms.P90, s.TTFTms.P99, s.E2Ems.P50, s.HitRatio, s.Ceiling, spread(s.PerWorker))
+		fmt.Printf("%-12s %d of %d turns moved to another worker than the session's previous turn\n", "", s.Moves, s.Requests)
 		if s.CPUPerReqMs > 0 {
 			fmt.Printf("%-12s gateway CPU %.2f ms per request\n", "", s.CPUPerReqMs)
 		}
