@@ -13,12 +13,12 @@ OUT=${DEMO_OUT:-/tmp/kvrouter-demo}
 DURATION=${DEMO_DURATION:-15s}   # per policy; four policies: about a minute
 # The trace: 64 agentic sessions of 32 turns, 32 in flight; each starts
 # with a 1,024-token system prompt shared by all and an 8,000-token task
-# context of its own (files read, the issue) and grows by about 650
-# tokens a turn (tool results, messages, answers), up to the 32k window.
-# Each worker caches 5,120 blocks (80k tokens): enough for its share of
-# the sessions in flight (about half a million tokens in all) when each
-# session stays on one worker, but a small part of what it is asked for
-# when every worker sees every session.
+# context of its own (files read, the issue) and grows by about 250
+# tokens a turn (tool results, messages, answers), to about 17k tokens.
+# Each worker caches 5,120 blocks (80k tokens): about what its share of
+# the sessions in flight needs when each session stays on one worker,
+# and a small part of what it is asked for when every worker sees every
+# session.
 KV_BLOCKS=${DEMO_KV_BLOCKS:-5120}
 mkdir -p "$OUT"
 API=http://127.0.0.1:8092
@@ -50,7 +50,7 @@ curl -fsS "$API/ready" | grep -q '"schedulable_workers":8' || { echo "workers di
 
 echo "== the agentic trace through each policy ($DURATION each)"
 ./bin/kvbench run --workload agentic --sessions 64 --turns 32 --concurrency 32 --duration "$DURATION" \
-	--system-tokens 1024 --task-tokens 8000 --max-isl 32768 \
+	--system-tokens 1024 --task-tokens 8000 --turn-tokens 128 --max-isl 32768 \
 	--compare kv_router=http://127.0.0.1:8080,round_robin=http://127.0.0.1:8081,least_conn=http://127.0.0.1:8082,random=http://127.0.0.1:8083 \
 	--reset http://127.0.0.1:8000/reset --pid "$GW" --json "$OUT/results.json" --plot "$OUT/ttft.svg"
 echo
