@@ -36,6 +36,9 @@ type testWorker struct {
 	breakMid atomic.Bool
 	// gate, when set, holds a stream after its first chunk until closed.
 	gate chan struct{}
+	// hold, when set, is offered each completion request first (see
+	// newH2CTestWorker).
+	hold func(http.ResponseWriter, *http.Request) bool
 
 	zctx  *zmq.Context
 	pub   *zmq.Socket
@@ -45,6 +48,29 @@ type testWorker struct {
 }
 
 func newTestWorker(t *testing.T, id uint64) *testWorker {
+	t.Helper()
+	return startTestWorker(t, id, nil)
+}
+
+// newH2CTestWorker is a test worker that also speaks cleartext HTTP/2 with
+// prior knowledge (as vLLM behind an h2c-capable server does), with up to
+// streams concurrent streams per connection. hold, when not nil, may take
+// over a completion request: it is called first and, when it returns true,
+// the request is done.
+func newH2CTestWorker(t *testing.T, id uint64, streams int, hold func(http.ResponseWriter, *http.Request) bool) *testWorker {
+	t.Helper()
+	return startTestWorker(t, id, func(w *testWorker) {
+		w.srv.Protocols = new(http.Protocols)
+		w.srv.Protocols.SetHTTP1(true)
+		w.srv.Protocols.SetUnencryptedHTTP2(true)
+		w.srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: streams}
+		w.hold = hold
+	})
+}
+
+// startTestWorker starts a worker; setup, when not nil, adjusts it before
+// it serves.
+func startTestWorker(t *testing.T, id uint64, setup func(*testWorker)) *testWorker {
 	t.Helper()
 	w := &testWorker{t: t, id: id, streamDelay: 20 * time.Millisecond}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -57,6 +83,9 @@ func newTestWorker(t *testing.T, id uint64) *testWorker {
 	mux.HandleFunc("POST /v1/chat/completions", w.complete)
 	mux.HandleFunc("POST /tokenize", w.tokenize)
 	w.srv = &http.Server{Handler: mux}
+	if setup != nil {
+		setup(w)
+	}
 	go func() { _ = w.srv.Serve(ln) }()
 	if w.zctx, err = zmq.NewContext(); err != nil {
 		t.Fatal(err)
@@ -139,6 +168,9 @@ func (w *testWorker) complete(rw http.ResponseWriter, r *http.Request) {
 	}
 	body, _ := io.ReadAll(r.Body)
 	_ = json.Unmarshal(body, &req)
+	if w.hold != nil && w.hold(rw, r) {
+		return
+	}
 	if w.hang.Load() {
 		rw.Header().Set("Content-Type", "text/event-stream")
 		rw.WriteHeader(http.StatusOK)
