@@ -14,6 +14,10 @@
 //	                     prefix hit ratio and per-worker spread; --compare
 //	                     runs the same trace through several gateways
 //	                     (policies) side by side
+//	kvbench stats        read a gateway's selection latency histogram and
+//	                     KV-event counters (and a kvmock fleet's): wait
+//	                     until every worker is followed, record them before
+//	                     a run, report the change after it (see stats.go)
 package main
 
 import (
@@ -30,6 +34,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kvbench sink:", sink(*listen))
 		os.Exit(1)
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "stats" {
+		if err := runStats(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "kvbench stats:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "run" {
 		if err := runWorkload(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "kvbench:", err)
@@ -38,7 +49,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "select" && os.Args[1] != "completions" {
-		fmt.Fprintln(os.Stderr, "usage: kvbench select|completions|sink|run [flags]   (see kvbench run -h)")
+		fmt.Fprintln(os.Stderr, "usage: kvbench select|completions|sink|run|stats [flags]   (see kvbench run -h)")
 		os.Exit(2)
 	}
 	mode := os.Args[1]

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,7 +27,8 @@ type result struct {
 // runTrace plays the sessions through url with conc concurrent sessions,
 // each session's turns in order, until all are done or duration passes.
 func runTrace(ctx context.Context, url, model string, sessions []session, conc int, duration time.Duration) []result {
-	client := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: conc * 2}}
+	client := &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: conc * 2,
+		DialContext: pacedDialer(maxDialing)}}
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	queue := make(chan *session)
@@ -66,6 +68,29 @@ func runTrace(ctx context.Context, url, model string, sessions []session, conc i
 	}
 	wg.Wait()
 	return out
+}
+
+// maxDialing bounds the connections a run dials at once. Thousands of
+// sessions starting together would otherwise send their SYNs in one burst,
+// overflow the gateway's accept queue (net.core.somaxconn, 4,096 here) and
+// wait out TCP's retransmission back-off (1 s, 3 s, 7 s, …): at 8,192
+// sessions that made most first requests seconds late, a cost of the
+// load generator, not of the gateway.
+const maxDialing = 256
+
+// pacedDialer dials like net.Dialer, with at most n dials in flight.
+func pacedDialer(n int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	slots := make(chan struct{}, n)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		defer func() { <-slots }()
+		return d.DialContext(ctx, network, addr)
+	}
 }
 
 // request sends one streaming completion and times its first token.
