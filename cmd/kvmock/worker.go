@@ -50,8 +50,14 @@ func newWorker(cfg *Config, id int, engines []*engine) (*worker, error) {
 	mux.HandleFunc("GET /metrics", w.handleMetrics)
 	mux.HandleFunc("GET /v1/models", w.handleModels)
 	w.srv = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: mux,
+		// Longer than a gateway keeps an idle connection (Caddy: 2 min).
+		// Go's server starts this clock when it accepts a connection, and a
+		// gateway's transport may dial one and pool it before sending
+		// anything on it; closing it from this side races with the
+		// gateway's next use of it, which fails a POST with a broken pipe
+		// (a 502 in the 1,024-worker run). The mock listens on loopback.
+		ReadHeaderTimeout: 5 * time.Minute,
 		// No write timeout: a stream lasts as long as its generation.
 	}
 	return w, nil
