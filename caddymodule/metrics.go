@@ -119,7 +119,11 @@ var (
 	selectionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kvrouter_selection_duration_seconds",
 		Help:    "Time to select and reserve a worker for a request: hashing, index lookup, scoring and booking.",
-		Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3},
+		// Ten buckets per decade from 10 µs to 10 s (each 26% wider than
+		// the last), so that a quantile read from them is within a bucket
+		// of a quarter; under overload the time includes waiting for the
+		// router's locks, hence the long tail.
+		Buckets: prometheus.ExponentialBucketsRange(10e-6, 10, 61),
 	})
 	promptTokensTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvrouter_prompt_tokens_total",
