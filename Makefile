@@ -5,7 +5,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench bench-proxy demo fuzz fuzz-ci clean
+.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo fuzz fuzz-ci clean
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
@@ -62,6 +62,12 @@ bench-proxy: build bin/kvbench
 
 demo: deps build bin/kvbench bin/kvmock
 	./scripts/demo.sh
+
+# bench-scale: 1,024 kvmock workers publishing real KV events and 8,192
+# concurrent agentic sessions through one gateway (BENCHMARKS.md, "Scale
+# run"); about three minutes, not part of CI.
+bench-scale: deps build bin/kvbench bin/kvmock
+	./scripts/bench-scale.sh
 
 clean:
 	rm -rf bin

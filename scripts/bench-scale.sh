@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# make bench-scale: the issue-5 scale run. 1,024 simulated vLLM workers
+# (kvmock, one process) register with the gateway's selection API and
+# publish real KV events over ZMQ; 8,192 agentic sessions run at once
+# through one gateway (kv_router, scripts/bench-scale.Caddyfile). Prompts
+# are scaled down so that the two shared cores of the reference machine
+# carry the gateway, the fleet and the load generator together (the scale
+# is printed). It reports requests, errors, req/s, TTFT, prefix hit
+# ratio, the gateway's CPU per request, selection latency p50/p99 from the
+# gateway's histogram, and the KV-event stream's health from the gateway's
+# counters before and after (gaps, losses, and whether every batch the
+# fleet published was received). It stops everything it started, and
+# exits non-zero on a request error or an event stream that was not whole.
+# Not part of CI: it takes about three minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${SCALE_OUT:-/tmp/kvrouter-scale}
+WORKERS=${SCALE_WORKERS:-1024}
+SESSIONS=${SCALE_SESSIONS:-8192}
+DURATION=${SCALE_DURATION:-90s}
+# The scaled agentic workload: a 512-token shared system prompt, a
+# ~1,024-token task per session, ~128 new tokens per turn (a tool result on
+# two turns in three), 8 output tokens, 6 turns, a 4,096-token window.
+# Prompts average about 1,800 tokens, against ~12,000 in make demo and tens
+# of thousands in production agents: about 1/8 of the demo's.
+WORKLOAD=(--workload agentic --turns 6 --system-tokens 512 --task-tokens 1024 --turn-tokens 128
+	--output-tokens 8 --max-isl 4096)
+# Ports, all on loopback, apart from the demo's (scripts/bench-scale.Caddyfile
+# has the gateway's): the kvmock bases stay below 32768, where the kernel's
+# ephemeral ports begin, and apart from each other.
+GATEWAY=http://127.0.0.1:18080
+API=http://127.0.0.1:18092
+ADMIN=http://127.0.0.1:12019
+FLEET=127.0.0.1:18000
+
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json
+
+for port in 18080 18092 12019 18000 20001 22001 24001; do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		echo "port $port is in use: is another bench-scale (or something else) running?"
+		exit 1
+	fi
+done
+
+GW=
+MOCK=
+cleanup() {
+	[ -n "$MOCK" ] && kill "$MOCK" 2>/dev/null
+	[ -n "$GW" ] && kill "$GW" 2>/dev/null
+	wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+./bin/caddy run --config scripts/bench-scale.Caddyfile --adapter caddyfile >"$OUT/gateway.log" 2>&1 &
+GW=$!
+for _ in $(seq 1 100); do
+	curl -fsS "$API/health" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+curl -fsS "$API/health" >/dev/null || { echo "the gateway did not start; see $OUT/gateway.log"; exit 1; }
+
+echo "== $WORKERS simulated workers (kvmock), registered through the selection API"
+./bin/kvmock --workers "$WORKERS" --http-base-port 20001 --zmq-base-port 22001 --replay-base-port 24001 \
+	--admin "$FLEET" --register "$API" >"$OUT/kvmock.log" 2>&1 &
+MOCK=$!
+# Schedulable, followed by a listener, and subscribed to: a batch published
+# before the gateway's subscription reaches a worker would be a gap.
+./bin/kvbench stats --admin "$ADMIN" --fleet "http://$FLEET" --ready "$WORKERS" --wait 120s
+./bin/kvbench stats --admin "$ADMIN" --fleet "http://$FLEET" --save "$OUT/before.json"
+
+echo "== $SESSIONS concurrent agentic sessions through kv_router for $DURATION (prompts scaled to ~1/8 of make demo's)"
+status=0
+./bin/kvbench run --url "$GATEWAY" "${WORKLOAD[@]}" --sessions "$SESSIONS" --concurrency "$SESSIONS" \
+	--duration "$DURATION" --pid "$GW" --json "$OUT/run.json" >"$OUT/run.txt" 2>&1 || status=1
+# The per-worker spread of 1,024 workers is one very long line: keep it in
+# the file only.
+grep -v '^gateway ' "$OUT/run.txt" | grep -v '^policy ' || true
+
+echo
+echo "== scale run: $WORKERS workers, $SESSIONS concurrent sessions, one gateway"
+./bin/kvbench stats --admin "$ADMIN" --fleet "http://$FLEET" --since "$OUT/before.json" --run "$OUT/run.json" \
+	--json "$OUT/report.json" --wait 30s --check || status=1
+echo
+echo "results: $OUT/report.json $OUT/run.json   logs: $OUT/gateway.log $OUT/kvmock.log"
+if [ "$status" != 0 ]; then
+	echo "FAILED: request errors, or the KV-event stream was not whole (see above)"
+fi
+exit "$status"
