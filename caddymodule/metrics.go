@@ -117,8 +117,8 @@ var (
 		Help: "Requests seen by the kv_router handler, by outcome (routed: a worker was reserved; unrouted: left to the fallback policy) and routing mode (kv: by prompt tokens; load: no tokens could be had).",
 	}, []string{"outcome", "mode"})
 	selectionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "kvrouter_selection_duration_seconds",
-		Help:    "Time to select and reserve a worker for a request: hashing, index lookup, scoring and booking.",
+		Name: "kvrouter_selection_duration_seconds",
+		Help: "Time to select and reserve a worker for a request: hashing, index lookup, scoring and booking.",
 		// Ten buckets per decade from 10 µs to 10 s (each 26% wider than
 		// the last), so that a quantile read from them is within a bucket
 		// of a quarter; under overload the time includes waiting for the

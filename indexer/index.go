@@ -41,6 +41,7 @@ type Index struct {
 	Skipped       atomic.Uint64 // events ignored by rule (other group, medium)
 	UnknownParent atomic.Uint64 // stores dropped: parent hash not indexed for the rank
 	UnknownBlock  atomic.Uint64 // removals of hashes the rank does not hold
+	TokenCount    atomic.Uint64 // stores dropped: token ids are not blocks × block size
 	Full          atomic.Uint64 // blocks refused because MaxEntries was reached
 }
 
@@ -237,6 +238,11 @@ func (x *Index) tree(p selection.PartitionKey) *tree {
 // that calls for a replay.
 var ErrUnknownParent = errors.New("parent block not indexed for this rank")
 
+// ErrTokenCount is returned when a store's token ids do not fill exactly
+// its blocks: engines publish full blocks only, so the event is malformed,
+// and storing the blocks its tokens do cover would index a guess.
+var ErrTokenCount = errors.New("token ids do not match the stored blocks")
+
 // Apply applies one decoded event for a rank of partition p.
 func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) error {
 	t := x.tree(p)
@@ -296,6 +302,10 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 	ebs := ev.BlockSize
 	if ebs <= 0 {
 		ebs = t.blockSize
+	}
+	if len(ev.TokenIDs) != len(ev.BlockHashes)*ebs {
+		x.TokenCount.Add(1)
+		return ErrTokenCount
 	}
 	key, have := parentKey, ev.HasParent
 	next := 0 // our blocks chained so far

@@ -1,0 +1,77 @@
+package indexer
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// TestMillionElementEvents feeds the decoder and the index the 10^6-element
+// arrays issue 6 names: a BlockRemoved of a million hashes nobody holds, a
+// batch of a million events, and a BlockStored claiming a million blocks
+// with tokens for only two. Each decodes or is refused cleanly, and what
+// the index held before is exactly what it holds after.
+func TestMillionElementEvents(t *testing.T) {
+	const n = 1_000_000
+	const bs = 2
+	x := New()
+	x.ConfigurePartition(part, bs, false)
+	r := selection.Rank{WorkerID: 1}
+	held := &Event{Kind: Stored, BlockSize: bs, TokenIDs: []uint32{1, 2, 3, 4}, BlockHashes: []uint64{11, 12}}
+	if err := x.Apply(part, r, held); err != nil {
+		t.Fatal(err)
+	}
+	entries := x.Entries()
+
+	hashes := make([]uint64, n)
+	for i := range hashes {
+		hashes[i] = uint64(1_000 + i) // none of them held
+	}
+	var d Decoder
+	removal := AppendBatch(nil, EncodingMap, 1, 0, Removal{BlockHashes: hashes})
+	b, err := d.Decode(removal)
+	if err != nil || len(b.Events) != 1 || len(b.Events[0].BlockHashes) != n {
+		t.Fatalf("a million-hash removal: %v", err)
+	}
+	if err := x.Apply(part, r, &b.Events[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	many := make([]any, n)
+	for i := range many {
+		many[i] = Removal{BlockHashes: []uint64{uint64(5_000_000 + i)}}
+	}
+	b, err = d.Decode(AppendBatch(nil, EncodingArray, 2, 0, many...))
+	if err != nil || len(b.Events) != n {
+		t.Fatalf("a million-event batch: %v", err)
+	}
+	for i := range b.Events {
+		if err := x.Apply(part, r, &b.Events[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A million block hashes over two tokens: the decoder passes the shape,
+	// the index refuses the mismatch and stores nothing.
+	lying := AppendBatch(nil, EncodingMap, 3, 0, &StoredBlocks{BlockHashes: hashes, TokenIDs: []uint32{5, 6}, BlockSize: bs})
+	if b, err = d.Decode(lying); err == nil {
+		err = x.Apply(part, r, &b.Events[0])
+	}
+	if err == nil {
+		t.Fatal("a million blocks over two tokens were accepted")
+	}
+	if !errors.Is(err, ErrTokenCount) || x.TokenCount.Load() != 1 {
+		t.Fatalf("refused with %v, %d counted; want ErrTokenCount, counted once", err, x.TokenCount.Load())
+	}
+
+	if got := x.Entries(); got != entries {
+		t.Fatalf("entries %d, want %d", got, entries)
+	}
+	// The two blocks stored first still match in full.
+	var m selection.Matches
+	x.FindMatches(part, selection.AppendBlockHashes(nil, []uint32{1, 2, 3, 4}, bs, selection.HashOptions{}), &m)
+	if len(m.List) != 1 || m.List[0].Tiers.Device != 2 {
+		t.Fatalf("matches after the worst cases: %+v", m.List)
+	}
+}
