@@ -70,9 +70,7 @@ func (b *BindListener) Endpoint() string { return b.endpoint }
 func (b *BindListener) Stop() {
 	b.once.Do(func() {
 		close(b.stop)
-		if b.wait != nil {
-			b.wait.interrupt()
-		}
+		b.wait.interrupt()
 	})
 	<-b.done
 }
@@ -93,9 +91,7 @@ func parseTopic(topic string) (uint64, string, error) {
 func (b *BindListener) run(sub *zmq.Socket) {
 	defer close(b.done)
 	defer sub.Close()
-	if b.wait != nil {
-		defer b.wait.close()
-	}
+	defer b.wait.close()
 	receive(sub, b.wait, b.stop, b.stats, func(topic []byte, seq uint64, payload []byte) {
 		// Resolve every message: a worker deleted from the catalog must
 		// stop feeding the index at once, and one that moved partitions

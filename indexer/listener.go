@@ -143,9 +143,7 @@ func (l *Listener) Config() ListenerConfig { return l.cfg }
 func (l *Listener) Stop() {
 	l.once.Do(func() {
 		close(l.stop)
-		if l.wait != nil {
-			l.wait.interrupt()
-		}
+		l.wait.interrupt()
 	})
 	<-l.done
 }
@@ -153,9 +151,7 @@ func (l *Listener) Stop() {
 func (l *Listener) run(sub *zmq.Socket) {
 	defer close(l.done)
 	defer sub.Close()
-	if l.wait != nil {
-		defer l.wait.close()
-	}
+	defer l.wait.close()
 	receive(sub, l.wait, l.stop, l.stats, func(_ []byte, seq uint64, payload []byte) {
 		l.stats.Messages.Add(1)
 		l.deliver(seq, payload)

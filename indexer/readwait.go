@@ -74,8 +74,18 @@ func (w *readWait) wait() bool {
 	return err == nil
 }
 
-// interrupt ends the current or next wait; any goroutine may call it.
-func (w *readWait) interrupt() { _ = w.f.SetReadDeadline(time.Unix(1, 0)) }
+// interrupt ends the current or next wait; any goroutine may call it. A
+// nil readWait (a listener receiving with a timeout) has nothing to end.
+func (w *readWait) interrupt() {
+	if w != nil {
+		_ = w.f.SetReadDeadline(time.Unix(1, 0))
+	}
+}
 
-// close releases the duplicate descriptor; the socket is not touched.
-func (w *readWait) close() { _ = w.f.Close() }
+// close releases the duplicate descriptor; the socket is not touched. A
+// nil readWait holds nothing.
+func (w *readWait) close() {
+	if w != nil {
+		_ = w.f.Close()
+	}
+}
