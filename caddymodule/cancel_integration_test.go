@@ -33,7 +33,7 @@ func h2cProxyCaddyfile(workers string) string {
 	// a burst of requests that find every connection full does not dial
 	// one connection each. A short keepalive lets the idle ones go soon
 	// after the test.
-	return strings.Replace(cfg, "lb_retries 2", "lb_retries 2\n\t\ttransport http {\n\t\t\tversions h2c\n\t\t\tmax_conns_per_host 64\n\t\t\tkeepalive 500ms\n\t\t}", 1)
+	return withUpstreamTransport(cfg, "versions h2c", "max_conns_per_host 64", "keepalive 500ms")
 }
 
 // TestCancelsAtScale holds cancelRequests requests in flight through the
@@ -131,17 +131,8 @@ func TestCancelsAtScale(t *testing.T) {
 	t0 := time.Now()
 	cancels := make([]context.CancelFunc, n)
 	var started, ended sync.WaitGroup // started: a response's first chunk is read, or it is held before any
-	var unexpected atomic.Int64
-	var errMu sync.Mutex
-	var errs []string
-	fail := func(format string, args ...any) {
-		unexpected.Add(1)
-		errMu.Lock()
-		defer errMu.Unlock()
-		if len(errs) < 20 {
-			errs = append(errs, fmt.Sprintf(format, args...))
-		}
-	}
+	var failed failures
+	fail := failed.add
 	var cancelled, cut, completed atomic.Int64
 	cancelNow := make(chan struct{})
 	ends := [3]string{cancelBeforeResponse, cancelMidStream, completeStream}
@@ -203,10 +194,8 @@ func TestCancelsAtScale(t *testing.T) {
 	started.Wait()
 	deadline := time.Now().Add(60 * time.Second)
 	for arrived.Load() < int64(n) || router.ActiveReservations() < n {
-		if time.Now().After(deadline) || unexpected.Load() > 0 {
-			errMu.Lock()
-			defer errMu.Unlock()
-			t.Fatalf("%d of %d requests reached a worker, %d reservations held, %d failed: %q", arrived.Load(), n, router.ActiveReservations(), unexpected.Load(), errs)
+		if time.Now().After(deadline) || failed.n.Load() > 0 {
+			t.Fatalf("%d of %d requests reached a worker, %d reservations held, %d failed: %q", arrived.Load(), n, router.ActiveReservations(), failed.n.Load(), failed.kept())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -220,11 +209,7 @@ func TestCancelsAtScale(t *testing.T) {
 	close(release)   // the rest complete
 	ended.Wait()
 
-	errMu.Lock()
-	for _, e := range errs {
-		t.Error(e)
-	}
-	errMu.Unlock()
+	failed.report(t)
 	if total := cancelled.Load() + cut.Load() + completed.Load(); total != int64(n) {
 		t.Errorf("%d cancelled before a response, %d cut mid-stream, %d completed: %d of %d", cancelled.Load(), cut.Load(), completed.Load(), total, n)
 	}

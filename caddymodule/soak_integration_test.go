@@ -2,16 +2,13 @@ package caddymodule
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,8 +32,7 @@ func TestSoakReloadsUnderTraffic(t *testing.T) {
 	// their idle upstream connections go only after the keepalive idle
 	// timeout (2 min by default). A short one lets the descriptor count
 	// come back within the test.
-	cfg := strings.Replace(proxyCaddyfile(workerBlock(w1)+workerBlock(w2)), "lb_retries 2",
-		"lb_retries 2\n\t\ttransport http {\n\t\t\tkeepalive 500ms\n\t\t}", 1)
+	cfg := withUpstreamTransport(proxyCaddyfile(workerBlock(w1)+workerBlock(w2)), "keepalive 500ms")
 	tester.InitServer(cfg, "caddyfile")
 	t.Cleanup(func() { forceReload(t, blankCaddyfile) }) // before the workers close
 	w1.waitSubscribed()
@@ -54,42 +50,20 @@ func TestSoakReloadsUnderTraffic(t *testing.T) {
 	state := pooledState(t)
 	key := selection.PartitionKey{Model: "m", Group: "default"}
 
-	// A fresh connection per request, as in TestProxyReloadUnderLoad: a
-	// keep-alive client would also meet the old server closing its idle
-	// connections, which says nothing about the gateway.
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{}).DialContext, DisableKeepAlives: true}}
+	client := freshConnClient()
 	var sent, answered, resets, misrouted atomic.Int64
 	var resetKinds sync.Map
-	var errMu sync.Mutex
-	var errs []string
-	fail := func(format string, args ...any) {
-		errMu.Lock()
-		defer errMu.Unlock()
-		if len(errs) < 20 {
-			errs = append(errs, fmt.Sprintf(format, args...))
-		}
-	}
+	var failed failures
+	fail := failed.add
 	// one sends client c's request number i and checks its answer.
 	one := func(c, i int) {
 		stream := i%2 == 1
 		body := fmt.Sprintf(`{"model":"m","stream":%t,"prompt":%s}`, stream, tokensJSON(prompts[c]))
 		sent.Add(1)
-		var res *http.Response
-		var err error
-		for try := 0; ; try++ {
-			res, err = client.Post(apiBase+"/v1/completions", "application/json", strings.NewReader(body))
-			// Caddy's listener handoff can reset a brand-new connection
-			// during a reload before anything was read or answered (a plain
-			// reverse_proxy does the same); a client retries that as it
-			// would any reset. Nothing else is retried, and the served
-			// count below would show a request the gateway had accepted and
-			// then lost or sent twice.
-			if err == nil || try == 2 || !resetBeforeAnswer(err) {
-				break
-			}
+		res, err := postRetryingResets(client, body, func(err error) {
 			resets.Add(1)
 			resetKinds.Store(err.Error()[strings.LastIndex(err.Error(), ": ")+2:], true)
-		}
+		})
 		if err != nil {
 			fail("client %d request %d: %v", c, i, err)
 			return
@@ -167,11 +141,7 @@ func TestSoakReloadsUnderTraffic(t *testing.T) {
 	close(stop)
 	<-traffic
 
-	errMu.Lock()
-	for _, e := range errs {
-		t.Error(e)
-	}
-	errMu.Unlock()
+	failed.report(t)
 	reqs, ok := sent.Load()-sentBefore, answered.Load()-answeredBefore
 	served := w1.served.Load() + w2.served.Load() - servedBefore
 	if reloads := state.gen() - gen; reloads != soakReloads {
@@ -213,11 +183,4 @@ func TestSoakReloadsUnderTraffic(t *testing.T) {
 	t.Logf("%d reloads, %d requests sent, %d answered in full, %d served by workers (%d went to another worker than their prefix's), %d resets retried %v; "+
 		"peak during the soak %v; before %v, after %v; %d reservations left",
 		state.gen()-gen-1, reqs, ok, served, misrouted.Load(), resets.Load(), kinds, peak, base, after, state.router.ActiveReservations())
-}
-
-// resetBeforeAnswer tells a connection the server reset or closed before
-// sending any of the response: a reset, or EOF where the status line was
-// due.
-func resetBeforeAnswer(err error) bool {
-	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
