@@ -363,18 +363,21 @@ func runStats(args []string) error {
 		before.Selection.Bounds = append(before.Selection.Bounds, b)
 	}
 	withFleet := *fleet != ""
+	// caughtUp: the gateway has received live every batch the fleet
+	// published since before (always, without a fleet to compare with).
+	caughtUp := func(after snapshot) bool {
+		return !withFleet || int64(after.Events["messages"]-before.Events["messages"]) >= after.Published-before.Published
+	}
 	start := time.Now()
 	after, err := take(client, *admin, *fleet)
-	for err == nil && withFleet && int64(after.Events["messages"]-before.Events["messages"]) < after.Published-before.Published &&
-		time.Since(start) < *wait {
+	for err == nil && !caughtUp(after) && time.Since(start) < *wait {
 		time.Sleep(100 * time.Millisecond)
 		after, err = take(client, *admin, *fleet)
 	}
 	if err != nil {
 		return err
 	}
-	caughtUp := !withFleet || int64(after.Events["messages"]-before.Events["messages"]) >= after.Published-before.Published
-	r := report(before, after, withFleet, time.Since(start), caughtUp)
+	r := report(before, after, withFleet, time.Since(start), caughtUp(after))
 	if *runFile != "" {
 		var sums []summary
 		b, err := os.ReadFile(*runFile)
