@@ -14,6 +14,7 @@
 # Not part of CI: it takes about three minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 OUT=${SCALE_OUT:-/tmp/kvrouter-scale}
 WORKERS=${SCALE_WORKERS:-1024}
@@ -56,11 +57,7 @@ trap 'exit 130' INT TERM
 
 ./bin/caddy run --config scripts/bench-scale.Caddyfile --adapter caddyfile >"$OUT/gateway.log" 2>&1 &
 GW=$!
-for _ in $(seq 1 100); do
-	curl -fsS "$API/health" >/dev/null 2>&1 && break
-	sleep 0.1
-done
-curl -fsS "$API/health" >/dev/null || { echo "the gateway did not start; see $OUT/gateway.log"; exit 1; }
+wait_healthy "$API" "$OUT/gateway.log" || exit 1
 
 echo "== $WORKERS simulated workers (kvmock), registered through the selection API"
 ./bin/kvmock --workers "$WORKERS" --http-base-port 20001 --zmq-base-port 22001 --replay-base-port 24001 \

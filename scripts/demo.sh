@@ -8,6 +8,7 @@
 # TTFT plot is, and stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 OUT=${DEMO_OUT:-/tmp/kvrouter-demo}
 DURATION=${DEMO_DURATION:-15s}   # per policy; four policies: about a minute
@@ -33,11 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for _ in $(seq 1 100); do
-	curl -fsS "$API/health" >/dev/null 2>&1 && break
-	sleep 0.1
-done
-curl -fsS "$API/health" >/dev/null || { echo "the gateway did not start; see $OUT/gateway.log"; exit 1; }
+wait_healthy "$API" "$OUT/gateway.log" || exit 1
 
 echo "== starting 8 simulated workers (kvmock), registered through the selection API"
 ./bin/kvmock --workers 8 --kv-blocks "$KV_BLOCKS" --register "$API" --admin 127.0.0.1:8000 >"$OUT/kvmock.log" 2>&1 &
