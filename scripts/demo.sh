@@ -16,11 +16,11 @@ DURATION=${DEMO_DURATION:-15s}   # per policy; four policies: about a minute
 # with a 1,024-token system prompt shared by all and an 8,000-token task
 # context of its own (files read, the issue) and grows by about 250
 # tokens a turn (tool results, messages, answers), to about 17k tokens.
-# Each worker caches 4,608 blocks (72k tokens): about what its share of
+# Each worker caches 4,096 blocks (64k tokens): about what its share of
 # the sessions in flight needs when each session stays on one worker,
 # and a small part of what it is asked for when every worker sees every
 # session.
-KV_BLOCKS=${DEMO_KV_BLOCKS:-4608}
+KV_BLOCKS=${DEMO_KV_BLOCKS:-4096}
 mkdir -p "$OUT"
 API=http://127.0.0.1:8092
 
