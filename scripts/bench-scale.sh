@@ -23,8 +23,8 @@ DURATION=${SCALE_DURATION:-90s}
 # The scaled agentic workload: a 512-token shared system prompt, a
 # ~1,024-token task per session, ~128 new tokens per turn (a tool result on
 # two turns in three), 8 output tokens, 6 turns, a 4,096-token window.
-# Prompts average about 1,800 tokens, against ~12,000 in make demo and tens
-# of thousands in production agents: about 1/8 of the demo's.
+# Prompts average about 2,000 tokens, against ~12,800 in make demo and tens
+# of thousands in production agents: about 1/6 of the demo's.
 WORKLOAD=(--workload agentic --turns 6 --system-tokens 512 --task-tokens 1024 --turn-tokens 128
 	--output-tokens 8 --max-isl 4096)
 # Ports, all on loopback, apart from the demo's (scripts/bench-scale.Caddyfile
@@ -68,7 +68,7 @@ MOCK=$!
 ./bin/kvbench stats --admin "$ADMIN" --fleet "http://$FLEET" --ready "$WORKERS" --wait 120s
 ./bin/kvbench stats --admin "$ADMIN" --fleet "http://$FLEET" --save "$OUT/before.json"
 
-echo "== $SESSIONS concurrent agentic sessions through kv_router for $DURATION (prompts scaled to ~1/8 of make demo's)"
+echo "== $SESSIONS concurrent agentic sessions through kv_router for $DURATION (prompts scaled to ~1/6 of make demo's)"
 status=0
 ./bin/kvbench run --url "$GATEWAY" "${WORKLOAD[@]}" --sessions "$SESSIONS" --concurrency "$SESSIONS" \
 	--duration "$DURATION" --pid "$GW" --json "$OUT/run.json" >"$OUT/run.txt" 2>&1 || status=1
