@@ -142,14 +142,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 	} {
 		var got App
 		err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("Test %d: got error %v, want one containing %q", i, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("Test %d: unexpected error: %v", i, err)
+		if !parsedAsWanted(t, i, err, tc.wantErr) {
 			continue
 		}
 		if g, w := mustJSON(t, got), mustJSON(t, tc.want); g != w {
@@ -195,18 +188,29 @@ func TestSelectionHandlerUnmarshalCaddyfile(t *testing.T) {
 	} {
 		var h SelectionHandler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("Test %d: got error %v, want one containing %q", i, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("Test %d: unexpected error: %v", i, err)
+		if !parsedAsWanted(t, i, err, tc.wantErr) {
 			continue
 		}
 		if h.MaxBodySize != tc.want {
 			t.Errorf("Test %d: max_body_size = %d, want %d", i, h.MaxBodySize, tc.want)
 		}
 	}
+}
+
+// parsedAsWanted checks table case i's parse error against wantErr (empty:
+// no error) and tells whether the case parsed, so that its result is to
+// be compared.
+func parsedAsWanted(t *testing.T, i int, err error, wantErr string) bool {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("Test %d: got error %v, want one containing %q", i, err, wantErr)
+		}
+		return false
+	}
+	if err != nil {
+		t.Errorf("Test %d: unexpected error: %v", i, err)
+		return false
+	}
+	return true
 }
