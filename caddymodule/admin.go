@@ -112,13 +112,11 @@ func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 		"use_kv_events":       state.events != nil,
 	}
 	if m := state.events; m != nil {
-		st := &m.Stats
-		out["kv_events"] = map[string]uint64{
-			"messages": st.Messages.Load(), "batches": st.Batches.Load(), "malformed": st.Malformed.Load(),
-			"stale": st.Stale.Load(), "gaps": st.Gaps.Load(), "replays": st.Replays.Load(),
-			"replayed": st.Replayed.Load(), "lost": st.Lost.Load(), "restarts": st.Restarts.Load(),
-			"rejected": st.Rejected.Load(), "listeners": uint64(m.Listeners()),
+		events := map[string]uint64{"listeners": uint64(m.Listeners())}
+		for _, c := range kvEventCounters {
+			events[c.name] = c.of(&m.Stats).Load()
 		}
+		out["kv_events"] = events
 		out["index"] = map[string]any{
 			"entries": m.Index.Entries(), "full": m.Index.Full.Load(), "applied": m.Index.Applied.Load(),
 			"skipped": m.Index.Skipped.Load(), "unknown_parent": m.Index.UnknownParent.Load(), "token_count_mismatch": m.Index.TokenCount.Load(),

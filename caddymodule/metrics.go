@@ -3,10 +3,12 @@ package caddymodule
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/caddy-kvrouter/indexer"
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -29,27 +31,26 @@ func gauge(name, help string, value func(s *routerState) float64) eventMetric {
 	return eventMetric{prometheus.NewDesc("kvrouter_"+name, help, nil, nil), prometheus.GaugeValue, value}
 }
 
-var eventMetrics = []eventMetric{
-	counter("kv_events_messages_total", "KV-event messages received live from worker publishers.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Messages.Load()) }),
-	counter("kv_events_batches_total", "KV-event batches applied to the index, live or replayed.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Batches.Load()) }),
-	counter("kv_events_malformed_total", "KV-event frames or payloads that could not be decoded and were skipped.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Malformed.Load()) }),
-	counter("kv_events_stale_total", "KV-event messages dropped as duplicates of sequences already applied.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Stale.Load()) }),
-	counter("kv_events_gaps_total", "Gaps in publishers' sequence numbers, late joins included.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Gaps.Load()) }),
-	counter("kv_events_replays_total", "Replay requests made to publishers' replay endpoints.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Replays.Load()) }),
-	counter("kv_events_replayed_total", "KV-event batches recovered by replay.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Replayed.Load()) }),
-	counter("kv_events_lost_total", "KV-event batches missed and not recovered.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Lost.Load()) }),
-	counter("kv_events_restarts_total", "Publisher restarts detected (sequence went back); the rank's blocks were dropped.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Restarts.Load()) }),
-	counter("kv_events_rejected_total", "KV events the index refused, such as stores whose parent block it does not hold.",
-		func(s *routerState) float64 { return float64(s.events.Stats.Rejected.Load()) }),
+// kvEventCounters are the KV-event listeners' counters, each under one
+// name in /kv_router/stats ("messages") and in the metrics
+// (kvrouter_kv_events_messages_total).
+var kvEventCounters = []struct {
+	name, help string
+	of         func(*indexer.Stats) *atomic.Uint64
+}{
+	{"messages", "KV-event messages received live from worker publishers.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Messages }},
+	{"batches", "KV-event batches applied to the index, live or replayed.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Batches }},
+	{"malformed", "KV-event frames or payloads that could not be decoded and were skipped.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Malformed }},
+	{"stale", "KV-event messages dropped as duplicates of sequences already applied.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Stale }},
+	{"gaps", "Gaps in publishers' sequence numbers, late joins included.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Gaps }},
+	{"replays", "Replay requests made to publishers' replay endpoints.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Replays }},
+	{"replayed", "KV-event batches recovered by replay.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Replayed }},
+	{"lost", "KV-event batches missed and not recovered.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Lost }},
+	{"restarts", "Publisher restarts detected (sequence went back); the rank's blocks were dropped.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Restarts }},
+	{"rejected", "KV events the index refused, such as stores whose parent block it does not hold.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Rejected }},
+}
+
+var eventMetrics = append(kvEventMetrics(),
 	gauge("kv_event_listeners", "Per-rank KV-event listeners running.",
 		func(s *routerState) float64 { return float64(s.events.Listeners()) }),
 	gauge("index_entries", "(block, worker rank) entries in the KV index.",
@@ -58,6 +59,16 @@ var eventMetrics = []eventMetric{
 		func(s *routerState) float64 { return float64(s.events.Index.Full.Load()) }),
 	counter("index_unknown_blocks_total", "Removals of blocks the index did not hold for that rank.",
 		func(s *routerState) float64 { return float64(s.events.Index.UnknownBlock.Load()) }),
+)
+
+// kvEventMetrics is a counter for each of kvEventCounters.
+func kvEventMetrics() []eventMetric {
+	out := make([]eventMetric, 0, len(kvEventCounters))
+	for _, c := range kvEventCounters {
+		out = append(out, counter("kv_events_"+c.name+"_total", c.help,
+			func(s *routerState) float64 { return float64(c.of(&s.events.Stats).Load()) }))
+	}
+	return out
 }
 
 // eventCollector reports eventMetrics for the pooled router, if it runs in

@@ -30,7 +30,7 @@ type Stats struct {
 	Replayed  atomic.Uint64 // batches recovered by replay
 	Lost      atomic.Uint64 // sequences that could not be recovered
 	Restarts  atomic.Uint64 // publishers seen restarting (sequence went back)
-	Rejected  atomic.Uint64 // events the index refused (unknown parent)
+	Rejected  atomic.Uint64 // events the index refused (unknown parent, token ids not filling the blocks)
 }
 
 // endSeq is the replay end marker's sequence.
