@@ -287,6 +287,15 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 		}
 		parentKey = e.key
 	}
+	// Engine blocks of ebs tokens (ours when the event gives no size).
+	ebs := ev.BlockSize
+	if ebs <= 0 {
+		ebs = t.blockSize
+	}
+	if len(ev.TokenIDs) != len(ev.BlockHashes)*ebs {
+		x.TokenCount.Add(1)
+		return ErrTokenCount
+	}
 	if m == nil {
 		m = make(map[uint64]entry)
 		t.ranks[r] = m
@@ -297,16 +306,8 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 	opt := selection.HashOptions{Seed: selection.SaltedSeed(ev.LoraName, ev.CacheSalt), Eagle: ev.Eagle || t.eagle}
 	locals := selection.AppendBlockHashes((*lp)[:0], ev.TokenIDs, t.blockSize, opt)
 	*lp = locals
-	// Engine block i ends at token (i+1)·engineBlockSize; it maps to our
-	// last full block ending there (the same block when the sizes agree).
-	ebs := ev.BlockSize
-	if ebs <= 0 {
-		ebs = t.blockSize
-	}
-	if len(ev.TokenIDs) != len(ev.BlockHashes)*ebs {
-		x.TokenCount.Add(1)
-		return ErrTokenCount
-	}
+	// Engine block i ends at token (i+1)·ebs; it maps to our last full
+	// block ending there (the same block when the sizes agree).
 	key, have := parentKey, ev.HasParent
 	next := 0 // our blocks chained so far
 	var span []*node
