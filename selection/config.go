@@ -72,14 +72,29 @@ type Config struct {
 	WorkerDownAfter time.Duration
 	// DefaultBlockSize applies to workers registered without block_size.
 	DefaultBlockSize uint32
-	// MaxWorkers bounds the catalog size.
+	// MaxWorkers bounds the catalog size; 0 means no bound.
 	MaxWorkers int
+	// MaxRanksPerWorker bounds a worker's data_parallel_size; a larger one
+	// is refused with 422. A worker's ranks are allocated (rank states,
+	// and one KV-event listener and socket each), so this bound always
+	// holds: 0 means DefaultMaxRanksPerWorker. Default 256: above the
+	// largest data-parallel deployments (a few dozen ranks per engine)
+	// with room to spare, while one registration stays a few hundred
+	// sockets.
+	MaxRanksPerWorker int
+	// MaxRanks bounds the data-parallel ranks of the whole catalog (every
+	// record counts, schedulable or not); a write past it is refused with
+	// 409, like a full catalog. 0 means no bound. Default 4096: four times
+	// the 1,024-worker scale run, and a few thousand event sockets, well
+	// under common file-descriptor limits.
+	MaxRanks int
 	// Rand draws the picker's random numbers in [0, 1); nil uses
 	// math/rand/v2. Tests inject a seeded source.
 	Rand func() float64
 }
 
-// DefaultConfig returns Dynamo's defaults (spec §7.1, §7.2).
+// DefaultConfig returns Dynamo's defaults (spec §7.1, §7.2), plus bounds
+// Dynamo does not have.
 func DefaultConfig() Config {
 	return Config{
 		OverlapScoreCredit: 1.0,
@@ -97,6 +112,10 @@ func DefaultConfig() Config {
 		SessionTableCap:    65536,
 		ReservationTTL:     3600 * time.Second,
 		MaxWorkers:         65536,
+		// Not Dynamo's: bounds for a gateway that untrusted clients may
+		// reach (each field's comment says why its default).
+		MaxRanksPerWorker: DefaultMaxRanksPerWorker,
+		MaxRanks:          4096,
 	}
 }
 
@@ -128,7 +147,8 @@ func (c *Config) Validate() error {
 	if c.SessionAffinityTTL != 0 && (c.SessionAffinityTTL < time.Second || c.SessionAffinityTTL > 31536000*time.Second) {
 		return errors.New("session affinity ttl must be between 1s and 31536000s")
 	}
-	if c.PendingMaxEntries < 0 || c.PendingMaxBytes < 0 || c.SessionTableCap < 0 || c.MaxWorkers < 0 {
+	if c.PendingMaxEntries < 0 || c.PendingMaxBytes < 0 || c.SessionTableCap < 0 || c.MaxWorkers < 0 ||
+		c.MaxRanksPerWorker < 0 || c.MaxRanks < 0 {
 		return errors.New("limits must be non-negative")
 	}
 	return nil

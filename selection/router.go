@@ -26,6 +26,7 @@ type Router struct {
 	mu        sync.RWMutex
 	workers   map[uint64]*WorkerRecord
 	parts     map[PartitionKey]*partition
+	ranks     int // data-parallel ranks over workers, for MaxRanks
 
 	resMu        sync.Mutex
 	reservations map[string]*booking // nil value: claimed, booking in flight

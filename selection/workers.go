@@ -13,13 +13,21 @@ func (r *Router) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
 	if req.WorkerID == nil {
 		return WorkerRecord{}, errorf(KindUnprocessable, "missing field `worker_id`")
 	}
+	if err := req.checkBounds(); err != nil {
+		return WorkerRecord{}, err
+	}
 	rec := newWorkerRecord(*req.WorkerID, &r.cfg)
 	rec.applyRequest(req)
 	return r.commitWorker(&rec, true)
 }
 
-// PatchWorker changes only the fields present in patch.
+// PatchWorker changes only the fields present in patch. The merged record
+// is checked as a whole, so a patch can neither raise data_parallel_size
+// past its bounds nor leave kv_events_endpoints naming ranks it dropped.
 func (r *Router) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, error) {
+	if err := patch.checkBounds(); err != nil {
+		return WorkerRecord{}, err
+	}
 	r.catalogMu.Lock()
 	r.mu.RLock()
 	old := r.workers[id]
@@ -36,6 +44,10 @@ func (r *Router) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, err
 
 func (r *Router) commitWorker(rec *WorkerRecord, create bool) (WorkerRecord, error) {
 	rec.ModelName, rec.RoutingGroup = rec.Partition().Model, rec.Partition().Group
+	// Bounds first: validate lists the record's ranks.
+	if err := rec.checkBounds(&r.cfg); err != nil {
+		return WorkerRecord{}, err
+	}
 	rec.validate(&r.cfg)
 	r.catalogMu.Lock()
 	defer r.catalogMu.Unlock()
@@ -48,6 +60,15 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool) (WorkerRecord, err
 	if old == nil && r.cfg.MaxWorkers > 0 && len(r.workers) >= r.cfg.MaxWorkers {
 		r.mu.Unlock()
 		return WorkerRecord{}, errorf(KindConflict, "worker catalog is full (%d workers)", r.cfg.MaxWorkers)
+	}
+	ranks := r.ranks + int(rec.DataParallelSize)
+	if old != nil {
+		ranks -= int(old.DataParallelSize)
+	}
+	if r.cfg.MaxRanks > 0 && ranks > r.cfg.MaxRanks && ranks > r.ranks {
+		r.mu.Unlock()
+		return WorkerRecord{}, errorf(KindConflict, "worker catalog is full: %d data-parallel ranks with this worker, more than max_ranks %d",
+			ranks, r.cfg.MaxRanks)
 	}
 	key := rec.Partition()
 	if err := r.checkPartitionLocked(key, rec); err != nil {
@@ -69,6 +90,7 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool) (WorkerRecord, err
 	}
 	stored := rec.clone()
 	r.workers[rec.WorkerID] = &stored
+	r.ranks = ranks
 	r.mu.Unlock()
 	if moved {
 		r.index.RemoveWorker(old.Partition(), old.WorkerID)
@@ -178,6 +200,7 @@ func (r *Router) DeleteWorker(id uint64) (WorkerRecord, error) {
 	old.Lifecycle = LifecycleDraining
 	r.dropRanksLocked(old, nil)
 	delete(r.workers, id)
+	r.ranks -= int(old.DataParallelSize)
 	r.mu.Unlock()
 	r.index.RemoveWorker(old.Partition(), id)
 	old.Lifecycle = LifecycleUnschedulable
