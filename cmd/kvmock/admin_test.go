@@ -115,6 +115,11 @@ func TestRegisterRetriesUntilTheGatewayAnswers(t *testing.T) {
 			http.Error(rw, "wrong route", http.StatusBadRequest)
 			return
 		}
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			// The gateway's write_token: the fleet must send it.
+			http.Error(rw, `{"error":"missing bearer token"}`, http.StatusUnauthorized)
+			return
+		}
 		b, _ := io.ReadAll(r.Body)
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
@@ -125,7 +130,7 @@ func TestRegisterRetriesUntilTheGatewayAnswers(t *testing.T) {
 	f := newTestFleet(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := f.Register(ctx, gw.URL); err != nil {
+	if err := f.Register(ctx, gw.URL, "s3cret"); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -155,7 +160,7 @@ func TestRegisterGivesUpOnARejection(t *testing.T) {
 	defer gw.Close()
 	f := newTestFleet(t, nil)
 	start := time.Now()
-	err := f.Register(context.Background(), gw.URL)
+	err := f.Register(context.Background(), gw.URL, "")
 	if err == nil || !strings.Contains(err.Error(), "422") || time.Since(start) > time.Second {
 		t.Fatalf("err %v after %v", err, time.Since(start))
 	}

@@ -32,6 +32,9 @@ type Config struct {
 	// Register, when set, is the gateway's selection API base URL to which
 	// every worker is POSTed on start.
 	Register string
+	// RegisterToken is the bearer token the registrations carry, for a
+	// gateway whose kv_selection has a write_token; empty sends none.
+	RegisterToken string
 
 	// BlockSize is the number of tokens per KV block.
 	BlockSize int

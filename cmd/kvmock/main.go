@@ -50,6 +50,8 @@ func parseFlags(args []string) (Config, error) {
 	fs.IntVar(&cfg.ReplayBasePort, "replay-base-port", cfg.ReplayBasePort, "replay ROUTER ports, numbered like --zmq-base-port (0: any)")
 	fs.StringVar(&cfg.Admin, "admin", cfg.Admin, "fleet admin listen address (empty: none)")
 	fs.StringVar(&cfg.Register, "register", "", "selection API base URL to POST each worker to on start, e.g. http://127.0.0.1:8092")
+	fs.StringVar(&cfg.RegisterToken, "register-token", os.Getenv("KVROUTER_WRITE_TOKEN"),
+		"bearer token for --register, for a gateway with kv_selection's write_token (default: $KVROUTER_WRITE_TOKEN)")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV block")
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", cfg.KVBlocks, "KV-cache capacity per rank, in blocks")
 	encoding := fs.String("event-encoding", "map", "KV-event encoding: map (vLLM from mid-2026) or array (positional, older vLLM)")
@@ -95,7 +97,7 @@ func run(cfg Config) error {
 		first.engines[0].pub.PubEndpoint, first.engines[0].pub.ReplayEndpoint, f.AdminAddr())
 	if cfg.Register != "" {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := f.Register(rctx, cfg.Register)
+		err := f.Register(rctx, cfg.Register, cfg.RegisterToken)
 		cancel()
 		if err != nil {
 			return err

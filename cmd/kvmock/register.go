@@ -55,8 +55,9 @@ func (w *worker) registration() registration {
 // Register announces every worker to the selection API at base (its URL
 // without "/workers"). The gateway is often started at the same time as the
 // fleet, so connection failures, 404 and 5xx answers are retried until ctx
-// ends; any other non-2xx answer is an error at once.
-func (f *Fleet) Register(ctx context.Context, base string) error {
+// ends; any other non-2xx answer is an error at once. A non-empty token is
+// sent as the bearer token that a gateway's write_token asks for.
+func (f *Fleet) Register(ctx context.Context, base, token string) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	url := base + "/workers"
 	for _, w := range f.workers {
@@ -65,7 +66,7 @@ func (f *Fleet) Register(ctx context.Context, base string) error {
 			return err
 		}
 		for {
-			err := post(ctx, client, url, body)
+			err := post(ctx, client, url, token, body)
 			if err == nil {
 				break
 			}
@@ -92,12 +93,15 @@ type statusError struct {
 func (e *statusError) Error() string { return fmt.Sprintf("status %d: %s", e.status, e.body) }
 
 // post sends one registration; see Register for which errors are final.
-func post(ctx context.Context, client *http.Client, url string, body []byte) error {
+func post(ctx context.Context, client *http.Client, url, token string, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return &statusError{status: 0, body: err.Error()}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	res, err := client.Do(req)
 	if err != nil {
 		return err
