@@ -20,6 +20,8 @@ type Router struct {
 	index    Indexer
 	recorder BookingRecorder // non-nil when bookings feed the index
 	hooks    []func(old, cur *WorkerRecord)
+	// endpointCheck vets new worker endpoints (WithEndpointCheck).
+	endpointCheck func(endpoint string) error
 
 	catalogMu sync.Mutex    // serializes catalog updates, so they commit in order
 	version   atomic.Uint64 // bumped on every catalog change

@@ -18,7 +18,7 @@ func (r *Router) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
 	}
 	rec := newWorkerRecord(*req.WorkerID, &r.cfg)
 	rec.applyRequest(req)
-	return r.commitWorker(&rec, true)
+	return r.writeWorker(&rec, true)
 }
 
 // PatchWorker changes only the fields present in patch. The merged record
@@ -39,16 +39,42 @@ func (r *Router) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, err
 	rec := old.clone()
 	r.catalogMu.Unlock()
 	rec.applyRequest(patch)
-	return r.commitWorker(&rec, false)
+	return r.writeWorker(&rec, false)
 }
 
-func (r *Router) commitWorker(rec *WorkerRecord, create bool) (WorkerRecord, error) {
+// writeWorker checks rec, runs the endpoint check (outside the locks: it
+// may resolve names) when the endpoint is new, and commits.
+func (r *Router) writeWorker(rec *WorkerRecord, create bool) (WorkerRecord, error) {
 	rec.ModelName, rec.RoutingGroup = rec.Partition().Model, rec.Partition().Group
 	// Bounds first: validate lists the record's ranks.
 	if err := rec.checkBounds(&r.cfg); err != nil {
 		return WorkerRecord{}, err
 	}
 	rec.validate(&r.cfg)
+	checked := ""
+	force := false
+	for {
+		if ep := endpointOf(rec); r.endpointCheck != nil && ep != "" && ep != checked {
+			var old *WorkerRecord
+			if w, ok := r.Worker(rec.WorkerID); ok {
+				old = &w
+			}
+			if force || r.needsEndpointCheck(old, rec, checked) {
+				if err := r.checkEndpoint(ep); err != nil {
+					return WorkerRecord{}, err
+				}
+				checked = ep
+			}
+		}
+		out, err := r.commitWorker(rec, create, checked)
+		if err != errEndpointUnchecked {
+			return out, err
+		}
+		force = true // the catalog moved under the check: check this time
+	}
+}
+
+func (r *Router) commitWorker(rec *WorkerRecord, create bool, checked string) (WorkerRecord, error) {
 	r.catalogMu.Lock()
 	defer r.catalogMu.Unlock()
 	r.mu.Lock()
@@ -69,6 +95,10 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool) (WorkerRecord, err
 		r.mu.Unlock()
 		return WorkerRecord{}, errorf(KindConflict, "worker catalog is full: %d data-parallel ranks with this worker, more than max_ranks %d",
 			ranks, r.cfg.MaxRanks)
+	}
+	if r.needsEndpointCheck(old, rec, checked) {
+		r.mu.Unlock()
+		return WorkerRecord{}, errEndpointUnchecked
 	}
 	key := rec.Partition()
 	if err := r.checkPartitionLocked(key, rec); err != nil {
