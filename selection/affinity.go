@@ -57,6 +57,18 @@ func (a *affinityTable) forget(k sessionKey) {
 	delete(a.bindings, k)
 }
 
+// forgetWorker drops every binding to a worker's ranks (its endpoint now
+// names another server, which holds none of the sessions' context).
+func (a *affinityTable) forgetWorker(id uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, b := range a.bindings {
+		if b.rank.WorkerID == id {
+			delete(a.bindings, k)
+		}
+	}
+}
+
 // acquire takes a lease for a booking dispatched to r. In hard mode a
 // dispatch away from the bound rank is refused (and the binding dropped);
 // in soft mode the binding follows. A full table leaves the session unpinned

@@ -40,3 +40,32 @@ func (r *Router) checkEndpoint(ep string) error {
 	}
 	return nil
 }
+
+// forgetServer drops what the router knows of the server behind old's
+// endpoint, as if the worker had been deleted: its index entries, its
+// bookings (their load and their ids), its sessions' bindings, the
+// selections pending on it and its failure history. A worker whose
+// endpoint changes is another server: none of this is true of it, and
+// keeping its cached prefixes would send its sessions' next turns (and
+// their context) to whoever registered the new endpoint.
+func (r *Router) forgetServer(old *WorkerRecord) {
+	id := old.WorkerID
+	r.index.RemoveWorker(old.Partition(), id)
+	var gone []*booking
+	r.resMu.Lock()
+	for sid, b := range r.reservations {
+		if b != nil && b.rs.rank.WorkerID == id {
+			delete(r.reservations, sid)
+			gone = append(gone, b)
+		}
+	}
+	r.resMu.Unlock()
+	for _, b := range gone {
+		r.release(b)
+	}
+	if r.affinity.enabled() {
+		r.affinity.forgetWorker(id)
+	}
+	r.pending.dropWorker(id)
+	r.health.forget(id)
+}

@@ -52,6 +52,13 @@ func (r *Router) ReportSuccess(workerID uint64) {
 	}
 }
 
+// forget drops a worker's failure history.
+func (h *healthTable) forget(id uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.workers, id)
+}
+
 // WorkerDown reports whether the router has taken a worker out as
 // unreachable.
 func (r *Router) WorkerDown(workerID uint64) bool {

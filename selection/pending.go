@@ -126,6 +126,17 @@ func (c *pendingCache) discard(k pendingKey) {
 	}
 }
 
+// dropWorker drops the selections that picked one of a worker's ranks.
+func (c *pendingCache) dropWorker(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if e.rank.WorkerID == id {
+			c.removeLocked(e)
+		}
+	}
+}
+
 func (c *pendingCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

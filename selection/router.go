@@ -272,6 +272,13 @@ func (r *Router) Free(id string) error {
 	if b == nil {
 		return errorf(KindNotFound, "reservation %s not found", id)
 	}
+	r.release(b)
+	return nil
+}
+
+// release gives back the load and session lease of a booking already taken
+// out of r.reservations.
+func (r *Router) release(b *booking) {
 	p := b.part
 	p.mu.Lock()
 	p.load.free(b, r.cfg.TrackActiveBlocks)
@@ -279,7 +286,6 @@ func (r *Router) Free(id string) error {
 	if b.session != "" && r.affinity.enabled() {
 		r.affinity.release(sessionKey{b.key, b.session})
 	}
-	return nil
 }
 
 // partition returns the partition for k, or nil.

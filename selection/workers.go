@@ -8,7 +8,10 @@ import (
 
 // UpsertWorker creates or replaces a worker from req. An incomplete worker
 // is accepted (not schedulable, with reasons). A block size or Eagle setting
-// that conflicts with the worker's partition is a 409.
+// that conflicts with the worker's partition is a 409. A write that changes
+// a worker's endpoint (here or in PatchWorker) replaces the server: its
+// cached prefixes, bookings, session bindings, pending selections and
+// failure history are dropped before the new record commits.
 func (r *Router) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
 	if req.WorkerID == nil {
 		return WorkerRecord{}, errorf(KindUnprocessable, "missing field `worker_id`")
@@ -106,7 +109,17 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool, checked string) (W
 		return WorkerRecord{}, err
 	}
 	moved := old != nil && old.Partition() != key
-	if old != nil {
+	renewed := old != nil && endpointOf(old) != endpointOf(rec)
+	switch {
+	case renewed:
+		// Another server: take the old ranks out, forget everything about
+		// them (outside r.mu, which the index and bookings do not need;
+		// catalogMu keeps the checks above valid), then add fresh ranks.
+		r.dropRanksLocked(old, nil)
+		r.mu.Unlock()
+		r.forgetServer(old)
+		r.mu.Lock()
+	case old != nil:
 		keep := map[Rank]bool{}
 		if !moved && rec.Schedulable() {
 			for _, rk := range rec.Ranks() {
@@ -122,7 +135,7 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool, checked string) (W
 	r.workers[rec.WorkerID] = &stored
 	r.ranks = ranks
 	r.mu.Unlock()
-	if moved {
+	if moved && !renewed {
 		r.index.RemoveWorker(old.Partition(), old.WorkerID)
 	}
 	r.notify(old, &stored)
