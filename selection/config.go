@@ -66,9 +66,13 @@ type Config struct {
 	// whose free never came).
 	ReservationTTL time.Duration
 	// WorkerDownAfter takes a worker out of the candidates, and drops its
-	// index entries, when it has been failing (as reported by the proxy)
-	// for this long with no success in between; 0 disables it. A down
-	// worker is dialed on every sweep and comes back when it connects.
+	// index entries, when it has been failing (as reported by the proxy:
+	// dial errors and 502/503/504 answers, see ReportStatus) for this long
+	// with no success in between; 0 disables it. Health is swept every
+	// tenth of it; a down worker is probed with GET /health on every sweep
+	// and comes back when it answers 2xx. Default 30s: a dead fleet stops
+	// taking requests within half a minute, while a worker that fails a
+	// few requests (a restart, a blip) is not taken out.
 	WorkerDownAfter time.Duration
 	// DefaultBlockSize applies to workers registered without block_size.
 	DefaultBlockSize uint32
@@ -114,6 +118,7 @@ func DefaultConfig() Config {
 		MaxWorkers:         65536,
 		// Not Dynamo's: bounds for a gateway that untrusted clients may
 		// reach (each field's comment says why its default).
+		WorkerDownAfter:   30 * time.Second,
 		MaxRanksPerWorker: DefaultMaxRanksPerWorker,
 		MaxRanks:          4096,
 	}
@@ -143,6 +148,9 @@ func (c *Config) Validate() error {
 		if err := nonNeg(kv.n, kv.v); err != nil {
 			return err
 		}
+	}
+	if c.WorkerDownAfter < 0 {
+		return errors.New("worker_down_after must not be negative")
 	}
 	if c.SessionAffinityTTL != 0 && (c.SessionAffinityTTL < time.Second || c.SessionAffinityTTL > 31536000*time.Second) {
 		return errors.New("session affinity ttl must be between 1s and 31536000s")

@@ -1,17 +1,49 @@
 package selection
 
 import (
-	"net"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
 
-// Worker health: a worker that the proxy cannot reach, and that has not
-// answered since, is taken out of the candidates once WorkerDownAfter has
-// passed, and its index entries are dropped (its cache is presumed gone).
-// While it is down, a TCP dial to its endpoint is tried on every sweep; the
-// first that connects brings it back (with an empty index, filled again by
-// its events or bookings).
+// Worker health: a worker that the proxy cannot reach or that answers
+// 502/503/504, and that has not answered otherwise since, is taken out of
+// the candidates once WorkerDownAfter has passed, and its index entries are
+// dropped (its cache is presumed gone). While it is down it is probed with
+// GET /health (vLLM and SGLang both serve it) on every health sweep; the
+// first 2xx brings it back (with an empty index, filled again by its events
+// or bookings). A TCP connection alone is not enough: a worker answering
+// 503 to everything accepts connections, and would flap back in.
+
+const (
+	// probeMaxTimeout bounds one health probe: a healthy engine answers
+	// /health in milliseconds, and a sweep must not stall on a host that
+	// swallows packets.
+	probeMaxTimeout = 2 * time.Second
+	// probeMaxBody is how much of a probe's answer is read (so the
+	// connection closes cleanly); the status is all that matters.
+	probeMaxBody = 4 << 10
+	// probeMaxHeader bounds a probe answer's headers.
+	probeMaxHeader = 16 << 10
+	// probeParallel is how many down workers are probed at once, so a
+	// dead fleet is probed in a few timeouts, not one per worker.
+	probeParallel = 32
+)
+
+// probeClient follows no redirects (a 3xx is not healthy), uses no proxy
+// from the environment and keeps no connections between sweeps.
+var probeClient = &http.Client{
+	Transport: &http.Transport{
+		Proxy:                  nil,
+		DisableKeepAlives:      true,
+		MaxResponseHeaderBytes: probeMaxHeader,
+	},
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
 
 type workerHealth struct {
 	failingSince time.Time // first failure since the last success
@@ -23,8 +55,8 @@ type healthTable struct {
 	workers map[uint64]*workerHealth
 }
 
-// ReportFailure records that a worker could not be reached (a dial error
-// or an upstream failure seen by the proxy).
+// ReportFailure records that a worker failed a request: a dial error, or
+// a 502, 503 or 504 answer. ReportStatus sorts answers this way.
 func (r *Router) ReportFailure(workerID uint64) {
 	h := &r.health
 	h.mu.Lock()
@@ -42,13 +74,29 @@ func (r *Router) ReportFailure(workerID uint64) {
 	}
 }
 
-// ReportSuccess records that a worker answered; it clears its failures.
+// ReportSuccess records that a worker answered (any status but 429, 502,
+// 503 and 504); it clears its failures. It does not bring back a worker
+// that is down: only its health probe does.
 func (r *Router) ReportSuccess(workerID uint64) {
 	h := &r.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w := h.workers[workerID]; w != nil && !w.down {
 		delete(h.workers, workerID)
+	}
+}
+
+// ReportStatus records a worker's HTTP answer: 502, 503 and 504 are
+// failures (the engine is gone, or answers nothing useful), 429 is neither
+// (a full worker is not a failed one: its load accounting already steers
+// requests away), anything else is a success.
+func (r *Router) ReportStatus(workerID uint64, status int) {
+	switch status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		r.ReportFailure(workerID)
+	case http.StatusTooManyRequests:
+	default:
+		r.ReportSuccess(workerID)
 	}
 }
 
@@ -69,21 +117,50 @@ func (r *Router) WorkerDown(workerID uint64) bool {
 	return w != nil && w.down
 }
 
+// healthSweepEvery is how often health is swept for a grace period: a
+// tenth of it, so a worker is taken out within 10% of WorkerDownAfter.
+func healthSweepEvery(grace time.Duration) time.Duration {
+	return max(grace/10, 10*time.Millisecond)
+}
+
+// probeTimeout is one probe's timeout: within the sweep interval, so
+// sweeps do not pile up, and at most probeMaxTimeout.
+func probeTimeout(grace time.Duration) time.Duration {
+	return min(max(grace/10, 100*time.Millisecond), probeMaxTimeout)
+}
+
+// healthSweeper sweeps health on its own ticker, so probes never delay
+// the reservation sweep.
+func (r *Router) healthSweeper() {
+	defer r.wg.Done()
+	t := time.NewTicker(healthSweepEvery(r.cfg.WorkerDownAfter))
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.sweepHealth()
+		}
+	}
+}
+
 // sweepHealth takes out workers failing for longer than WorkerDownAfter
-// and brings back the down ones that accept a connection again.
+// and brings back the down ones whose /health answers 2xx.
 func (r *Router) sweepHealth() {
 	grace := r.cfg.WorkerDownAfter
 	if grace <= 0 {
 		return
 	}
 	now := r.now()
-	var takeOut, probe []uint64
+	var takeOut []uint64
+	probe := map[uint64]*workerHealth{}
 	h := &r.health
 	h.mu.Lock()
 	for id, w := range h.workers {
 		switch {
 		case w.down:
-			probe = append(probe, id)
+			probe[id] = w
 		case !w.failingSince.IsZero() && now.Sub(w.failingSince) >= grace:
 			w.down = true
 			takeOut = append(takeOut, id)
@@ -93,22 +170,41 @@ func (r *Router) sweepHealth() {
 	for _, id := range takeOut {
 		r.setDown(id, true)
 	}
-	for _, id := range probe {
+	sem := make(chan struct{}, probeParallel)
+	var wg sync.WaitGroup
+	for id, w := range probe {
 		rec, ok := r.Worker(id)
 		if !ok {
 			h.mu.Lock()
-			delete(h.workers, id) // deleted from the catalog meanwhile
+			if h.workers[id] == w {
+				delete(h.workers, id) // deleted from the catalog meanwhile
+			}
 			h.mu.Unlock()
 			continue
 		}
-		if rec.Endpoint == nil || !dialable(*rec.Endpoint, grace/4) {
+		if rec.Endpoint == nil {
 			continue
 		}
-		h.mu.Lock()
-		delete(h.workers, id)
-		h.mu.Unlock()
-		r.setDown(id, false)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(id uint64, w *workerHealth, endpoint string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if !probeHealthy(endpoint, probeTimeout(grace)) {
+				return
+			}
+			h.mu.Lock()
+			back := h.workers[id] == w // not re-registered or forgotten meanwhile
+			if back {
+				delete(h.workers, id)
+			}
+			h.mu.Unlock()
+			if back {
+				r.setDown(id, false)
+			}
+		}(id, w, *rec.Endpoint)
 	}
+	wg.Wait()
 }
 
 // setDown marks a worker's ranks down (out of the candidates, index
@@ -133,13 +229,31 @@ func (r *Router) setDown(id uint64, down bool) {
 	}
 }
 
-// dialable reports whether a TCP connection to endpoint (host:port, an
-// optional scheme ignored) succeeds within timeout.
-func dialable(endpoint string, timeout time.Duration) bool {
-	c, err := net.DialTimeout("tcp", HostPort(endpoint), max(timeout, 100*time.Millisecond))
+// healthURL is the probe URL of an endpoint: its host:port (any path
+// dropped) with /health, over https only when the endpoint says so.
+func healthURL(endpoint string) string {
+	scheme := "http"
+	if len(endpoint) >= 8 && strings.EqualFold(endpoint[:8], "https://") {
+		scheme = "https"
+	}
+	host, _, _ := strings.Cut(HostPort(endpoint), "/")
+	return (&url.URL{Scheme: scheme, Host: host, Path: "/health"}).String()
+}
+
+// probeHealthy reports whether GET /health on endpoint answers 2xx within
+// timeout. It reads at most probeMaxBody bytes of the answer.
+func probeHealthy(endpoint string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthURL(endpoint), nil)
 	if err != nil {
 		return false
 	}
-	_ = c.Close()
-	return true
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.CopyN(io.Discard, resp.Body, probeMaxBody)
+	return resp.StatusCode >= 200 && resp.StatusCode < 300
 }

@@ -2,7 +2,10 @@ package selection
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -81,7 +84,7 @@ func TestWorkerDownAndBack(t *testing.T) {
 	if overlap() != 0 {
 		t.Fatal("the down worker's index entries were kept")
 	}
-	// A reported success does not bring it back; a connection does.
+	// A reported success does not bring it back; a healthy answer does.
 	r.ReportSuccess(1)
 	r.Sweep()
 	if !r.WorkerDown(1) {
@@ -91,12 +94,156 @@ func TestWorkerDownAndBack(t *testing.T) {
 	if err != nil {
 		t.Skipf("could not reuse %s: %v", addr, err)
 	}
-	defer back.Close()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Listener.Close()
+	srv.Listener = back
+	srv.Start()
+	defer srv.Close()
 	r.Sweep()
 	if r.WorkerDown(1) {
 		t.Fatal("still down though its endpoint accepts connections")
 	}
 	if _, err := r.Select(prompt); err != nil {
 		t.Fatalf("the worker came back but cannot be pinned: %v", err)
+	}
+}
+
+// healthServer is a worker on 127.0.0.1 whose /health answers status()
+// (every other path answers 200, so only /health can bring it back).
+func healthServer(t *testing.T, status func() int) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" {
+			return
+		}
+		if s := status(); s == http.StatusFound {
+			http.Redirect(w, r, "/", s) // to a 200
+		} else {
+			w.WriteHeader(s)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// TestHealthProbe: a down worker comes back only when GET /health answers
+// 2xx: one answering 503 (which accepts connections, so a dial brought it
+// back) stays out, as do a redirect and a dead port; one that starts
+// answering 200 comes back.
+func TestHealthProbe(t *testing.T) {
+	dead := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr
+	}
+	fixed := func(s int) func() int { return func() int { return s } }
+	var healthy atomic.Bool
+	recovering := func() int {
+		if healthy.Load() {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	}
+	tests := []struct {
+		name                string
+		endpoint            string
+		backFirst, backThen bool // up after the first probe, after the worker turned healthy
+	}{
+		{"answers 503", healthServer(t, fixed(http.StatusServiceUnavailable)), false, false},
+		{"answers 302 to a 200", healthServer(t, fixed(http.StatusFound)), false, false},
+		{"a dead port", dead(), false, false},
+		{"starts answering 200", healthServer(t, recovering), false, true},
+		{"answers 204, endpoint with a scheme", "http://" + healthServer(t, fixed(http.StatusNoContent)) + "/", true, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			healthy.Store(false)
+			now := time.Unix(0, 0)
+			var mu sync.Mutex
+			cfg := DefaultConfig() // WorkerDownAfter is on by default
+			cfg.UseKVEvents = false
+			r, err := NewRouter(cfg, WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			addWorker(t, r, 1, func(w *WorkerRequest) { w.Endpoint = ptr(tc.endpoint) })
+			r.ReportFailure(1)
+			mu.Lock()
+			now = now.Add(cfg.WorkerDownAfter)
+			mu.Unlock()
+			r.Sweep()
+			if !r.WorkerDown(1) {
+				t.Fatal("not down after WorkerDownAfter")
+			}
+			r.Sweep()
+			if up := !r.WorkerDown(1); up != tc.backFirst {
+				t.Fatalf("up %v after the first probe, want %v", up, tc.backFirst)
+			}
+			healthy.Store(true)
+			r.Sweep()
+			if up := !r.WorkerDown(1); up != tc.backThen {
+				t.Fatalf("up %v after a probe of the healthy worker, want %v", up, tc.backThen)
+			}
+		})
+	}
+}
+
+// TestReportStatus: 502/503/504 are failures, 429 is neither, anything
+// else is a success; a worker answering only 503 is taken out.
+func TestReportStatus(t *testing.T) {
+	tests := []struct {
+		status   int
+		failing  bool // the worker is failing afterwards
+		clearing bool // a standing failure is cleared
+	}{
+		{200, false, true}, {404, false, true}, {500, false, true},
+		{502, true, false}, {503, true, false}, {504, true, false},
+		{429, false, false},
+	}
+	for _, tc := range tests {
+		r := newTestRouter(t, nil)
+		addWorker(t, r, 1, nil)
+		r.ReportStatus(1, tc.status)
+		r.health.mu.Lock()
+		_, failing := r.health.workers[1]
+		r.health.mu.Unlock()
+		if failing != tc.failing {
+			t.Errorf("%d: failing %v, want %v", tc.status, failing, tc.failing)
+		}
+		r.ReportFailure(1)
+		r.ReportStatus(1, tc.status)
+		r.health.mu.Lock()
+		_, failing = r.health.workers[1]
+		r.health.mu.Unlock()
+		if failing == tc.clearing {
+			t.Errorf("%d after a failure: failing %v", tc.status, failing)
+		}
+	}
+}
+
+// TestHealthSweepInterval: health is swept every tenth of WorkerDownAfter
+// (it was every half, so 30s meant up to 45s), and a probe never outlasts
+// the interval or probeMaxTimeout.
+func TestHealthSweepInterval(t *testing.T) {
+	for _, tc := range []struct{ grace, every, timeout time.Duration }{
+		{30 * time.Second, 3 * time.Second, 2 * time.Second},
+		{10 * time.Second, time.Second, time.Second},
+		{time.Second, 100 * time.Millisecond, 100 * time.Millisecond},
+		{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond},
+	} {
+		if got := healthSweepEvery(tc.grace); got != tc.every {
+			t.Errorf("grace %v: sweep every %v, want %v", tc.grace, got, tc.every)
+		}
+		if got := probeTimeout(tc.grace); got != tc.timeout {
+			t.Errorf("grace %v: probe timeout %v, want %v", tc.grace, got, tc.timeout)
+		}
+	}
+	if DefaultConfig().WorkerDownAfter != 30*time.Second {
+		t.Fatalf("WorkerDownAfter defaults to %v, the docs say 30s", DefaultConfig().WorkerDownAfter)
 	}
 }

@@ -72,8 +72,9 @@ func WithCatalogHook(fn func(old, cur *WorkerRecord)) Option {
 	return func(r *Router) { r.hooks = append(r.hooks, fn) }
 }
 
-// NewRouter builds a router. It starts one goroutine that sweeps stale
-// reservations and session bindings; Close stops it.
+// NewRouter builds a router. It starts a goroutine that sweeps stale
+// reservations and session bindings and, with WorkerDownAfter, one that
+// sweeps worker health; Close stops them.
 func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -107,6 +108,10 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	}
 	r.wg.Add(1)
 	go r.sweeper()
+	if cfg.WorkerDownAfter > 0 {
+		r.wg.Add(1)
+		go r.healthSweeper()
+	}
 	return r, nil
 }
 
@@ -117,7 +122,7 @@ func (r *Router) CatalogVersion() uint64 { return r.version.Load() }
 // Config returns the router's configuration.
 func (r *Router) Config() Config { return r.cfg }
 
-// Close stops the background sweeper. The router stays usable for reads.
+// Close stops the background sweepers. The router stays usable for reads.
 func (r *Router) Close() {
 	r.stopOnce.Do(func() { close(r.stop) })
 	r.wg.Wait()
@@ -129,9 +134,6 @@ func (r *Router) sweeper() {
 	if r.cfg.ReservationTTL > 0 && r.cfg.ReservationTTL/2 < every {
 		every = max(r.cfg.ReservationTTL/2, 10*time.Millisecond)
 	}
-	if r.cfg.WorkerDownAfter > 0 && r.cfg.WorkerDownAfter/2 < every {
-		every = max(r.cfg.WorkerDownAfter/2, 10*time.Millisecond)
-	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -139,14 +141,23 @@ func (r *Router) sweeper() {
 		case <-r.stop:
 			return
 		case <-t.C:
-			r.Sweep()
+			r.sweepBookings()
 		}
 	}
 }
 
 // Sweep force-frees bookings older than ReservationTTL, drops idle
-// session bindings, and takes out (or brings back) unreachable workers. It runs periodically; tests call it directly.
+// session bindings, and takes out (or brings back) unreachable workers.
+// It runs periodically (health more often: a tenth of WorkerDownAfter);
+// tests call it directly. It returns the number of bookings freed.
 func (r *Router) Sweep() int {
+	n := r.sweepBookings()
+	r.sweepHealth()
+	return n
+}
+
+// sweepBookings frees stale bookings and drops idle session bindings.
+func (r *Router) sweepBookings() int {
 	var stale []string
 	if r.cfg.ReservationTTL > 0 {
 		cutoff := r.now().Add(-r.cfg.ReservationTTL)
@@ -164,7 +175,6 @@ func (r *Router) Sweep() int {
 	if r.affinity.enabled() {
 		r.affinity.sweep()
 	}
-	r.sweepHealth()
 	return len(stale)
 }
 
