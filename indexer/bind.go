@@ -29,6 +29,7 @@ type BindListener struct {
 	log      *zap.Logger
 	resolve  Resolver
 	endpoint string
+	limits   limits
 
 	stop    chan struct{}
 	wait    *readWait // nil: receives block with a timeout instead
@@ -37,16 +38,21 @@ type BindListener struct {
 	streams map[string]*stream // by topic; owned by the goroutine
 }
 
-// StartBindListener binds endpoint and starts receiving.
-func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logger, endpoint string, resolve Resolver) (*BindListener, error) {
+// StartBindListener binds endpoint and starts receiving. Its options set
+// the message size bound and the largest sequence gap (WithMaxMessageBytes,
+// WithMaxGap), for every publisher whose resolved ListenerConfig leaves
+// them 0.
+func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logger, endpoint string, resolve Resolver, opts ...ManagerOption) (*BindListener, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	lim := defaultLimits()
+	lim.apply(opts)
 	sub, err := zctx.NewSocket(zmq.SUB)
 	if err != nil {
 		return nil, err
 	}
-	if err := setupSub(sub); err == nil {
+	if err := setupSub(sub, lim.maxMessageBytes); err == nil {
 		err = sub.Bind(endpoint)
 	}
 	if err != nil {
@@ -56,7 +62,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	if ep, err := sub.GetLastEndpoint(); err == nil {
 		endpoint = ep
 	}
-	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint,
+	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim,
 		stop: make(chan struct{}), done: make(chan struct{}), streams: map[string]*stream{}}
 	b.wait = waitFor(sub, log)
 	go b.run(sub)
@@ -98,21 +104,27 @@ func (b *BindListener) run(sub *zmq.Socket) {
 		// starts a fresh sequence there.
 		id, model, err := parseTopic(string(topic))
 		if err != nil {
-			b.stats.Malformed.Add(1)
+			addSat(&b.stats.Malformed, 1)
 			return
 		}
 		cfg, ok := b.resolve(id, model)
 		if !ok {
-			b.stats.Rejected.Add(1)
+			addSat(&b.stats.Rejected, 1)
 			delete(b.streams, string(topic))
 			return
+		}
+		if cfg.MaxGap == 0 {
+			cfg.MaxGap = b.limits.maxGap
+		}
+		if cfg.MaxMessageBytes == 0 {
+			cfg.MaxMessageBytes = b.limits.maxMessageBytes
 		}
 		st := b.streams[string(topic)]
 		if st == nil || st.cfg != cfg {
 			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.stats, log: b.log, stop: b.stop}
 			b.streams[string(topic)] = st
 		}
-		b.stats.Messages.Add(1)
+		addSat(&b.stats.Messages, 1)
 		st.deliver(seq, payload)
 	})
 }

@@ -250,7 +250,7 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 		return fmt.Errorf("partition %s is not configured", p)
 	}
 	if ev.Skip {
-		x.Skipped.Add(1)
+		addSat(&x.Skipped, 1)
 		return nil
 	}
 	t.mu.Lock()
@@ -264,13 +264,13 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 		m := t.ranks[r]
 		for _, h := range ev.BlockHashes {
 			if !t.remove(x, r, m, h) {
-				x.UnknownBlock.Add(1)
+				addSat(&x.UnknownBlock, 1)
 			}
 		}
 	case Cleared:
 		t.clearRank(x, r)
 	}
-	x.Applied.Add(1)
+	addSat(&x.Applied, 1)
 	return nil
 }
 
@@ -282,7 +282,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 	if ev.HasParent {
 		e, ok := m[ev.ParentHash]
 		if !ok {
-			x.UnknownParent.Add(1)
+			addSat(&x.UnknownParent, 1)
 			return ErrUnknownParent
 		}
 		parentKey = e.key
@@ -293,7 +293,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 		ebs = t.blockSize
 	}
 	if len(ev.TokenIDs) != len(ev.BlockHashes)*ebs {
-		x.TokenCount.Add(1)
+		addSat(&x.TokenCount, 1)
 		return ErrTokenCount
 	}
 	if m == nil {
@@ -342,7 +342,7 @@ func (t *tree) hold(x *Index, m map[uint64]entry, id uint32, span []*node, key, 
 		return
 	}
 	if x.MaxEntries > 0 && x.entries.Load() >= x.MaxEntries {
-		x.Full.Add(1)
+		addSat(&x.Full, 1)
 		t.dropEmpty(span)
 		return
 	}
@@ -684,7 +684,7 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		if st.ParentHash != nil {
 			e, ok := m[*st.ParentHash]
 			if !ok {
-				x.UnknownParent.Add(1)
+				addSat(&x.UnknownParent, 1)
 				continue
 			}
 			key, have = e.key, true

@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,20 +19,6 @@ import (
 // The ZMQ side (spec kv-events.md §1.3–1.4): a SUB per publisher, 3-frame
 // messages [topic, seq (8 bytes, big-endian), payload], sequence tracking,
 // and replay of gaps over a DEALER dialed for that gap only.
-
-// Stats counts what listeners saw; all fields are safe to read at any time.
-type Stats struct {
-	Messages  atomic.Uint64 // well-framed messages received live
-	Batches   atomic.Uint64 // payloads applied (live or replayed)
-	Malformed atomic.Uint64 // frames or payloads that could not be used
-	Stale     atomic.Uint64 // duplicates of already applied sequences
-	Gaps      atomic.Uint64 // sequence jumps seen
-	Replays   atomic.Uint64 // replay requests made
-	Replayed  atomic.Uint64 // batches recovered by replay
-	Lost      atomic.Uint64 // sequences that could not be recovered
-	Restarts  atomic.Uint64 // publishers seen restarting (sequence went back)
-	Rejected  atomic.Uint64 // events the index refused (unknown parent, token ids not filling the blocks)
-}
 
 // endSeq is the replay end marker's sequence.
 const endSeq = ^uint64(0)
@@ -48,6 +35,39 @@ type ListenerConfig struct {
 	Rank      selection.Rank
 	// ReplayTimeout bounds one replay exchange; 0 means 2 seconds.
 	ReplayTimeout time.Duration
+	// FirstRank and RankCount are the worker's global data-parallel
+	// ranks, [FirstRank, FirstRank+RankCount): a batch whose dp_rank
+	// names another rank is dropped and counted in Stats.UnknownRank, so
+	// a publisher cannot write under ranks its worker does not have.
+	// RankCount 0 accepts any dp_rank.
+	FirstRank, RankCount uint32
+	// MaxMessageBytes bounds one ZMQ message (ZMQ_MAXMSGSIZE) on the SUB
+	// and on replay DEALERs; 0 means DefaultMaxMessageBytes, negative no
+	// bound.
+	MaxMessageBytes int64
+	// MaxGap is the largest live sequence jump taken as lost events; a
+	// larger one is taken as a restart (Stats.Jumps). 0 means
+	// DefaultMaxGap.
+	MaxGap uint64
+	// WorkerEndpoint is the worker's HTTP endpoint. A worker whose
+	// endpoint changed is a different server: its config no longer
+	// equals the old one, so its listeners and sequence state start anew.
+	WorkerEndpoint string
+}
+
+func (c *ListenerConfig) maxGap() uint64 {
+	if c.MaxGap == 0 {
+		return DefaultMaxGap
+	}
+	return c.MaxGap
+}
+
+// knownRank reports whether a payload's dp_rank is one of the worker's.
+func (c *ListenerConfig) knownRank(dpRank uint32) bool {
+	if c.RankCount == 0 {
+		return true
+	}
+	return uint64(dpRank) >= uint64(c.FirstRank) && uint64(dpRank) < uint64(c.FirstRank)+uint64(c.RankCount)
 }
 
 func (c *ListenerConfig) replayTimeout() time.Duration {
@@ -76,6 +96,10 @@ type stream struct {
 	stop  chan struct{}
 	cur   cursor
 	dec   Decoder
+	// written lists the ranks this publisher's payloads wrote to besides
+	// cfg.Rank (a payload's dp_rank may name another of the worker's
+	// ranks), so that a restart drops their blocks too.
+	written []selection.Rank
 }
 
 // cursor is the sequence state of one publisher (spec §6.4).
@@ -94,7 +118,7 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 	if err != nil {
 		return nil, err
 	}
-	if err := setupSub(sub); err == nil {
+	if err := setupSub(sub, cfg.MaxMessageBytes); err == nil {
 		err = sub.Connect(cfg.Endpoint)
 	}
 	if err != nil {
@@ -119,9 +143,15 @@ func waitFor(sub *zmq.Socket, log *zap.Logger) *readWait {
 	return w
 }
 
-func setupSub(s *zmq.Socket) error {
+// setupSub configures a SUB; maxBytes follows ListenerConfig's
+// MaxMessageBytes convention.
+func setupSub(s *zmq.Socket, maxBytes int64) error {
 	for _, err := range []error{
 		s.SetLinger(0),
+		// libzmq reads a frame's size before its body and drops the
+		// connection when it is over this: an oversized message is never
+		// allocated, in C or in Go.
+		s.SetMaxmsgsize(maxMsgSize(maxBytes)),
 		s.SetRcvhwm(100_000),
 		s.SetReconnectIvl(100 * time.Millisecond),
 		s.SetReconnectIvlMax(5 * time.Second),
@@ -153,7 +183,7 @@ func (l *Listener) run(sub *zmq.Socket) {
 	defer sub.Close()
 	defer l.wait.close()
 	receive(sub, l.wait, l.stop, l.stats, func(_ []byte, seq uint64, payload []byte) {
-		l.stats.Messages.Add(1)
+		addSat(&l.stats.Messages, 1)
 		l.deliver(seq, payload)
 	})
 }
@@ -193,7 +223,7 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, stats *Stats, h
 		}
 		seq, payload, ok := liveFrames(frames)
 		if !ok {
-			stats.Malformed.Add(1)
+			addSat(&stats.Malformed, 1)
 			continue
 		}
 		handle(frames[0], seq, payload)
@@ -217,15 +247,27 @@ func (l *stream) deliver(seq uint64, payload []byte) {
 		// Live messages arrive in order, so a sequence at or below the
 		// last live one means the publisher restarted: its blocks are
 		// stale. Drop them before anything new counts.
-		l.stats.Restarts.Add(1)
+		addSat(&l.stats.Restarts, 1)
 		l.log.Info("kv event publisher restarted", zap.String("endpoint", l.cfg.Endpoint),
 			zap.Uint64("seq", seq), zap.Uint64("last", cur.lastLive))
-		l.index.RemoveRank(l.cfg.Partition, l.cfg.Rank)
+		l.dropRanks()
 		*cur = cursor{}
 	case cur.started && seq <= cur.last:
 		// Already applied through a replay that overtook the live stream.
-		l.stats.Stale.Add(1)
+		addSat(&l.stats.Stale, 1)
 		cur.lastLive = seq
+		return
+	case cur.started && seq-cur.last-1 > l.cfg.maxGap():
+		// More missing than any publisher buffers: not lost events but a
+		// restart that did not go back, or garbage. Counting the jump as
+		// lost would let one message add 2^63 to Lost. Start afresh at
+		// seq, with nothing to replay before it.
+		addSat(&l.stats.Jumps, 1)
+		l.log.Info("kv event sequence jumped; dropping the rank's blocks", zap.String("endpoint", l.cfg.Endpoint),
+			zap.Uint64("seq", seq), zap.Uint64("last", cur.last))
+		l.dropRanks()
+		l.apply(dec, payload)
+		*cur = cursor{started: true, last: seq, lastLive: seq}
 		return
 	}
 	var from uint64
@@ -234,11 +276,20 @@ func (l *stream) deliver(seq uint64, payload []byte) {
 	}
 	if seq > from {
 		// A gap, or a late join (from 0): fetch [from, seq).
-		l.stats.Gaps.Add(1)
+		addSat(&l.stats.Gaps, 1)
 		l.recover(cur, dec, from, seq)
 	}
 	l.apply(dec, payload)
 	cur.started, cur.last, cur.lastLive = true, seq, seq
+}
+
+// dropRanks drops the blocks of every rank the publisher wrote to.
+func (l *stream) dropRanks() {
+	l.index.RemoveRank(l.cfg.Partition, l.cfg.Rank)
+	for _, r := range l.written {
+		l.index.RemoveRank(l.cfg.Partition, r)
+	}
+	l.written = l.written[:0]
 }
 
 // recover replays [from, to) from the publisher's replay endpoint. A
@@ -249,19 +300,19 @@ func (l *stream) recover(cur *cursor, dec *Decoder, from, to uint64) {
 	cur.started = true
 	if l.cfg.Replay == "" {
 		if joined {
-			l.stats.Lost.Add(to - from)
+			addSat(&l.stats.Lost, to-from)
 			l.log.Warn("kv events lost, no replay endpoint", zap.String("endpoint", l.cfg.Endpoint),
 				zap.Uint64("from", from), zap.Uint64("to", to))
 		}
 		return
 	}
-	l.stats.Replays.Add(1)
+	addSat(&l.stats.Replays, 1)
 	last, got, err := l.replay(dec, from, to)
 	if got > 0 {
 		cur.last = last
 	}
 	if got < to-from && joined {
-		l.stats.Lost.Add(to - from - got)
+		addSat(&l.stats.Lost, to-from-got)
 		l.log.Warn("kv event replay incomplete", zap.String("endpoint", l.cfg.Replay),
 			zap.Uint64("from", from), zap.Uint64("to", to), zap.Uint64("recovered", got), zap.Error(err))
 	}
@@ -278,7 +329,10 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 	}
 	defer d.Close()
 	deadline := time.Now().Add(l.cfg.replayTimeout())
-	for _, err := range []error{d.SetLinger(0), d.SetRcvtimeo(50 * time.Millisecond), d.SetSndtimeo(l.cfg.replayTimeout()), d.Connect(l.cfg.Replay)} {
+	// The replay DEALER is bounded like the SUB: an oversized reply drops
+	// its connection and the exchange ends at its deadline.
+	for _, err := range []error{d.SetLinger(0), d.SetMaxmsgsize(maxMsgSize(l.cfg.MaxMessageBytes)),
+		d.SetRcvtimeo(50 * time.Millisecond), d.SetSndtimeo(l.cfg.replayTimeout()), d.Connect(l.cfg.Replay)} {
 		if err != nil {
 			return 0, 0, err
 		}
@@ -301,7 +355,7 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 		}
 		seq, payload, ok := replayFrames(frames)
 		if !ok {
-			l.stats.Malformed.Add(1)
+			addSat(&l.stats.Malformed, 1)
 			continue
 		}
 		if seq == endSeq {
@@ -311,7 +365,7 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 			continue // before what we asked, or already live
 		}
 		l.apply(dec, payload)
-		l.stats.Replayed.Add(1)
+		addSat(&l.stats.Replayed, 1)
 		last, next = seq, seq+1
 		got++
 	}
@@ -337,7 +391,7 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 func (l *stream) apply(dec *Decoder, payload []byte) {
 	b, err := dec.Decode(payload)
 	if err != nil {
-		l.stats.Malformed.Add(1)
+		addSat(&l.stats.Malformed, 1)
 		if c := l.log.Check(zap.DebugLevel, "malformed kv event payload"); c != nil {
 			c.Write(zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
 		}
@@ -345,12 +399,30 @@ func (l *stream) apply(dec *Decoder, payload []byte) {
 	}
 	rank := l.cfg.Rank
 	if b.DPRank >= 0 {
+		if b.DPRank > math.MaxUint32 || !l.cfg.knownRank(uint32(b.DPRank)) {
+			addSat(&l.stats.UnknownRank, 1)
+			return
+		}
 		rank.DPRank = uint32(b.DPRank)
+		l.noteRank(rank)
 	}
 	for i := range b.Events {
 		if err := l.index.Apply(l.cfg.Partition, rank, &b.Events[i]); err != nil {
-			l.stats.Rejected.Add(1)
+			addSat(&l.stats.Rejected, 1)
 		}
 	}
-	l.stats.Batches.Add(1)
+	addSat(&l.stats.Batches, 1)
 }
+
+// noteRank remembers a rank other than cfg.Rank that the publisher wrote
+// to. Without a rank range (RankCount 0) the list is capped: a publisher
+// naming endless ranks then leaves the rest to the worker's removal.
+func (l *stream) noteRank(r selection.Rank) {
+	if r == l.cfg.Rank || slices.Contains(l.written, r) || (l.cfg.RankCount == 0 && len(l.written) >= maxWritten) {
+		return
+	}
+	l.written = append(l.written, r)
+}
+
+// maxWritten caps stream.written when the worker's ranks are not known.
+const maxWritten = 64

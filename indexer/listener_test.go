@@ -26,6 +26,8 @@ type fixture struct {
 	rank  selection.Rank
 	// timeout is the listener's replay timeout (0: the default).
 	timeout time.Duration
+	// cfg adjusts the listener's config before it starts (nil: as is).
+	cfg func(*ListenerConfig)
 }
 
 func newFixture(t *testing.T, withReplay, subscribeFirst bool) *fixture {
@@ -55,9 +57,12 @@ func newFixtureTimeout(t *testing.T, withReplay, subscribeFirst bool, replayTime
 }
 
 func (f *fixture) listen() {
+	cfg := ListenerConfig{Endpoint: f.pub.pubEP, Replay: f.pub.replay, Partition: part, Rank: f.rank, ReplayTimeout: f.timeout}
+	if f.cfg != nil {
+		f.cfg(&cfg)
+	}
 	var err error
-	f.lis, err = StartListener(f.zctx, f.index, f.stats, nil, ListenerConfig{
-		Endpoint: f.pub.pubEP, Replay: f.pub.replay, Partition: part, Rank: f.rank, ReplayTimeout: f.timeout})
+	f.lis, err = StartListener(f.zctx, f.index, f.stats, nil, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}

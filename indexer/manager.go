@@ -17,8 +17,9 @@ type Manager struct {
 	Index *Index
 	Stats Stats
 
-	zctx *zmq.Context
-	log  *zap.Logger
+	zctx   *zmq.Context
+	log    *zap.Logger
+	limits limits
 
 	mu        sync.Mutex
 	listeners map[selection.Rank]*Listener
@@ -36,11 +37,15 @@ type Manager struct {
 // 12 bytes per allowed socket, allocated when the first socket is created.
 const maxSockets = 65535
 
-// NewManager returns a manager feeding index.
-func NewManager(index *Index, log *zap.Logger) (*Manager, error) {
+// NewManager returns a manager feeding index. Its options bound what
+// publishers may send (WithMaxMessageBytes, WithMaxGap); without them the
+// defaults apply (DefaultMaxMessageBytes, DefaultMaxGap).
+func NewManager(index *Index, log *zap.Logger, opts ...ManagerOption) (*Manager, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	lim := defaultLimits()
+	lim.apply(opts)
 	zctx, err := zmq.NewContext()
 	if err != nil {
 		return nil, err
@@ -51,11 +56,11 @@ func NewManager(index *Index, log *zap.Logger) (*Manager, error) {
 		log.Warn("cannot raise the ZMQ socket limit; at most about 1,000 worker ranks can be followed",
 			zap.Int("wanted", maxSockets), zap.Error(err))
 	}
-	return &Manager{Index: index, zctx: zctx, log: log, listeners: map[selection.Rank]*Listener{}}, nil
+	return &Manager{Index: index, zctx: zctx, log: log, limits: lim, listeners: map[selection.Rank]*Listener{}}, nil
 }
 
 // desired lists the listeners a record calls for.
-func desired(rec *selection.WorkerRecord) map[selection.Rank]ListenerConfig {
+func (m *Manager) desired(rec *selection.WorkerRecord) map[selection.Rank]ListenerConfig {
 	out := map[selection.Rank]ListenerConfig{}
 	if rec == nil || rec.BlockSize == nil || *rec.BlockSize == 0 {
 		return out
@@ -65,14 +70,27 @@ func desired(rec *selection.WorkerRecord) map[selection.Rank]ListenerConfig {
 		if !selection.ValidZMQEndpoint(ep) {
 			continue
 		}
-		out[r] = ListenerConfig{Endpoint: ep, Replay: rec.ReplayFor(), Partition: rec.Partition(), Rank: r}
+		out[r] = ListenerConfig{Endpoint: ep, Replay: rec.ReplayFor(), Partition: rec.Partition(), Rank: r,
+			FirstRank: rec.DataParallelStartRank, RankCount: rec.DataParallelSize,
+			MaxMessageBytes: m.limits.maxMessageBytes, MaxGap: m.limits.maxGap, WorkerEndpoint: deref(rec.Endpoint)}
 	}
 	return out
 }
 
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // OnCatalogChange follows a catalog change (selection.WithCatalogHook):
 // listeners whose settings did not change keep running (and their
-// sequence state); changed ones are replaced; departed ones stopped.
+// sequence state); changed ones are replaced; departed ones stopped. A
+// worker whose HTTP endpoint changed is a different server: all its
+// listeners start afresh, even on the same ZMQ endpoints, and its index
+// entries are dropped, so no prompt is sent to the new server for what
+// the old one cached.
 func (m *Manager) OnCatalogChange(old, cur *selection.WorkerRecord) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -82,7 +100,7 @@ func (m *Manager) OnCatalogChange(old, cur *selection.WorkerRecord) {
 	if cur != nil && cur.BlockSize != nil && *cur.BlockSize > 0 {
 		m.Index.ConfigurePartition(cur.Partition(), int(*cur.BlockSize), cur.IsEagle != nil && *cur.IsEagle)
 	}
-	want := desired(cur)
+	want := m.desired(cur)
 	id := uint64(0)
 	switch {
 	case cur != nil:
@@ -90,16 +108,22 @@ func (m *Manager) OnCatalogChange(old, cur *selection.WorkerRecord) {
 	case old != nil:
 		id = old.WorkerID
 	}
+	moved := old != nil && cur != nil && deref(old.Endpoint) != deref(cur.Endpoint)
 	for r, l := range m.listeners {
 		if r.WorkerID != id {
 			continue
 		}
-		if cfg, ok := want[r]; ok && cfg == l.Config() {
+		if cfg, ok := want[r]; ok && cfg == l.Config() && !moved {
 			delete(want, r) // unchanged: keep it
 			continue
 		}
 		l.Stop()
 		delete(m.listeners, r)
+	}
+	if moved {
+		// After the listeners stopped, so that no event of theirs lands
+		// once the entries are gone.
+		m.Index.RemoveWorker(old.Partition(), id)
 	}
 	for r, cfg := range want {
 		l, err := StartListener(m.zctx, m.Index, &m.Stats, m.log, cfg)
@@ -129,7 +153,8 @@ func (m *Manager) Bind(endpoint string, resolve Resolver) (*BindListener, error)
 	if m.bind != nil {
 		return nil, fmt.Errorf("already bound to %s", m.bind.Endpoint())
 	}
-	b, err := StartBindListener(m.zctx, m.Index, &m.Stats, m.log, endpoint, resolve)
+	b, err := StartBindListener(m.zctx, m.Index, &m.Stats, m.log, endpoint, resolve,
+		WithMaxMessageBytes(m.limits.maxMessageBytes), WithMaxGap(m.limits.maxGap))
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +194,7 @@ func ResolverFor(r *selection.Router) Resolver {
 			return ListenerConfig{}, false
 		}
 		return ListenerConfig{Replay: rec.ReplayFor(), Partition: rec.Partition(),
-			Rank: selection.Rank{WorkerID: workerID, DPRank: rec.DataParallelStartRank}}, true
+			Rank:      selection.Rank{WorkerID: workerID, DPRank: rec.DataParallelStartRank},
+			FirstRank: rec.DataParallelStartRank, RankCount: rec.DataParallelSize, WorkerEndpoint: deref(rec.Endpoint)}, true
 	}
 }

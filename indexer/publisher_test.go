@@ -129,6 +129,23 @@ func (p *testPublisher) waitSubscribed() {
 	}
 }
 
+// waitResubscribed blocks until a subscriber has subscribed, skipping the
+// unsubscriptions of subscribers that went away (a replaced listener, a
+// dropped connection).
+func (p *testPublisher) waitResubscribed() {
+	p.t.Helper()
+	_ = p.pub.SetRcvtimeo(10 * time.Second)
+	for {
+		f, err := p.pub.RecvBytes(0)
+		if err != nil {
+			p.t.Fatalf("no new subscription: %v", err)
+		}
+		if len(f) > 0 && f[0] == 1 {
+			return
+		}
+	}
+}
+
 // publish sends a payload under the next sequence number and buffers it.
 // With send false the message is buffered but never sent: a loss.
 func (p *testPublisher) publish(payload []byte, send bool) uint64 {
@@ -160,6 +177,14 @@ func (p *testPublisher) raw(frames ...[]byte) {
 	if _, err := p.pub.SendMessage(parts...); err != nil {
 		p.t.Fatal(err)
 	}
+}
+
+// jumpTo makes seq the next sequence number, as a publisher whose
+// numbering leaps does.
+func (p *testPublisher) jumpTo(seq uint64) {
+	p.mu.Lock()
+	p.seq = seq
+	p.mu.Unlock()
 }
 
 // restart resets the sequence to 0 and forgets the buffer, as a new

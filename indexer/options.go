@@ -1,0 +1,69 @@
+package indexer
+
+// The limits a Manager puts on what publishers send it.
+
+// DefaultMaxMessageBytes bounds one ZMQ message a listener accepts: libzmq
+// refuses a larger frame from its size header, before allocating it, and
+// drops the connection. 16 MiB holds a BlockStored of about four million
+// token ids, far more than any engine batches at once.
+const DefaultMaxMessageBytes = 16 << 20
+
+// DefaultMaxGap is the largest live sequence jump taken as lost events: ten
+// times vLLM's default replay buffer of 10,000 batches. A larger jump is a
+// restarted or lying publisher, whose rank starts afresh.
+const DefaultMaxGap = 100_000
+
+// limits are a manager's settings for its listeners.
+type limits struct {
+	maxMessageBytes int64
+	maxGap          uint64
+}
+
+func defaultLimits() limits {
+	return limits{maxMessageBytes: DefaultMaxMessageBytes, maxGap: DefaultMaxGap}
+}
+
+func (l *limits) apply(opts []ManagerOption) {
+	for _, o := range opts {
+		if o != nil {
+			o(l)
+		}
+	}
+}
+
+// ManagerOption sets a limit of a Manager (NewManager) or of a bind-mode
+// listener (StartBindListener).
+type ManagerOption func(*limits)
+
+// WithMaxMessageBytes bounds one ZMQ message (libzmq's ZMQ_MAXMSGSIZE) on
+// every socket that receives KV events; 0 keeps DefaultMaxMessageBytes and
+// a negative n lifts the bound.
+func WithMaxMessageBytes(n int64) ManagerOption {
+	return func(l *limits) {
+		if n != 0 {
+			l.maxMessageBytes = n
+		}
+	}
+}
+
+// WithMaxGap sets the largest live sequence jump taken as lost events
+// rather than as a restart; 0 keeps DefaultMaxGap.
+func WithMaxGap(n uint64) ManagerOption {
+	return func(l *limits) {
+		if n != 0 {
+			l.maxGap = n
+		}
+	}
+}
+
+// maxMsgSize is the ZMQ_MAXMSGSIZE value for n (ListenerConfig's
+// convention: 0 the default, negative no bound, which libzmq spells -1).
+func maxMsgSize(n int64) int64 {
+	switch {
+	case n == 0:
+		return DefaultMaxMessageBytes
+	case n < 0:
+		return -1
+	}
+	return n
+}
