@@ -33,6 +33,7 @@ type BindListener struct {
 
 	stop    chan struct{}
 	wait    *readWait // nil: receives block with a timeout instead
+	mon     *monitor  // nil when the socket monitor could not start
 	done    chan struct{}
 	once    sync.Once
 	streams map[string]*stream // by topic; owned by the goroutine
@@ -65,6 +66,10 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim,
 		stop: make(chan struct{}), done: make(chan struct{}), streams: map[string]*stream{}}
 	b.wait = waitFor(sub, log)
+	// Counting only: the publishers dial, and redial, a bound SUB.
+	if b.mon, err = startMonitor(zctx, sub, stats, log, nil); err != nil {
+		log.Warn("kv events: no socket monitor; dropped publisher connections are not counted", zap.Error(err))
+	}
 	go b.run(sub)
 	return b, nil
 }
@@ -96,9 +101,10 @@ func parseTopic(topic string) (uint64, string, error) {
 
 func (b *BindListener) run(sub *zmq.Socket) {
 	defer close(b.done)
+	defer b.mon.stop() // after the SUB is closed, which ends its monitoring
 	defer sub.Close()
 	defer b.wait.close()
-	receive(sub, b.wait, b.stop, b.stats, func(topic []byte, seq uint64, payload []byte) {
+	receive(sub, b.wait, b.stop, nil, nil, b.stats, func(topic []byte, seq uint64, payload []byte) {
 		// Resolve every message: a worker deleted from the catalog must
 		// stop feeding the index at once, and one that moved partitions
 		// starts a fresh sequence there.

@@ -80,9 +80,11 @@ func (c *ListenerConfig) replayTimeout() time.Duration {
 // Listener follows one publisher. Its goroutine owns its sockets.
 type Listener struct {
 	stream
-	wait *readWait // nil: receives block with a timeout instead
-	done chan struct{}
-	once sync.Once
+	wait   *readWait // nil: receives block with a timeout instead
+	mon    *monitor  // nil when the socket monitor could not start
+	redial chan struct{}
+	done   chan struct{}
+	once   sync.Once
 }
 
 // stream is one publisher's sequence: it orders, replays and applies the
@@ -126,10 +128,37 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 		return nil, fmt.Errorf("kv events %s: %w", cfg.Endpoint, err)
 	}
 	l := &Listener{stream: stream{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log, stop: make(chan struct{})},
-		done: make(chan struct{})}
+		redial: make(chan struct{}, 1), done: make(chan struct{})}
 	l.wait = waitFor(sub, log)
+	if l.mon, err = startMonitor(zctx, sub, stats, log, l.askRedial); err != nil {
+		log.Warn("kv events: no socket monitor; a connection libzmq drops for an oversized message is not dialed again",
+			zap.String("endpoint", cfg.Endpoint), zap.Error(err))
+	}
 	go l.run(sub)
 	return l, nil
+}
+
+// askRedial asks the listener's goroutine, which owns the SUB, to dial its
+// publisher again (the monitor saw the connection dropped).
+func (l *Listener) askRedial() {
+	select {
+	case l.redial <- struct{}{}:
+	default: // one pending request is enough
+	}
+	l.wait.interrupt()
+}
+
+// dialAgain replaces the SUB's connection: after a protocol error (an
+// oversized message) libzmq would not reconnect by itself. After an
+// ordinary drop it would, and dialing at once does no harm.
+func (l *Listener) dialAgain(sub *zmq.Socket) {
+	err := sub.Disconnect(l.cfg.Endpoint)
+	if err == nil {
+		err = sub.Connect(l.cfg.Endpoint)
+	}
+	if err != nil {
+		l.log.Warn("kv events: dialing the publisher again", zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
+	}
 }
 
 // waitFor is the socket's readWait, or nil (logged) when the descriptor
@@ -180,9 +209,10 @@ func (l *Listener) Stop() {
 
 func (l *Listener) run(sub *zmq.Socket) {
 	defer close(l.done)
+	defer l.mon.stop() // after the SUB is closed, which ends its monitoring
 	defer sub.Close()
 	defer l.wait.close()
-	receive(sub, l.wait, l.stop, l.stats, func(_ []byte, seq uint64, payload []byte) {
+	receive(sub, l.wait, l.stop, l.redial, func() { l.dialAgain(sub) }, l.stats, func(_ []byte, seq uint64, payload []byte) {
 		addSat(&l.stats.Messages, 1)
 		l.deliver(seq, payload)
 	})
@@ -193,12 +223,16 @@ func (l *Listener) run(sub *zmq.Socket) {
 // are counted and skipped. It drains the socket without blocking and parks
 // on w between messages; stopping interrupts w. Without w (or once w
 // fails), it blocks in libzmq, whose receive timeout wakes the loop so it
-// notices stop.
-func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, stats *Stats, handle func(topic []byte, seq uint64, payload []byte)) {
+// notices stop. A request on poke (whose sender interrupts w) runs onPoke
+// on this goroutine, which owns sub.
+func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan struct{}, onPoke func(), stats *Stats,
+	handle func(topic []byte, seq uint64, payload []byte)) {
 	for {
 		select {
 		case <-stop:
 			return
+		case <-poke:
+			onPoke()
 		default:
 		}
 		flags := zmq.Flag(0)
@@ -211,12 +245,14 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, stats *Stats, h
 			case zmq.AsErrno(err) == zmq.ETERM:
 				return
 			case w != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
-				if !w.wait() {
-					select {
-					case <-stop:
-					default:
-						w = nil // the descriptor failed: fall back to the timeout
-					}
+				switch err := w.waitErr(); {
+				case err == nil:
+				case interrupted(err):
+					// A stop or a poke. Rearm before the loop checks for a
+					// stop, so that one arriving now still ends the next wait.
+					w.rearm()
+				default:
+					w = nil // the descriptor failed: fall back to the timeout
 				}
 			}
 			continue // the receive timeout, or a transient error

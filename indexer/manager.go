@@ -28,9 +28,10 @@ type Manager struct {
 }
 
 // maxSockets is the socket limit of a manager's ZMQ context. libzmq's
-// default of 1,023 would make the 1,024th worker rank's listener fail to
-// start, while the catalog takes up to 65,536 workers; a manager holds one
-// SUB per rank and, during a replay, a DEALER as well. So the limit is
+// default of 1,023 would make the 342nd worker rank's listener fail to
+// start, while the catalog takes up to 65,536 workers; a manager holds
+// three sockets per rank (the SUB and its monitor's two PAIRs) and,
+// during a replay, a DEALER as well. So the limit is
 // libzmq's own ceiling (ZMQ_SOCKET_LIMIT with epoll), and the real bound is
 // the process's file descriptors (each socket holds an eventfd and, once
 // connected, a TCP connection). The cost is the context's slot table, about

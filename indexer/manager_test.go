@@ -12,9 +12,9 @@ import (
 func ptr[T any](v T) *T { return &v }
 
 // eventRouter is a selection router in event mode, fed by a Manager.
-func eventRouter(t *testing.T, bound bool) (*selection.Router, *Manager) {
+func eventRouter(t *testing.T, bound bool, opts ...ManagerOption) (*selection.Router, *Manager) {
 	t.Helper()
-	m, err := NewManager(New(), nil)
+	m, err := NewManager(New(), nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"errors"
 	"os"
 	"syscall"
 	"time"
@@ -66,19 +67,37 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 // processes them and tells whether a message waits, so it is checked
 // before every sleep. An edge that comes after that check wakes the
 // poller, which remembers it even if the goroutine has not parked yet.
-func (w *readWait) wait() bool {
-	err := w.rc.Read(func(uintptr) bool {
+func (w *readWait) wait() bool { return w.waitErr() == nil }
+
+// waitErr is wait with the reason: nil when the socket may have a
+// message, an error wrapping os.ErrDeadlineExceeded after interrupt, any
+// other error when the descriptor failed.
+func (w *readWait) waitErr() error {
+	return w.rc.Read(func(uintptr) bool {
 		ev, err := w.sock.GetEvents()
 		return err != nil || ev&zmq.POLLIN != 0 // on an error, let the receive report it
 	})
-	return err == nil
 }
+
+// interrupted reports whether a waitErr error came from interrupt rather
+// than from a failed descriptor.
+func interrupted(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
 // interrupt ends the current or next wait; any goroutine may call it. A
 // nil readWait (a listener receiving with a timeout) has nothing to end.
+// Waits stay interrupted until rearm.
 func (w *readWait) interrupt() {
 	if w != nil {
 		_ = w.f.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// rearm lets waits block again after an interrupt that was a wake-up
+// call, not a stop. The owner must check for a stop after rearming: a
+// stop's interrupt that came before the rearm is undone by it.
+func (w *readWait) rearm() {
+	if w != nil {
+		_ = w.f.SetReadDeadline(time.Time{})
 	}
 }
 

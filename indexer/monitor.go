@@ -1,0 +1,119 @@
+package indexer
+
+import (
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+	"go.uber.org/zap"
+)
+
+// A socket monitor per SUB, for the connections libzmq drops.
+//
+// ZMQ_MAXMSGSIZE makes libzmq refuse an oversized frame from its size
+// header, but it does so by treating the connection as a protocol error:
+// it closes it and, in libzmq 4.3, a connecting socket does not reconnect
+// after a protocol error (only after a connection error). A connect-mode
+// SUB would stay deaf to its publisher for good after one oversized
+// message. The monitor reports ZMQ_EVENT_DISCONNECTED, which the listener
+// answers by dialing again; every such event is counted in
+// Stats.Disconnects. No monitor event carries the reason of a disconnect
+// (EMSGSIZE is not reported, nor ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL, which
+// covers the handshake only), so oversized messages are counted together
+// with publishers that went away. A bound SUB needs no redial: its peer
+// is the connecting side and reconnects.
+//
+// Cost: the monitor is two PAIR sockets (libzmq's, bound on inproc, and
+// ours) and a duplicated descriptor to park on, so three more descriptors
+// and two more sockets per SUB.
+
+// monitorSeq numbers monitor endpoints, unique in the process.
+var monitorSeq atomic.Uint64
+
+// monitor reads a socket's disconnect events in its own goroutine.
+type monitor struct {
+	pair *zmq.Socket
+	wait *readWait // nil: receives with a timeout instead
+	quit chan struct{}
+	done chan struct{}
+}
+
+// startMonitor watches sock, which the caller owns, and calls
+// onDisconnect (from the monitor's goroutine) after counting each dropped
+// connection in stats.
+func startMonitor(zctx *zmq.Context, sock *zmq.Socket, stats *Stats, log *zap.Logger, onDisconnect func()) (*monitor, error) {
+	addr := fmt.Sprintf("inproc://kvrouter-monitor-%d", monitorSeq.Add(1))
+	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED|zmq.EVENT_MONITOR_STOPPED); err != nil {
+		return nil, err
+	}
+	pair, err := zctx.NewSocket(zmq.PAIR)
+	if err == nil {
+		if err = pair.SetLinger(0); err == nil {
+			if err = pair.SetRcvtimeo(100 * time.Millisecond); err == nil {
+				err = pair.Connect(addr)
+			}
+		}
+		if err != nil {
+			pair.Close()
+		}
+	}
+	if err != nil {
+		_ = sock.Monitor("", 0)
+		return nil, err
+	}
+	mo := &monitor{pair: pair, wait: waitFor(pair, log), quit: make(chan struct{}), done: make(chan struct{})}
+	go mo.run(stats, onDisconnect)
+	return mo, nil
+}
+
+func (mo *monitor) run(stats *Stats, onDisconnect func()) {
+	defer close(mo.done)
+	defer mo.pair.Close()
+	defer mo.wait.close()
+	w := mo.wait
+	for {
+		select {
+		case <-mo.quit:
+			return
+		default:
+		}
+		flags := zmq.Flag(0)
+		if w != nil {
+			flags = zmq.DONTWAIT
+		}
+		ev, _, _, err := mo.pair.RecvEvent(flags)
+		if err != nil {
+			switch {
+			case zmq.AsErrno(err) == zmq.ETERM:
+				return
+			case w != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
+				if err := w.waitErr(); err != nil && !interrupted(err) {
+					w = nil // the descriptor failed: fall back to the timeout
+				}
+			}
+			continue
+		}
+		switch ev {
+		case zmq.EVENT_DISCONNECTED:
+			addSat(&stats.Disconnects, 1)
+			if onDisconnect != nil {
+				onDisconnect()
+			}
+		case zmq.EVENT_MONITOR_STOPPED:
+			return
+		}
+	}
+}
+
+// stop ends the monitor and waits until its socket is closed. A nil
+// monitor (one that could not start) has nothing to stop.
+func (mo *monitor) stop() {
+	if mo == nil {
+		return
+	}
+	close(mo.quit)
+	mo.wait.interrupt()
+	<-mo.done
+}
