@@ -603,56 +603,6 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 	flush()
 }
 
-// Dump implements selection.Indexer: one single-block Stored event per
-// (block, rank, tier), parents before children, with the rank's engine
-// hashes, so LoadDump (or a peer) rebuilds the same index.
-func (x *Index) Dump(p selection.PartitionKey) []selection.RouterEvent {
-	t := x.tree(p)
-	if t == nil {
-		return nil
-	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	children := make(map[uint64][]uint64, len(t.nodes))
-	var queue []uint64
-	for k, n := range t.nodes {
-		if n.root {
-			queue = append(queue, k)
-		} else {
-			children[n.parent] = append(children[n.parent], k)
-		}
-	}
-	var out []selection.RouterEvent
-	for len(queue) > 0 {
-		k := queue[0]
-		queue = queue[1:]
-		n := t.nodes[k]
-		n.each(func(h *holder) {
-			var parent *uint64
-			if !n.root {
-				if pn := t.nodes[n.parent]; pn != nil {
-					pn.each(func(ph *holder) {
-						if parent == nil && ph.id == h.id {
-							v := ph.engine
-							parent = &v
-						}
-					})
-				}
-				if parent == nil {
-					return // the rank holds this block but not its parent: not replayable
-				}
-			}
-			r := t.rankList[h.id]
-			out = append(out, selection.RouterEvent{WorkerID: r.WorkerID, StorageTier: tierNames[h.tier],
-				Event: selection.KVEvent{EventID: uint64(len(out)), DPRank: r.DPRank,
-					Data: selection.StoredData{Stored: selection.StoredEvent{ParentHash: parent,
-						Blocks: []selection.StoredBlock{{BlockHash: h.engine, TokensHash: n.local}}}}}})
-		})
-		queue = append(queue, children[k]...)
-	}
-	return out
-}
-
 var tierNames = [...]string{Device: "device", Host: "host_pinned", Disk: "disk", External: "external"}
 
 // LoadDump applies dumped events (ours or a peer's) to partition p, which
