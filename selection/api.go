@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -184,6 +185,7 @@ func (h *Handler) handleSelect(w http.ResponseWriter, r *http.Request, book bool
 	if !h.decode(w, r, req) {
 		return
 	}
+	req.Client = remoteIP(r)
 	var res *SelectResponse
 	var err error
 	if book {
@@ -203,6 +205,7 @@ func (h *Handler) handleReservation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Kind: KindUnprocessable, Msg: shapePrefix + "missing field `selection_id`"})
 		return
 	}
+	req.Client = remoteIP(r)
 	res, err := h.router.CreateReservation(&req)
 	reply(w, http.StatusCreated, res, err)
 }
@@ -269,6 +272,16 @@ func (h *Handler) decodePlain(w http.ResponseWriter, r *http.Request, v any) boo
 		return false
 	}
 	return true
+}
+
+// remoteIP is the client's address without its port: the key of its
+// reservation bound.
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // IsJSONContentType accepts application/json and any +json media type.

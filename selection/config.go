@@ -92,6 +92,24 @@ type Config struct {
 	// the 1,024-worker scale run, and a few thousand event sockets, well
 	// under common file-descriptor limits.
 	MaxRanks int
+	// MaxReservationsPerRank bounds the live bookings of one rank: a rank
+	// at the bound is not a candidate for a new booking, and when no rank
+	// is left the booking is refused with 503. 0 means no bound. Default
+	// 4096: far above what an engine runs at once (vLLM schedules at most
+	// max_num_seqs, 256 to 1024, sequences), so only bookings that are
+	// never freed reach it, and they then stop adding load for the
+	// reservation TTL (an hour) instead of growing without end.
+	MaxReservationsPerRank int
+	// MaxReservationsPerClient bounds the live bookings one API client
+	// holds (SelectRequest.Client, ReservationRequest.Client; the HTTP
+	// handler sets the remote IP); past it a booking is refused with 429.
+	// Bookings with an empty Client are exempt: that is the proxy path,
+	// whose bookings are bounded by its requests in flight. 0 means no
+	// bound. Default 1024: a router booking through the API holds one
+	// booking per request it has in flight, a few hundred for a busy one,
+	// while a client that never frees stops there (the 3,000
+	// unfreed bookings held 6.1M prefill tokens for an hour).
+	MaxReservationsPerClient int
 	// Rand draws the picker's random numbers in [0, 1); nil uses
 	// math/rand/v2. Tests inject a seeded source.
 	Rand func() float64
@@ -121,6 +139,9 @@ func DefaultConfig() Config {
 		WorkerDownAfter:   30 * time.Second,
 		MaxRanksPerWorker: DefaultMaxRanksPerWorker,
 		MaxRanks:          4096,
+		// Outstanding bookings.
+		MaxReservationsPerRank:   4096,
+		MaxReservationsPerClient: 1024,
 	}
 }
 
@@ -156,7 +177,7 @@ func (c *Config) Validate() error {
 		return errors.New("session affinity ttl must be between 1s and 31536000s")
 	}
 	if c.PendingMaxEntries < 0 || c.PendingMaxBytes < 0 || c.SessionTableCap < 0 || c.MaxWorkers < 0 ||
-		c.MaxRanksPerWorker < 0 || c.MaxRanks < 0 {
+		c.MaxRanksPerWorker < 0 || c.MaxRanks < 0 || c.MaxReservationsPerRank < 0 || c.MaxReservationsPerClient < 0 {
 		return errors.New("limits must be non-negative")
 	}
 	return nil

@@ -55,8 +55,7 @@ func (r *Router) forgetServer(old *WorkerRecord) {
 	r.resMu.Lock()
 	for sid, b := range r.reservations {
 		if b != nil && b.rs.rank.WorkerID == id {
-			delete(r.reservations, sid)
-			gone = append(gone, b)
+			gone = append(gone, r.takeLocked(sid))
 		}
 	}
 	r.resMu.Unlock()

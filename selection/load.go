@@ -33,6 +33,11 @@ type rankState struct {
 	decodeWeight float64
 }
 
+// full reports whether the rank is at Config.MaxReservationsPerRank.
+func (rs *rankState) full(cfg *Config) bool {
+	return cfg.MaxReservationsPerRank > 0 && rs.requests >= uint64(cfg.MaxReservationsPerRank)
+}
+
 func (rs *rankState) decodeBlocks() uint64 { return uint64(math.Round(math.Max(rs.decodeWeight, 0))) }
 
 // edge is a run of blocks in the trie. Every booking ends on an edge
@@ -76,6 +81,7 @@ type booking struct {
 	isl       uint64
 	expected  *uint32
 	session   string
+	client    string // for Config.MaxReservationsPerClient
 	createdAt time.Time
 	freed     bool
 }

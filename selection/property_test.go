@@ -1,7 +1,11 @@
 package selection
 
 import (
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -143,6 +147,241 @@ func TestLoadTrieMatchesNaiveModel(t *testing.T) {
 	for i, rs := range ranks {
 		if rs.decodeWeight != 0 || rs.requests != 0 {
 			t.Fatalf("rank %d left with weight %v, requests %d", i, rs.decodeWeight, rs.requests)
+		}
+	}
+}
+
+// TestReservationCountsMatchModel runs random bookings (all three kinds,
+// by several clients), frees, endpoint changes and TTL sweeps against a
+// model of the live bookings: every refusal must be the one the model
+// predicts (429 for a client at its bound, checked first, then 503 when
+// every eligible rank is full), and after every step the per-client and
+// per-rank counts must equal the model's.
+func TestReservationCountsMatchModel(t *testing.T) {
+	const perRank, perClient = 3, 4
+	rng := rand.New(rand.NewPCG(11, 13))
+	now := time.Unix(0, 0)
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	cfg.MaxReservationsPerRank, cfg.MaxReservationsPerClient = perRank, perClient
+	cfg.ReservationTTL = time.Minute
+	cfg.Rand = func() float64 { return 0.5 }
+	r, err := NewRouter(cfg, WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ranks := []Rank{{1, 0}, {2, 0}, {3, 0}, {3, 1}}
+	endpoints := map[uint64]string{1: "127.0.0.1:9", 2: "127.0.0.1:9", 3: "127.0.0.1:9"}
+	addWorker(t, r, 1, nil)
+	addWorker(t, r, 2, nil)
+	addWorker(t, r, 3, func(w *WorkerRequest) { w.DataParallelSize = ptr(uint32(2)) })
+
+	type live struct {
+		client  string
+		rank    Rank
+		created time.Time
+	}
+	model := map[string]live{}
+	clients := []string{"", "a", "b", "c"}
+	count := func(match func(live) bool) int {
+		n := 0
+		for _, l := range model {
+			if match(l) {
+				n++
+			}
+		}
+		return n
+	}
+	// predict is the status a booking by client on the eligible ranks gets.
+	predict := func(client string, eligible []Rank) int {
+		if client != "" && count(func(l live) bool { return l.client == client }) >= perClient {
+			return 429
+		}
+		for _, rk := range eligible {
+			if count(func(l live) bool { return l.rank == rk }) < perRank {
+				return 0
+			}
+		}
+		return 503
+	}
+	seen := map[int]int{}
+	check := func(step int, what string, got error, want int) {
+		t.Helper()
+		status := 0
+		if got != nil {
+			status = StatusOf(got)
+		}
+		if status != want {
+			t.Fatalf("step %d %s: status %d (%v), model says %d", step, what, status, got, want)
+		}
+		seen[status]++
+	}
+	for step := range 3000 {
+		client := clients[rng.IntN(len(clients))]
+		id := "s" + strconv.Itoa(step)
+		switch op := rng.IntN(12); {
+		case op < 4: // select_and_reserve, pinned to a rank or not
+			pin := uint64(rng.IntN(4))
+			eligible := ranks
+			if pin != 0 {
+				eligible = []Rank{{pin, 0}} // a pin names one rank
+			}
+			res, err := r.SelectAndReserve(&SelectRequest{Client: client, SelectionID: id, Prompt: Prompt{TokenIDs: make([]uint32, 32)},
+				Placement: Placement{PinnedWorker: map[bool]*PinnedWorker{true: {WorkerID: pin}}[pin != 0]}})
+			check(step, "select_and_reserve", err, predict(client, eligible))
+			if err == nil {
+				model[id] = live{client, Rank{res.WorkerID, res.DPRank}, now}
+			}
+		case op < 6: // an explicit booking on one rank
+			rk := ranks[rng.IntN(len(ranks))]
+			_, err := r.CreateReservation(&ReservationRequest{Client: client, SelectionID: ptr(id), WorkerID: ptr(rk.WorkerID), DPRank: ptr(rk.DPRank),
+				Prompt: Prompt{SequenceHashes: Hashes{uint64(step)}, ISLTokens: ptr(uint64(16))}})
+			check(step, "explicit reservation", err, predict(client, []Rank{rk}))
+			if err == nil {
+				model[id] = live{client, rk, now}
+			}
+		case op < 7: // a cached booking of a plain selection
+			res, err := r.Select(&SelectRequest{SelectionID: id, Prompt: Prompt{TokenIDs: make([]uint32, 32)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rk := Rank{res.WorkerID, res.DPRank}
+			_, err = r.CreateReservation(&ReservationRequest{Client: client, SelectionID: ptr(id)})
+			check(step, "cached reservation", err, predict(client, []Rank{rk}))
+			if err == nil {
+				model[id] = live{client, rk, now}
+			}
+		case op < 10: // free a live booking, or an unknown id
+			ids := slices.Sorted(maps.Keys(model))
+			if len(ids) == 0 || rng.IntN(8) == 0 {
+				check(step, "free of an unknown id", r.Free(id), 404)
+				continue
+			}
+			victim := ids[rng.IntN(len(ids))]
+			check(step, "free", r.Free(victim), 0)
+			delete(model, victim)
+		case op < 11: // a new endpoint: the worker's bookings go
+			w := uint64(1 + rng.IntN(3))
+			endpoints[w] = "127.0.0.1:" + strconv.Itoa(100+step)
+			if _, err := r.PatchWorker(w, &WorkerRequest{Endpoint: ptr(endpoints[w])}); err != nil {
+				t.Fatal(err)
+			}
+			maps.DeleteFunc(model, func(_ string, l live) bool { return l.rank.WorkerID == w })
+		default: // time passes; the sweep frees what is older than the TTL
+			now = now.Add(time.Duration(rng.IntN(40)) * time.Second)
+			r.Sweep()
+			maps.DeleteFunc(model, func(_ string, l live) bool { return l.created.Before(now.Add(-cfg.ReservationTTL)) })
+		}
+
+		r.resMu.Lock()
+		counted := maps.Clone(r.clients)
+		r.resMu.Unlock()
+		for _, c := range clients[1:] {
+			if want := count(func(l live) bool { return l.client == c }); counted[c] != want {
+				t.Fatalf("step %d: client %s counted %d, model %d", step, c, counted[c], want)
+			}
+		}
+		if _, ok := counted[""]; ok || len(counted) > 3 {
+			t.Fatalf("step %d: unexpected counts %v", step, counted)
+		}
+		for _, rk := range ranks {
+			if got, want := loadOf(r, rk.WorkerID, rk.DPRank).ActiveRequests, count(func(l live) bool { return l.rank == rk }); got != uint64(want) {
+				t.Fatalf("step %d: rank %v has %d requests, model %d", step, rk, got, want)
+			}
+		}
+		if r.ActiveReservations() != len(model) {
+			t.Fatalf("step %d: %d reservations, model %d", step, r.ActiveReservations(), len(model))
+		}
+	}
+	if seen[429] == 0 || seen[503] == 0 || seen[0] == 0 {
+		t.Fatalf("the run never reached a bound: %v", seen)
+	}
+	t.Logf("statuses: %v", seen)
+}
+
+// TestReservationCountsConcurrent books, frees, re-registers and sweeps
+// from several goroutines (run it with -race); no count ever passes its
+// bound, and when everything is freed every count is back to zero.
+func TestReservationCountsConcurrent(t *testing.T) {
+	const perRank, perClient = 8, 5
+	r := newTestRouter(t, func(c *Config) { c.MaxReservationsPerRank, c.MaxReservationsPerClient = perRank, perClient })
+	for id := uint64(1); id <= 3; id++ {
+		addWorker(t, r, id, nil)
+	}
+	overBound := func() string {
+		r.resMu.Lock()
+		defer r.resMu.Unlock()
+		for c, n := range r.clients {
+			if n > perClient {
+				return c
+			}
+		}
+		return ""
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := []string{"", "a", "a", "b"}[g]
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			var mine []string
+			for range 400 {
+				if len(mine) > 0 && rng.IntN(2) == 0 {
+					i := rng.IntN(len(mine))
+					_ = r.Free(mine[i]) // may be gone with an endpoint change
+					mine = slices.Delete(mine, i, i+1)
+					continue
+				}
+				res, err := r.SelectAndReserve(&SelectRequest{Client: client, Prompt: Prompt{TokenIDs: make([]uint32, 16)}})
+				if err == nil {
+					mine = append(mine, res.SelectionID)
+				} else if s := StatusOf(err); s != 429 && s != 503 {
+					t.Error(err)
+					return
+				}
+				if c := overBound(); c != "" {
+					t.Errorf("client %s past its bound", c)
+					return
+				}
+			}
+			for _, id := range mine {
+				_ = r.Free(id)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 100 {
+			if _, err := r.PatchWorker(uint64(1+i%3), &WorkerRequest{Endpoint: ptr("127.0.0.1:" + strconv.Itoa(100+i))}); err != nil {
+				t.Error(err)
+				return
+			}
+			r.Sweep()
+			for _, m := range r.Loads("", "") {
+				for _, l := range m.Loads {
+					if l.ActiveRequests > perRank {
+						t.Errorf("rank %d/%d holds %d bookings", l.WorkerID, l.DPRank, l.ActiveRequests)
+						return
+					}
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	r.resMu.Lock()
+	left := len(r.clients)
+	r.resMu.Unlock()
+	if left != 0 || r.ActiveReservations() != 0 {
+		t.Fatalf("after every free: %d clients counted, %d reservations", left, r.ActiveReservations())
+	}
+	for _, m := range r.Loads("", "") {
+		for _, l := range m.Loads {
+			if l.ActiveRequests != 0 || l.PotentialPrefillTokens != 0 {
+				t.Fatalf("load left behind: %+v", l)
+			}
 		}
 	}
 }

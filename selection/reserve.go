@@ -56,16 +56,16 @@ func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectR
 		if id == "" {
 			id = newSelectionID()
 		}
-		if err := r.claim(id); err != nil {
+		if err := r.claim(id, req.Client); err != nil {
 			return nil, err
 		}
 	}
 	p.mu.Lock()
-	sel, err := r.choose(p, w, &s, np, choice{placement: &req.Placement, session: session, explain: explain})
+	sel, err := r.choose(p, w, &s, np, choice{placement: &req.Placement, session: session, explain: explain, book: book})
 	if err != nil {
 		p.mu.Unlock()
 		if book {
-			r.unclaim(id)
+			r.unclaim(id, req.Client)
 		}
 		return nil, err
 	}
@@ -86,10 +86,10 @@ func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectR
 		}
 		return resp, nil
 	}
-	b, err := r.bookLocked(p, sel.rs, id, session, w.tracking, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
+	b, err := r.bookLocked(p, sel.rs, id, session, req.Client, w.tracking, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
 	if err != nil {
 		p.mu.Unlock()
-		r.unclaim(id)
+		r.unclaim(id, req.Client)
 		return nil, err
 	}
 	r.busy(&sel, resp, false)
@@ -101,10 +101,15 @@ func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectR
 	return resp, nil
 }
 
-// bookLocked books a request on rs; p.mu must be held. With a session and
-// affinity on, it takes the session's lease first (and may refuse).
-func (r *Router) bookLocked(p *partition, rs *rankState, id, session string, tracking []uint64,
+// bookLocked books a request on rs; p.mu must be held. A rank at
+// MaxReservationsPerRank is refused. With a session and affinity on, it
+// takes the session's lease first (and may refuse).
+func (r *Router) bookLocked(p *partition, rs *rankState, id, session, client string, tracking []uint64,
 	isl, prefill uint64, track bool, expected *uint32) (*booking, error) {
+	if rs.full(&r.cfg) {
+		return nil, errorf(KindNotReady, "worker %d dp_rank %d holds %d reservations, the most max_reservations_per_rank allows",
+			rs.rank.WorkerID, rs.rank.DPRank, r.cfg.MaxReservationsPerRank)
+	}
 	leased := false
 	if session != "" && r.affinity.enabled() {
 		var err error
@@ -113,7 +118,7 @@ func (r *Router) bookLocked(p *partition, rs *rankState, id, session string, tra
 		}
 	}
 	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: slices.Clone(tracking),
-		isl: isl, expected: expected, createdAt: r.now()}
+		isl: isl, expected: expected, client: client, createdAt: r.now()}
 	if leased {
 		b.session = session
 	}
@@ -150,26 +155,26 @@ func (r *Router) cachedReservation(req *ReservationRequest, session string) (*Re
 	if session == "" {
 		session = e.session
 	}
-	if err := r.claim(id); err != nil {
+	if err := r.claim(id, req.Client); err != nil {
 		return nil, err
 	}
 	p := r.partition(key)
 	if p == nil {
-		r.unclaim(id)
+		r.unclaim(id, req.Client)
 		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, e.rank.WorkerID, e.rank.DPRank)
 	}
 	p.mu.Lock()
 	rs := p.byRank[e.rank]
 	if rs == nil {
 		p.mu.Unlock()
-		r.unclaim(id)
+		r.unclaim(id, req.Client)
 		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, e.rank.WorkerID, e.rank.DPRank)
 	}
-	b, err := r.bookLocked(p, rs, id, session, e.hashes, e.isl, e.prefill, e.track, e.expected)
+	b, err := r.bookLocked(p, rs, id, session, req.Client, e.hashes, e.isl, e.prefill, e.track, e.expected)
 	endpoint := rs.endpoint
 	p.mu.Unlock()
 	if err != nil {
-		r.unclaim(id)
+		r.unclaim(id, req.Client)
 		if StatusOf(err) == 400 {
 			r.pending.discard(pk) // a hard-affinity refusal consumes the entry
 		}
@@ -225,7 +230,7 @@ func (r *Router) explicitReservation(req *ReservationRequest, session string) (*
 			}
 		}
 	}
-	if err := r.claim(id); err != nil {
+	if err := r.claim(id, req.Client); err != nil {
 		return nil, err
 	}
 	r.pending.discard(pendingKey{key, id})
@@ -233,14 +238,14 @@ func (r *Router) explicitReservation(req *ReservationRequest, session string) (*
 	rs := p.byRank[rank]
 	if rs == nil {
 		p.mu.Unlock()
-		r.unclaim(id)
+		r.unclaim(id, req.Client)
 		return nil, notSchedulable
 	}
-	b, err := r.bookLocked(p, rs, id, session, w.tracking, np.isl, prefill, track, req.ExpectedOutputTokens)
+	b, err := r.bookLocked(p, rs, id, session, req.Client, w.tracking, np.isl, prefill, track, req.ExpectedOutputTokens)
 	endpoint := rs.endpoint
 	p.mu.Unlock()
 	if err != nil {
-		r.unclaim(id)
+		r.unclaim(id, req.Client)
 		return nil, err
 	}
 	r.commit(id, b)

@@ -32,6 +32,7 @@ type Router struct {
 
 	resMu        sync.Mutex
 	reservations map[string]*booking // nil value: claimed, booking in flight
+	clients      map[string]int      // live and claimed bookings per client
 
 	pending  *pendingCache
 	affinity *affinityTable
@@ -85,6 +86,7 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 		workers:      make(map[uint64]*WorkerRecord),
 		parts:        make(map[PartitionKey]*partition),
 		reservations: make(map[string]*booking),
+		clients:      make(map[string]int),
 		stop:         make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -200,29 +202,61 @@ func newSelectionID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// claim reserves a selection id globally; ids are unique across partitions.
-func (r *Router) claim(id string) error {
+// claim reserves a selection id globally (ids are unique across
+// partitions) and counts it against client's bound.
+func (r *Router) claim(id, client string) error {
 	r.resMu.Lock()
 	defer r.resMu.Unlock()
 	if _, ok := r.reservations[id]; ok {
 		return errorf(KindConflict, "selection %s is already reserved or being reserved", id)
 	}
+	if limit := r.cfg.MaxReservationsPerClient; client != "" && limit > 0 {
+		if r.clients[client] >= limit {
+			return errorf(KindOverloaded, "client %s holds %d reservations, the most max_reservations_per_client allows; free them (DELETE /reservations/{id}) or wait for them to expire",
+				client, limit)
+		}
+		r.clients[client]++
+	}
 	r.reservations[id] = nil
 	return nil
 }
 
+// commit stores the booking under its claimed id. b.client must be the
+// client the id was claimed for.
 func (r *Router) commit(id string, b *booking) {
 	r.resMu.Lock()
 	r.reservations[id] = b
 	r.resMu.Unlock()
 }
 
-func (r *Router) unclaim(id string) {
+// unclaim gives back a claim whose booking failed.
+func (r *Router) unclaim(id, client string) {
 	r.resMu.Lock()
 	if b, ok := r.reservations[id]; ok && b == nil {
 		delete(r.reservations, id)
+		r.uncountLocked(client)
 	}
 	r.resMu.Unlock()
+}
+
+// takeLocked removes a committed booking from the table and its client's
+// count; r.resMu must be held. The caller releases its load.
+func (r *Router) takeLocked(id string) *booking {
+	b := r.reservations[id]
+	if b != nil {
+		delete(r.reservations, id)
+		r.uncountLocked(b.client)
+	}
+	return b
+}
+
+func (r *Router) uncountLocked(client string) {
+	if client == "" || r.cfg.MaxReservationsPerClient <= 0 {
+		return
+	}
+	if r.clients[client]--; r.clients[client] <= 0 {
+		delete(r.clients, client)
+	}
 }
 
 // lookupBooking returns a committed booking; in-flight and unknown ids are
@@ -274,10 +308,7 @@ func (r *Router) AddOutputBlock(id string, decayFraction *float64) error {
 // Free releases a booking: prefill tokens, blocks and the request count.
 func (r *Router) Free(id string) error {
 	r.resMu.Lock()
-	b := r.reservations[id]
-	if b != nil {
-		delete(r.reservations, id)
-	}
+	b := r.takeLocked(id)
 	r.resMu.Unlock()
 	if b == nil {
 		return errorf(KindNotFound, "reservation %s not found", id)

@@ -160,6 +160,7 @@ type choice struct {
 	placement *Placement
 	session   string // bound session target lookup key (already resolved)
 	explain   bool
+	book      bool // the pick will be booked: full ranks are not candidates
 }
 
 // choose scores the candidate ranks of p and picks one. p.mu must be held.
@@ -179,6 +180,7 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 	if pl != nil && pl.RoutingConstraints != nil {
 		required, preferred = pl.RoutingConstraints.RequiredTaints, pl.RoutingConstraints.PreferredTaints
 	}
+	full := 0
 	for i, rs := range p.ranks {
 		if allowed != nil && !allowed[rs.rank.WorkerID] {
 			continue
@@ -189,7 +191,15 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 		if !hasAll(rs.taints, required) {
 			continue
 		}
+		if c.book && rs.full(&r.cfg) {
+			full++
+			continue
+		}
 		w.cands = append(w.cands, i)
+	}
+	if len(w.cands) == 0 && full > 0 {
+		return selection{}, errorf(KindNotReady, "every eligible worker of %s holds %d reservations, the most max_reservations_per_rank allows; free reservations or wait for them to expire",
+			p.key, r.cfg.MaxReservationsPerRank)
 	}
 	if len(w.cands) == 0 {
 		if len(p.ranks) > 0 && (allowed != nil || len(required) > 0 || pl != nil && len(pl.ExcludeRanks) > 0) {

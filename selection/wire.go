@@ -135,6 +135,10 @@ type SelectRequest struct {
 	// (the per-rank overlap map). Not part of the wire format: the proxy
 	// path sets it to save allocations on every request.
 	Lean bool `json:"-"`
+	// Client identifies who books, for Config.MaxReservationsPerClient.
+	// Not part of the wire format: Handler sets the remote IP; empty (the
+	// proxy path) is exempt from the bound.
+	Client string `json:"-"`
 }
 
 // ReservationRequest is the body of POST /reservations.
@@ -149,6 +153,8 @@ type ReservationRequest struct {
 	ExpectedOutputTokens   *uint32               `json:"expected_output_tokens,omitempty"`
 	EffectivePrefillTokens *uint64               `json:"effective_prefill_tokens,omitempty"`
 	TrackPrefillTokens     *bool                 `json:"track_prefill_tokens,omitempty"`
+	// Client identifies who books, as SelectRequest.Client does.
+	Client string `json:"-"`
 }
 
 // ScoreRequest is the body of POST /potential_loads and /overlap_scores.
