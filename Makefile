@@ -5,7 +5,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo fuzz fuzz-ci clean
+.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo fuzz fuzz-ci clean hostile
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
@@ -68,6 +68,12 @@ demo: deps build bin/kvbench bin/kvmock
 # run"); about three minutes, not part of CI.
 bench-scale: deps build bin/kvbench bin/kvmock
 	./scripts/bench-scale.sh
+
+# hostile: the attacks of issue 10 against the built gateway as a separate
+# process (hostile/); prints expected and observed answers, RSS and fds
+# (RELIABILITY.md, "Hostile inputs"). About two minutes.
+hostile: build
+	$(GO) test -count=1 -v -run Hostile ./hostile/
 
 clean:
 	rm -rf bin
