@@ -22,18 +22,26 @@ const DefaultMaxBodyBytes = 8 << 20
 
 // Handler serves the selection API for a Router.
 type Handler struct {
-	router  *Router
-	maxBody int64
-	bodies  sync.Pool // *[]byte read buffers
-	selects sync.Pool // *SelectRequest, reused with their token buffers
+	router     *Router
+	maxBody    int64
+	writeToken *[32]byte // SHA-256 of the catalog write token, nil without one
+	bodies     sync.Pool // *[]byte read buffers
+	selects    sync.Pool // *SelectRequest, reused with their token buffers
 }
 
+// HandlerOption customises a Handler.
+type HandlerOption func(*Handler)
+
 // NewHandler returns the API handler. maxBody ≤ 0 means DefaultMaxBodyBytes.
-func NewHandler(r *Router, maxBody int64) *Handler {
+// Catalog writes are privileged (auth.go): see WithWriteToken.
+func NewHandler(r *Router, maxBody int64, opts ...HandlerOption) *Handler {
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBodyBytes
 	}
 	h := &Handler{router: r, maxBody: maxBody}
+	for _, o := range opts {
+		o(h)
+	}
 	h.bodies.New = func() any { b := make([]byte, 0, 64<<10); return &b }
 	h.selects.New = func() any { return new(SelectRequest) }
 	return h
@@ -57,7 +65,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/workers":
 		switch r.Method {
 		case http.MethodPost:
-			h.handleUpsert(w, r)
+			if h.authorizeWrite(w, r) {
+				h.handleUpsert(w, r)
+			}
 		case http.MethodGet:
 			q := r.URL.Query()
 			writeJSON(w, http.StatusOK, h.router.ListWorkers(q.Get("model_name"), q.Get("routing_group")))
@@ -149,6 +159,9 @@ func (h *Handler) routeReservation(w http.ResponseWriter, r *http.Request, rest 
 }
 
 func (h *Handler) routeWorker(w http.ResponseWriter, r *http.Request, rest string) {
+	if (r.Method == http.MethodPatch || r.Method == http.MethodDelete) && !h.authorizeWrite(w, r) {
+		return
+	}
 	id, err := strconv.ParseUint(rest, 10, 64)
 	if err != nil {
 		if strings.Contains(rest, "/") {

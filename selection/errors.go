@@ -22,6 +22,8 @@ const (
 	KindMalformed                    // 400: JSON syntax error
 	KindUnsupportedMedia             // 415
 	KindTooLarge                     // 413
+	KindUnauthorized                 // 401: no credentials for a privileged route
+	KindForbidden                    // 403: wrong credentials, or a client not allowed
 )
 
 // Error is the error type every Router method returns for a failure a caller
@@ -52,6 +54,10 @@ func (e *Error) Status() int {
 		return http.StatusUnsupportedMediaType
 	case KindTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case KindUnauthorized:
+		return http.StatusUnauthorized
+	case KindForbidden:
+		return http.StatusForbidden
 	}
 	return http.StatusInternalServerError
 }
