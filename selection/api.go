@@ -109,7 +109,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		})
 	case path == "/dump":
-		h.method(w, r, http.MethodGet, func() { writeJSON(w, http.StatusOK, h.router.Dump()) })
+		h.method(w, r, http.MethodGet, func() { h.serveDump(w) })
 	case path == "/replica_sync/register_peer" || path == "/replica_sync/deregister_peer":
 		// Mounted as in Dynamo, which answers 409 while replica sync is
 		// not configured; here it is not implemented yet.

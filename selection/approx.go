@@ -239,14 +239,21 @@ func (a *ApproxIndex) RemoveWorker(p PartitionKey, workerID uint64) {
 // Dump implements Indexer: one single-block Stored event per (block, live
 // rank), parents first. The chain key stands in for the engine's hash.
 func (a *ApproxIndex) Dump(p PartitionKey) []RouterEvent {
+	events, _ := a.DumpLimit(p, 0)
+	return events
+}
+
+// DumpLimit implements DumpLimiter: Dump with at most limit events (limit
+// ≤ 0: no limit), in the same breadth-first order, so a truncated dump
+// still holds every event's parent.
+func (a *ApproxIndex) DumpLimit(p PartitionKey, limit int) (events []RouterEvent, truncated bool) {
 	now := a.now().UnixNano()
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	root := a.parts[p]
 	if root == nil {
-		return nil
+		return nil, false
 	}
-	var events []RouterEvent
 	type item struct {
 		e      *approxEdge
 		parent *uint64
@@ -264,6 +271,9 @@ func (a *ApproxIndex) Dump(p PartitionKey) []RouterEvent {
 				if h.expires <= now {
 					continue
 				}
+				if limit > 0 && len(events) == limit {
+					return events, true
+				}
 				events = append(events, RouterEvent{WorkerID: h.rank.WorkerID, StorageTier: "device",
 					Event: KVEvent{EventID: uint64(len(events)), DPRank: h.rank.DPRank,
 						Data: StoredData{Stored: StoredEvent{ParentHash: parent,
@@ -276,5 +286,5 @@ func (a *ApproxIndex) Dump(p PartitionKey) []RouterEvent {
 			queue = append(queue, item{c, parent})
 		}
 	}
-	return events
+	return events, false
 }

@@ -110,6 +110,12 @@ type Config struct {
 	// while a client that never frees stops there (the issue's 3,000
 	// unfreed bookings held 6.1M prefill tokens for an hour).
 	MaxReservationsPerClient int
+	// MaxDumpEvents caps the events GET /dump (and Dump) returns over all
+	// partitions; a partition the cap cut is marked "truncated": true. 0
+	// means no cap. Default 100,000: about 25 MB of JSON, enough to look
+	// into an index or seed a small one, while a 2.7M-entry index no
+	// longer builds a 655 MB body (the issue measured 2.4 GB of RSS for it).
+	MaxDumpEvents int
 	// Rand draws the picker's random numbers in [0, 1); nil uses
 	// math/rand/v2. Tests inject a seeded source.
 	Rand func() float64
@@ -142,6 +148,7 @@ func DefaultConfig() Config {
 		// Outstanding bookings.
 		MaxReservationsPerRank:   4096,
 		MaxReservationsPerClient: 1024,
+		MaxDumpEvents:            100_000,
 	}
 }
 
@@ -177,7 +184,8 @@ func (c *Config) Validate() error {
 		return errors.New("session affinity ttl must be between 1s and 31536000s")
 	}
 	if c.PendingMaxEntries < 0 || c.PendingMaxBytes < 0 || c.SessionTableCap < 0 || c.MaxWorkers < 0 ||
-		c.MaxRanksPerWorker < 0 || c.MaxRanks < 0 || c.MaxReservationsPerRank < 0 || c.MaxReservationsPerClient < 0 {
+		c.MaxRanksPerWorker < 0 || c.MaxRanks < 0 || c.MaxReservationsPerRank < 0 || c.MaxReservationsPerClient < 0 ||
+		c.MaxDumpEvents < 0 {
 		return errors.New("limits must be non-negative")
 	}
 	return nil

@@ -348,29 +348,3 @@ func (r *Router) OverlapScores(req *ScoreRequest) (*OverlapScoresResponse, error
 	})
 	return out, err
 }
-
-// DumpPartition is one partition's entry in Dump.
-type DumpPartition struct {
-	BlockSize uint32        `json:"block_size"`
-	Events    []RouterEvent `json:"events"`
-}
-
-// Dump returns every partition's index as replayable events, keyed
-// "model:group" (spec §1.4.9).
-func (r *Router) Dump() map[string]DumpPartition {
-	r.mu.RLock()
-	parts := make([]*partition, 0, len(r.parts))
-	for _, p := range r.parts {
-		parts = append(parts, p)
-	}
-	r.mu.RUnlock()
-	out := make(map[string]DumpPartition, len(parts))
-	for _, p := range parts {
-		ev := r.index.Dump(p.key)
-		if ev == nil {
-			ev = []RouterEvent{}
-		}
-		out[p.key.String()] = DumpPartition{BlockSize: p.blockSize, Events: ev}
-	}
-	return out
-}
