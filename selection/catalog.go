@@ -102,7 +102,9 @@ func (w *WorkerRecord) Partition() PartitionKey {
 	return PartitionKey{Model: w.ModelName, Group: w.RoutingGroup}.withDefaults()
 }
 
-// Ranks lists the record's global data-parallel ranks.
+// Ranks lists the record's global data-parallel ranks. It allocates one
+// entry per rank: the catalog's records are bounded by MaxRanksPerWorker,
+// a record from elsewhere must be checked before.
 func (w *WorkerRecord) Ranks() []Rank {
 	out := make([]Rank, 0, w.DataParallelSize)
 	for i := uint32(0); i < w.DataParallelSize; i++ {

@@ -81,10 +81,10 @@ type Config struct {
 	// MaxRanksPerWorker bounds a worker's data_parallel_size; a larger one
 	// is refused with 422. A worker's ranks are allocated (rank states,
 	// and one KV-event listener and socket each), so this bound always
-	// holds: 0 means DefaultMaxRanksPerWorker. Default 256: above the
-	// largest data-parallel deployments (a few dozen ranks per engine)
-	// with room to spare, while one registration stays a few hundred
-	// sockets.
+	// holds: 0 means DefaultMaxRanksPerWorker. Default 256: enough for
+	// large expert-parallel deployments, while one registration stays a
+	// few hundred sockets (10,000 ranks opened 18,848 fds); raise it for
+	// more.
 	MaxRanksPerWorker int
 	// MaxRanks bounds the data-parallel ranks of the whole catalog (every
 	// record counts, schedulable or not); a write past it is refused with
@@ -114,7 +114,7 @@ type Config struct {
 	// partitions; a partition the cap cut is marked "truncated": true. 0
 	// means no cap. Default 100,000: about 25 MB of JSON, enough to look
 	// into an index or seed a small one, while a 2.7M-entry index no
-	// longer builds a 655 MB body (the issue measured 2.4 GB of RSS for it).
+	// longer builds a 655 MB body (which took 2.4 GB more RSS).
 	MaxDumpEvents int
 	// Rand draws the picker's random numbers in [0, 1); nil uses
 	// math/rand/v2. Tests inject a seeded source.

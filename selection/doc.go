@@ -1,0 +1,42 @@
+// Package selection is the routing engine of caddy-kvrouter: the worker
+// catalog, load accounting, the cost function, reservations, pending
+// selections and session affinity, with an HTTP API (Handler) that is
+// wire-compatible with NVIDIA Dynamo's standalone selection service.
+//
+// # Bounds
+//
+// Dynamo's service trusts its callers; this one may be reachable by anyone
+// who reaches the gateway, so everything a request controls is bounded,
+// checked before anything is allocated for it:
+//
+//   - Registrations: Config.MaxRanksPerWorker (256 ranks, 422 past it),
+//     Config.MaxRanks (4096 over the catalog, 409), Config.MaxWorkers
+//     (65,536, 409), field sizes MaxFieldBytes, MaxEndpointBytes,
+//     MaxTaints and MaxMapEntries (422), and kv_events_endpoints keyed by
+//     the worker's own ranks (422). WithEndpointCheck lets the host refuse
+//     endpoints (422), such as the gateway's own listeners.
+//   - Bookings: Config.MaxReservationsPerRank (4096; a full rank is not a
+//     candidate, 503 when none is left) and Config.MaxReservationsPerClient
+//     (1024 per remote IP through the API, 429).
+//   - GET /dump: Config.MaxDumpEvents (100,000 events), streamed; a
+//     partition the cap cut is marked "truncated": true.
+//   - Request bodies: NewHandler's maxBody (8 MiB, 413).
+//
+// # Catalog writes
+//
+// POST /workers, PATCH /workers/{id} and DELETE /workers/{id} are
+// privileged: with WithWriteToken they need "Authorization: Bearer
+// <token>" (401 without, 403 with a wrong one); without a token they are
+// accepted from loopback clients only (403 otherwise). Reads, selections
+// and reservations are open, as in Dynamo. A write that changes a
+// worker's endpoint replaces the server: its cached prefixes, bookings,
+// session bindings, pending selections and failure history are dropped.
+//
+// # Worker health
+//
+// Callers report each upstream answer (ReportStatus, or ReportFailure and
+// ReportSuccess): dial errors and 502/503/504 are failures, 429 is
+// neither, anything else a success. A worker failing for
+// Config.WorkerDownAfter (30s) with no success leaves the candidates and
+// comes back when GET /health answers 2xx.
+package selection
