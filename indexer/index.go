@@ -3,6 +3,7 @@ package indexer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -20,29 +21,48 @@ import (
 // It implements selection.Indexer. Events of one rank must be applied in
 // order (one listener goroutine per rank does); lookups run concurrently.
 //
-// Memory: a block held by one rank costs a node (64 bytes, from slabs), a
-// pointer slot in the node map and an inline slot in the rank's map, about
-// 110 bytes in all; each further rank holding it adds 16 bytes and a slot.
-// MaxEntries caps the (block, rank) entries: when full, new blocks are
-// refused and counted in Full until removals make room. Engines evict and
-// report blocks as their caches fill, so the cap is a safety net against a
-// misbehaving publisher, not the normal way out.
+// Memory: a block held by one rank costs a node (48 bytes, from slabs), a
+// pointer slot in the node map and an inline slot in the rank's map, and
+// with a bound an eviction queue item; each further rank holding it adds
+// a 16-byte holder and a map slot. BytesPerEntry is the measured figure
+// (BenchmarkIndexMemory) and EntriesForMemory turns a budget into
+// MaxEntries.
+//
+// MaxEntries caps the (block, rank) entries: a store that finds the index
+// full is still indexed, and the oldest entries (by store time, over all
+// partitions) are evicted to make room. Engines evict and report blocks
+// as their caches fill, so the cap is a safety net against a misbehaving
+// publisher or a fleet larger than the budget, not the normal way out;
+// when it is reached, new blocks (the ones the next turn of a session
+// asks for) win over old ones.
 type Index struct {
 	mu    sync.RWMutex
 	parts map[selection.PartitionKey]*tree
 
 	// MaxEntries bounds the (block, rank) entries over all partitions; 0
-	// means no bound. Set it before use.
+	// means no bound. Set it before use: the eviction queue only records
+	// entries stored while a bound is set.
 	MaxEntries int64
 	entries    atomic.Int64
+	// stamps numbers stored entries, for eviction order and to tell a
+	// queued entry from a later one under the same engine hash.
+	stamps atomic.Uint32
+	// released counts entries dropped in bulk (cleared ranks, removed
+	// workers) since memory was last handed back to the OS.
+	released atomic.Int64
 
-	// Counters, for metrics.
+	// Counters, for metrics; they saturate instead of wrapping.
 	Applied       atomic.Uint64 // events applied
 	Skipped       atomic.Uint64 // events ignored by rule (other group, medium)
 	UnknownParent atomic.Uint64 // stores dropped: parent hash not indexed for the rank
 	UnknownBlock  atomic.Uint64 // removals of hashes the rank does not hold
 	TokenCount    atomic.Uint64 // stores dropped: token ids are not blocks × block size
-	Full          atomic.Uint64 // blocks refused because MaxEntries was reached
+	// Full counts blocks stored while the index held MaxEntries entries
+	// already: each was indexed, and an older entry evicted for it.
+	Full atomic.Uint64
+	// Evicted counts (block, rank) entries evicted to stay under
+	// MaxEntries, oldest first.
+	Evicted atomic.Uint64
 }
 
 // tree is one partition's index.
@@ -58,6 +78,14 @@ type tree struct {
 	rankList []selection.Rank
 	slab     []node
 	spare    []*node
+	// live counts the tree's entries; queue orders them for eviction.
+	live  int
+	queue evictQueue
+	// peaks remember the largest size of the node map and of each rank's
+	// map since they were last rebuilt: Go maps never shrink.
+	nodesPeak int
+	rankPeaks []int    // by rank id
+	shrink    []uint32 // ranks whose map fell to half its peak
 }
 
 func (t *tree) rankID(r selection.Rank) uint32 {
@@ -66,6 +94,7 @@ func (t *tree) rankID(r selection.Rank) uint32 {
 		id = uint32(len(t.rankList))
 		t.rankIDs[r] = id
 		t.rankList = append(t.rankList, r)
+		t.rankPeaks = append(t.rankPeaks, 0)
 	}
 	return id
 }
@@ -82,6 +111,18 @@ type node struct {
 	fp   uint32
 	nh   uint16
 	root bool
+	// used is set by lookups that reach the block while the index is
+	// bounded, and cleared by eviction, which gives such a block's
+	// entries a second turn in the queue (see evict.go).
+	used atomic.Bool
+}
+
+// markUsed records a lookup of n; it writes only when the mark is not
+// there yet, so concurrent lookups of a hot prefix do not contend.
+func (n *node) markUsed() {
+	if !n.used.Load() {
+		n.used.Store(true)
+	}
 }
 
 // extra returns the further holders (nil slice when there are none).
@@ -167,6 +208,7 @@ func (t *tree) extend(prefix uint64, have bool, local uint64) (uint64, *node) {
 		n = t.newNode()
 		n.local, n.parent, n.root = local, prefix, !have
 		t.nodes[key] = n
+		t.nodesPeak = max(t.nodesPeak, len(t.nodes))
 	}
 	return key, n
 }
@@ -197,13 +239,20 @@ func (t *tree) freeNode(key uint64, n *node) {
 
 // entry maps one engine hash of a rank to our blocks: the block key and,
 // when the engine's blocks are larger than ours, the span-1 blocks before
-// it that the same engine block covers.
+// it that the same engine block covers. It is 16 bytes, the size of a map
+// slot's value, so the tier and the eviction stamp share a word.
 type entry struct {
 	key  uint64
-	refs uint32
+	meta uint32 // the tier in the low byte, the eviction stamp's low 24 bits above it
+	refs uint16 // saturates: an engine storing one hash 65,535 times is not honest
 	span uint16
-	tier Tier
 }
+
+func (e entry) tier() Tier { return Tier(e.meta) }
+
+// stamp is the entry's eviction stamp (its low 24 bits; 0 when stored
+// without a bound).
+func (e entry) stamp() uint32 { return e.meta >> 8 }
 
 // New returns an empty index.
 func New() *Index { return &Index{parts: make(map[selection.PartitionKey]*tree)} }
@@ -220,8 +269,10 @@ func (x *Index) ConfigurePartition(p selection.PartitionKey, blockSize int, eagl
 		t.mu.Lock()
 		for r := range t.ranks {
 			x.entries.Add(-int64(len(t.ranks[r])))
+			x.released.Add(int64(len(t.ranks[r])))
 		}
 		t.mu.Unlock()
+		defer x.releaseMemory()
 	}
 	x.parts[p] = &tree{blockSize: blockSize, eagle: eagle, nodes: map[uint64]*node{},
 		ranks: map[selection.Rank]map[uint64]entry{}, rankIDs: map[selection.Rank]uint32{}}
@@ -254,7 +305,15 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 		return nil
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	err := t.apply(x, r, ev)
+	t.tidy(x)
+	t.mu.Unlock()
+	x.evictOver()
+	x.releaseMemory()
+	return err
+}
+
+func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
 	switch ev.Kind {
 	case Stored:
 		if err := t.store(x, r, ev); err != nil {
@@ -332,7 +391,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 // the last of which is key, under the engine hash engine.
 func (t *tree) hold(x *Index, m map[uint64]entry, id uint32, span []*node, key, engine uint64, tier Tier) {
 	if e, ok := m[engine]; ok {
-		if e.key == key && e.tier == tier {
+		if e.key == key && e.tier() == tier && e.refs < math.MaxUint16 {
 			e.refs++ // the engine stored the same block twice
 			m[engine] = e
 		}
@@ -341,13 +400,21 @@ func (t *tree) hold(x *Index, m map[uint64]entry, id uint32, span []*node, key, 
 		t.dropEmpty(span)
 		return
 	}
-	if x.MaxEntries > 0 && x.entries.Load() >= x.MaxEntries {
-		addSat(&x.Full, 1)
-		t.dropEmpty(span)
-		return
+	e := entry{key: key, meta: uint32(tier), refs: 1, span: uint16(len(span))}
+	if x.MaxEntries > 0 {
+		if x.entries.Load() >= x.MaxEntries {
+			addSat(&x.Full, 1) // stored all the same: Apply evicts the oldest once the lock is released
+		}
+		st := x.stamps.Add(1)
+		e.meta |= st << 8
+		t.queue.push(qitem{engine: engine, id: id, stamp: st})
 	}
 	x.entries.Add(1)
-	m[engine] = entry{key: key, tier: tier, refs: 1, span: uint16(len(span))}
+	t.live++
+	m[engine] = e
+	if id := int(id); len(m) > t.rankPeaks[id] {
+		t.rankPeaks[id] = len(m)
+	}
 	for _, n := range span {
 		if h := n.find(id, tier); h != nil {
 			h.refs++
@@ -393,7 +460,10 @@ func (t *tree) remove(x *Index, r selection.Rank, m map[uint64]entry, engine uin
 	}
 	delete(m, engine)
 	x.entries.Add(-1)
-	t.unhold(t.rankIDs[r], e)
+	t.live--
+	id := t.rankIDs[r]
+	t.noteShrink(id, m)
+	t.unhold(id, e)
 	return true
 }
 
@@ -407,9 +477,9 @@ func (t *tree) unhold(id uint32, e entry) {
 			return
 		}
 		parent := n.parent
-		if h := n.find(id, e.tier); h != nil {
+		if h := n.find(id, e.tier()); h != nil {
 			if h.refs--; h.refs == 0 {
-				n.fp ^= mixHolder(id, e.tier)
+				n.fp ^= mixHolder(id, e.tier())
 				n.nh--
 				if n.drop(h) {
 					t.freeNode(key, n)
@@ -420,13 +490,21 @@ func (t *tree) unhold(id uint32, e entry) {
 	}
 }
 
+// clearRank drops every entry of rank r and the rank's map itself (an
+// emptied Go map keeps its buckets).
 func (t *tree) clearRank(x *Index, r selection.Rank) {
-	m := t.ranks[r]
+	m, ok := t.ranks[r]
+	if !ok {
+		return
+	}
 	id := t.rankIDs[r]
 	for _, e := range m {
 		t.unhold(id, e) // each engine entry holds its blocks once
 	}
 	x.entries.Add(-int64(len(m)))
+	x.released.Add(int64(len(m)))
+	t.live -= len(m)
+	t.rankPeaks[id] = 0
 	delete(t.ranks, r)
 }
 
@@ -435,7 +513,9 @@ func (x *Index) RemoveRank(p selection.PartitionKey, r selection.Rank) {
 	if t := x.tree(p); t != nil {
 		t.mu.Lock()
 		t.clearRank(x, r)
+		t.tidy(x)
 		t.mu.Unlock()
+		x.releaseMemory()
 	}
 }
 
@@ -446,12 +526,14 @@ func (x *Index) RemoveWorker(p selection.PartitionKey, workerID uint64) {
 		return
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	for r := range t.ranks {
 		if r.WorkerID == workerID {
 			t.clearRank(x, r)
 		}
 	}
+	t.tidy(x)
+	t.mu.Unlock()
+	x.releaseMemory()
 }
 
 // Blocks returns how many (block, rank) entries a rank holds.
@@ -498,6 +580,10 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 	n := t.nodes[blocks[0]] // the first key is the first block hash either way
 	if n == nil {
 		return
+	}
+	mark := x.MaxEntries > 0
+	if mark {
+		n.markUsed()
 	}
 	// One slot per rank holding the first block; only they can match.
 	sp := slotPool.Get().(*[]int32)
@@ -564,6 +650,9 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 			if n = t.nodes[key]; n == nil {
 				break
 			}
+			if mark {
+				n.markUsed()
+			}
 			if n.fp == prevFP && n.nh == prevNH {
 				repeat++
 				continue
@@ -613,6 +702,7 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		return fmt.Errorf("partition %s is not configured", p)
 	}
 	t.mu.Lock()
+	defer x.evictOver() // runs after the unlock below
 	defer t.mu.Unlock()
 	for _, ev := range events {
 		r := selection.Rank{WorkerID: ev.WorkerID, DPRank: ev.Event.DPRank}

@@ -329,14 +329,15 @@ func TestIndexLargerEngineBlocksAndCap(t *testing.T) {
 		t.Fatalf("%d entries, %d nodes left", x.Entries(), len(x.tree(part).nodes))
 	}
 
-	// The cap refuses new blocks, counts it, and leaves no empty nodes.
+	// At the cap, new blocks are stored and the oldest evicted, counted,
+	// leaving no empty nodes.
 	x.MaxEntries = 1
 	ev = &Event{Kind: Stored, BlockSize: 4, TokenIDs: prompt[:12],
 		BlockHashes: []uint64{engineHash(prompt[:4]), engineHash(prompt[:8]), engineHash(prompt[:12])}}
 	if err := x.Apply(part, r, ev); err != nil {
 		t.Fatal(err)
 	}
-	if x.Entries() != 1 || x.Full.Load() != 2 || len(x.tree(part).nodes) != 1 {
-		t.Fatalf("entries %d full %d nodes %d", x.Entries(), x.Full.Load(), len(x.tree(part).nodes))
+	if x.Entries() != 1 || x.Full.Load() != 2 || x.Evicted.Load() != 2 || len(x.tree(part).nodes) != 1 {
+		t.Fatalf("entries %d full %d evicted %d nodes %d", x.Entries(), x.Full.Load(), x.Evicted.Load(), len(x.tree(part).nodes))
 	}
 }

@@ -1,0 +1,130 @@
+package indexer
+
+import (
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+)
+
+// Handing memory back once a large part of the index is gone. Go maps
+// never shrink and freed nodes stay in their slabs (and on the spare
+// list), so a publisher that stored millions of blocks kept their memory
+// after its worker was deleted; and even freed heap stays mapped until the
+// runtime's scavenger gets to it.
+
+// BytesPerEntry is the heap one (block, rank) entry costs, measured by
+// BenchmarkIndexMemory: 125–163 bytes with one rank per block (each entry
+// its own node; the spread is where the maps stand in their growth), about
+// 75–94 with 16 ranks holding each block, eviction queue included. It is
+// the dearer case plus the stale queue items compaction tolerates (up to
+// 16 bytes more per entry), so a budget is not overrun by the index's own
+// structures. The Go runtime's headroom above the live heap (GOGC) comes
+// on top of it.
+const BytesPerEntry = 176
+
+// EntriesForMemory turns a memory budget in bytes into a MaxEntries: how
+// many (block, rank) entries fit in it at BytesPerEntry. A budget of 0 or
+// less gives 0 (no bound); a positive one at least 1.
+func EntriesForMemory(bytes int64) int64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return max(1, bytes/BytesPerEntry)
+}
+
+// rebuildMin is the size below which a map or slab is not worth
+// rebuilding: small ones cost little.
+const rebuildMin = 4096
+
+// releaseMin is how many entries must have been dropped in bulk (cleared
+// ranks, removed workers) before the heap is handed back to the OS, and
+// releaseEvery how often at most: debug.FreeOSMemory runs a full GC.
+const (
+	releaseMin   = 1_000_000
+	releaseEvery = 10 * time.Second
+)
+
+// tidy returns memory after removals: it compacts the eviction queue,
+// rebuilds the node map (moving the live nodes to fresh slabs) when it
+// holds half its peak or less, drops slabs and spares when the tree is
+// empty, and rebuilds rank maps that lost half their entries. So what a
+// tree keeps stays within about twice what it holds.
+// It runs under the tree's write lock; its cost is paid for by the
+// removals that made it necessary.
+func (t *tree) tidy(x *Index) {
+	t.compactQueue()
+	switch n := len(t.nodes); {
+	case n == 0 && (t.nodesPeak > 0 || t.slab != nil || t.spare != nil):
+		t.nodes = map[uint64]*node{}
+		t.slab, t.spare, t.nodesPeak = nil, nil, 0
+	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/2:
+		t.rebuildNodes()
+	}
+	for _, id := range t.shrink {
+		r := t.rankList[id]
+		m, ok := t.ranks[r]
+		if !ok || len(m) > t.rankPeaks[id]/2 {
+			continue // cleared, or grown again
+		}
+		fresh := make(map[uint64]entry, len(m))
+		for h, e := range m {
+			fresh[h] = e
+		}
+		t.ranks[r] = fresh
+		t.rankPeaks[id] = len(fresh)
+	}
+	t.shrink = t.shrink[:0]
+}
+
+// noteShrink marks rank id's map m for a rebuild (by tidy) when a removal
+// just brought it to half its peak. Removals go one at a time, so the
+// size passes that mark once.
+func (t *tree) noteShrink(id uint32, m map[uint64]entry) {
+	if peak := t.rankPeaks[id]; peak >= rebuildMin && len(m) == peak/2 {
+		t.shrink = append(t.shrink, id)
+	}
+}
+
+// rebuildNodes copies the live nodes into one right-sized slab and a
+// right-sized map, releasing the old map, slabs and spare list. Nothing
+// else points to a node between calls (holders name ranks, entries name
+// keys), so moving them is safe under the write lock.
+func (t *tree) rebuildNodes() {
+	slab := make([]node, len(t.nodes))
+	nodes := make(map[uint64]*node, len(t.nodes))
+	i := 0
+	for k, n := range t.nodes {
+		c := &slab[i]
+		c.local, c.parent, c.first, c.more, c.fp, c.nh, c.root = n.local, n.parent, n.first, n.more, n.fp, n.nh, n.root
+		c.used.Store(n.used.Load())
+		nodes[k] = c
+		i++
+	}
+	t.nodes, t.slab, t.spare, t.nodesPeak = nodes, nil, nil, len(nodes)
+}
+
+// releasing is set while a goroutine hands memory back; lastRelease is
+// when one last started (Unix nanoseconds).
+var (
+	releasing   atomic.Bool
+	lastRelease atomic.Int64
+)
+
+// releaseMemory hands the heap back to the OS, in a goroutine, once at
+// least releaseMin entries were dropped in bulk since the last time, and
+// not more often than every releaseEvery. Call it with no lock held.
+func (x *Index) releaseMemory() {
+	if x.released.Load() < releaseMin {
+		return
+	}
+	now := time.Now().UnixNano()
+	if now-lastRelease.Load() < int64(releaseEvery) || !releasing.CompareAndSwap(false, true) {
+		return
+	}
+	lastRelease.Store(now)
+	x.released.Store(0)
+	go func() {
+		defer releasing.Store(false)
+		debug.FreeOSMemory()
+	}()
+}
