@@ -16,8 +16,10 @@ func init() {
 
 // Admin serves the kv_router state on Caddy's admin listener:
 // GET /kv_router/workers lists the catalog with each rank's load and
-// indexed blocks, and GET /kv_router/stats reports the router's and the
-// KV-event listeners' counters. Both read the running router, so they
+// indexed blocks, GET /kv_router/stats reports the router's and the
+// KV-event listeners' counters, and GET /kv_router/instance answers the
+// process's random id (how the catalog tells that a worker endpoint is this
+// admin listener). Both read the running router, so they
 // answer the same across reloads.
 type Admin struct{}
 
@@ -34,7 +36,17 @@ func (a Admin) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
 		{Pattern: "/kv_router/workers", Handler: caddy.AdminHandlerFunc(a.workers)},
 		{Pattern: "/kv_router/stats", Handler: caddy.AdminHandlerFunc(a.stats)},
+		{Pattern: instancePath, Handler: caddy.AdminHandlerFunc(a.instance)},
 	}
+}
+
+// instance answers this process's id, by which the catalog recognizes a
+// worker endpoint that is this admin listener (selfguard.go).
+func (Admin) instance(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("method not allowed")}
+	}
+	return writeAdminJSON(w, instanceAnswer{Instance: instanceID})
 }
 
 // runningState is the pooled router state, or nil when no config has a

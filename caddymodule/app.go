@@ -177,21 +177,27 @@ type App struct {
 
 	// WorkerDownAfter takes a worker out of the candidates, and drops its
 	// KV index entries, once the proxy has failed to reach it (dial errors,
-	// 502/503/504) for this long with no success in between. While it is
-	// out, its endpoint is dialed periodically and it comes back as soon as
-	// a connection succeeds. Zero disables it. Default: 30s.
-	WorkerDownAfter caddy.Duration `json:"worker_down_after,omitempty"`
+	// and 502, 503 or 504 answers, whether from the worker or from
+	// reverse_proxy) for this long with no success in between; a 429 is a
+	// full worker, not a failed one, and counts neither way. While it is
+	// out, its GET /health is probed periodically and it comes back as soon
+	// as that answers 2xx. Zero disables it. Default: 30s.
+	WorkerDownAfter *caddy.Duration `json:"worker_down_after,omitempty"`
 
 	// MaxWorkers bounds the number of workers in the catalog.
 	// Default: 65536.
 	MaxWorkers int `json:"max_workers,omitempty"`
 
-	// IndexMaxEntries bounds the KV index, in (block, worker rank) entries,
-	// about 135 bytes each. When it is reached, new blocks are not indexed
-	// (counted in kvrouter_index_full_total) until workers report evictions.
-	// Workers' own cache evictions normally keep the index well below it.
-	// Default: 0 (no bound).
+	// IndexMaxEntries bounds the KV index, in (block, worker rank) entries.
+	// When it is reached, the oldest entries are evicted to make room
+	// (counted in kvrouter_index_evicted_total). Workers' own cache
+	// evictions normally keep the index well below it. Default: derived
+	// from index_max_memory.
 	IndexMaxEntries int64 `json:"index_max_entries,omitempty"`
+
+	// Limits are the bounds on what clients and publishers can make the
+	// gateway hold (limits.go); their fields sit at this level.
+	Limits
 
 	// Workers are the workers declared in the config. They are upserted into
 	// the catalog on every config load, replacing any change made through
@@ -272,7 +278,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 	val, loaded, err := routers.LoadOrNew(routerKey, func() (caddy.Destructor, error) {
-		return newRouterState(cfg, a.KVEventsBind, a.IndexMaxEntries, a.logger)
+		return newRouterState(cfg, a.KVEventsBind, a.Limits.events(a.IndexMaxEntries), a.logger)
 	})
 	if err != nil {
 		return fmt.Errorf("creating router: %v", err)
@@ -433,7 +439,6 @@ func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 		{"session_affinity_ttl", a.SessionAffinityTTL, &cfg.SessionAffinityTTL},
 		{"pending_ttl", a.PendingTTL, &cfg.PendingTTL},
 		{"reservation_ttl", a.ReservationTTL, &cfg.ReservationTTL},
-		{"worker_down_after", a.WorkerDownAfter, &cfg.WorkerDownAfter},
 	} {
 		if f.v < 0 {
 			return cfg, nil, fmt.Errorf("%s must not be negative", f.name)
@@ -441,6 +446,16 @@ func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 		if f.v > 0 {
 			*f.dst = time.Duration(f.v)
 		}
+	}
+	if a.WorkerDownAfter != nil {
+		// Zero is meaningful here: it turns dead-worker detection off.
+		if *a.WorkerDownAfter < 0 {
+			return cfg, nil, errors.New("worker_down_after must not be negative")
+		}
+		cfg.WorkerDownAfter = time.Duration(*a.WorkerDownAfter)
+	}
+	if err := a.Limits.apply(&cfg); err != nil {
+		return cfg, nil, err
 	}
 	switch a.SessionAffinityMode {
 	case "", "hard":
@@ -618,13 +633,13 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 
 // newRouterState builds the router and, in event mode, the index and the
 // listener manager that follows the router's catalog.
-func newRouterState(cfg selection.Config, bind string, maxEntries int64, logger *zap.Logger) (*routerState, error) {
+func newRouterState(cfg selection.Config, bind string, limits eventLimits, logger *zap.Logger) (*routerState, error) {
 	s := &routerState{fromConfig: map[uint64]struct{}{}}
-	var opts []selection.Option
+	opts := []selection.Option{selection.WithEndpointCheck(newSelfGuard().check)}
 	if cfg.UseKVEvents {
 		idx := indexer.New()
-		idx.MaxEntries = maxEntries
-		m, err := indexer.NewManager(idx, logger.Named("kv_events"))
+		idx.MaxEntries = limits.maxEntries
+		m, err := indexer.NewManager(idx, logger.Named("kv_events"), limits.manager...)
 		if err != nil {
 			return nil, fmt.Errorf("kv events: %v", err)
 		}
@@ -672,8 +687,9 @@ func (s *routerState) Destruct() error {
 // settingNames maps the selection.Config fields whose kv_router option has
 // another name; the others are the field name in snake_case.
 var settingNames = map[string]string{
-	"DefaultBlockSize":    "block_size",
-	"SessionAffinitySoft": "session_affinity_mode",
+	"DefaultBlockSize":       "block_size",
+	"SessionAffinitySoft":    "session_affinity_mode",
+	"MaxReservationsPerRank": "max_reservations_per_worker",
 }
 
 // changedSettings lists, by kv_router option name, the router settings that

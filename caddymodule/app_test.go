@@ -55,7 +55,10 @@ func TestAppBuildSettings(t *testing.T) {
 		PendingMaxEntries:         10,
 		PendingMaxBytes:           1 << 20,
 		ReservationTTL:            caddy.Duration(time.Hour),
+		WorkerDownAfter:           ptr(caddy.Duration(5 * time.Second)),
 		MaxWorkers:                64,
+		Limits: Limits{MaxRanksPerWorker: 8, MaxRanks: 300, MaxReservationsPerWorker: 100,
+			MaxReservationsPerClient: 10, MaxDumpEvents: 5000},
 	}
 	cfg, _, err := a.build()
 	if err != nil {
@@ -81,11 +84,30 @@ func TestAppBuildSettings(t *testing.T) {
 		SessionAffinitySoft:       true,
 		SessionTableCap:           100,
 		ReservationTTL:            time.Hour,
+		WorkerDownAfter:           5 * time.Second,
 		DefaultBlockSize:          16,
 		MaxWorkers:                64,
+		MaxRanksPerWorker:         8,
+		MaxRanks:                  300,
+		MaxReservationsPerRank:    100,
+		MaxReservationsPerClient:  10,
+		MaxDumpEvents:             5000,
 	}
 	if changed := changedSettings(want, cfg); len(changed) > 0 {
 		t.Errorf("settings not carried over: %v", changed)
+	}
+	// Unset, the bounds keep the engine's defaults, and dead-worker
+	// detection is on; worker_down_after 0 turns it off.
+	cfg, _, err = (&App{}).build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed := changedSettings(selection.DefaultConfig(), cfg); len(changed) > 0 || cfg.WorkerDownAfter != 30*time.Second {
+		t.Errorf("an empty app differs from the defaults in %v (worker_down_after %v)", changed, cfg.WorkerDownAfter)
+	}
+	cfg, _, _ = (&App{WorkerDownAfter: ptr(caddy.Duration(0))}).build()
+	if cfg.WorkerDownAfter != 0 {
+		t.Errorf("worker_down_after 0 left %v", cfg.WorkerDownAfter)
 	}
 }
 

@@ -71,6 +71,15 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		worker_down_after <duration>
 //		max_workers <count>
 //
+//		max_ranks_per_worker <count>
+//		max_ranks <count>
+//		max_reservations_per_worker <count>
+//		max_reservations_per_client <count>
+//		max_dump_events <count>
+//		index_max_memory <size>
+//		kv_events_max_message <size>
+//		kv_events_max_gap <count>
+//
 //		worker <id> {
 //			endpoint <host:port>
 //			model_name <name>
@@ -169,7 +178,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "reservation_ttl":
 			a.ReservationTTL, err = parseDuration(d)
 		case "worker_down_after":
-			a.WorkerDownAfter, err = parseDuration(d)
+			var dur caddy.Duration
+			if dur, err = parseDuration(d); err == nil {
+				a.WorkerDownAfter = &dur
+			}
 		case "max_workers":
 			a.MaxWorkers, err = parseCount(d)
 		case "worker":
@@ -178,7 +190,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.Workers = append(a.Workers, w)
 			}
 		default:
-			return d.Errf("unrecognized subdirective %s", name)
+			var handled bool
+			if handled, err = a.Limits.unmarshalCaddyfile(d); !handled {
+				return d.Errf("unrecognized subdirective %s", name)
+			}
 		}
 		if err != nil {
 			return err
@@ -247,9 +262,11 @@ func parseSelectionHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //
 //	kv_selection [<matcher>] {
 //		max_body_size <size>
+//		write_token <secret>
 //	}
 //
-// The size takes units, for example 8MiB or 512KB.
+// The size takes units, for example 8MiB or 512KB. The token may be a
+// placeholder such as {env.KVROUTER_WRITE_TOKEN}.
 func (h *SelectionHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
 	if d.NextArg() {
@@ -263,6 +280,12 @@ func (h *SelectionHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.MaxBodySize = size
+		case "write_token":
+			token, err := singleArg(d)
+			if err != nil {
+				return err
+			}
+			h.WriteToken = token
 		default:
 			return d.Errf("unrecognized subdirective %s", d.Val())
 		}

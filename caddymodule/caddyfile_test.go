@@ -117,6 +117,26 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 				{WorkerID: ptr(uint64(0)), Endpoint: "127.0.0.1:8002"},
 			}},
 		},
+		{
+			input: `kv_router {
+				worker_down_after 0
+				max_ranks_per_worker 8
+				max_ranks 300
+				max_reservations_per_worker 100
+				max_reservations_per_client 10
+				max_dump_events 5000
+				index_max_memory 64MiB
+				kv_events_max_message 1MiB
+				kv_events_max_gap 1000
+			}`,
+			want: App{WorkerDownAfter: ptr(caddy.Duration(0)), Limits: Limits{
+				MaxRanksPerWorker: 8, MaxRanks: 300, MaxReservationsPerWorker: 100, MaxReservationsPerClient: 10,
+				MaxDumpEvents: 5000, IndexMaxMemory: 64 << 20, KVEventsMaxMessage: 1 << 20, KVEventsMaxGap: 1000,
+			}},
+		},
+		{input: "kv_router {\n max_ranks -1\n}", wantErr: "max_ranks must be a non-negative integer"},
+		{input: "kv_router {\n index_max_memory lots\n}", wantErr: "parsing index_max_memory"},
+		{input: "kv_router {\n kv_events_max_gap -5\n}", wantErr: "kv_events_max_gap must be an unsigned 64-bit integer"},
 		{input: `kv_router extra`, wantErr: "wrong argument count"},
 		{input: "kv_router {\n bogus 1\n}", wantErr: "unrecognized subdirective bogus"},
 		{input: "kv_router {\n block_size\n}", wantErr: "wrong argument count"},
@@ -174,6 +194,7 @@ func TestSelectionHandlerUnmarshalCaddyfile(t *testing.T) {
 	for i, tc := range []struct {
 		input   string
 		want    int64
+		token   string
 		wantErr string
 	}{
 		{input: `kv_selection`, want: 0},
@@ -185,14 +206,16 @@ func TestSelectionHandlerUnmarshalCaddyfile(t *testing.T) {
 		{input: "kv_selection {\n max_body_size huge\n}", wantErr: "parsing max_body_size"},
 		{input: "kv_selection {\n max_body_size 0\n}", wantErr: "out of range"},
 		{input: "kv_selection {\n timeout 5s\n}", wantErr: "unrecognized subdirective timeout"},
+		{input: "kv_selection {\n write_token {env.TOKEN}\n}", token: "{env.TOKEN}"},
+		{input: "kv_selection {\n write_token\n}", wantErr: "wrong argument count"},
 	} {
 		var h SelectionHandler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
 		if !parsedAsWanted(t, i, err, tc.wantErr) {
 			continue
 		}
-		if h.MaxBodySize != tc.want {
-			t.Errorf("Test %d: max_body_size = %d, want %d", i, h.MaxBodySize, tc.want)
+		if h.MaxBodySize != tc.want || h.WriteToken != tc.token {
+			t.Errorf("Test %d: max_body_size = %d, write_token %q, want %d and %q", i, h.MaxBodySize, h.WriteToken, tc.want, tc.token)
 		}
 	}
 }

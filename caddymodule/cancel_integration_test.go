@@ -80,7 +80,10 @@ func TestCancelsAtScale(t *testing.T) {
 		return true
 	}
 	w1, w2 := newH2CTestWorker(t, 1, 250, hold), newH2CTestWorker(t, 2, 250, hold)
-	tester.InitServer(h2cProxyCaddyfile(workerBlock(w1)+workerBlock(w2)), "caddyfile")
+	// Each worker holds about 5,000 of the requests at once, past the
+	// default bound of 4,096 reservations per rank.
+	cfg := strings.Replace(h2cProxyCaddyfile(workerBlock(w1)+workerBlock(w2)), "block_size 4", "block_size 4\n\t\tmax_reservations_per_worker 10000", 1)
+	tester.InitServer(cfg, "caddyfile")
 	t.Cleanup(func() { forceReload(t, blankCaddyfile) }) // before the workers close
 	w1.waitSubscribed()
 	w2.waitSubscribed()

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -31,6 +32,17 @@ type SelectionHandler struct {
 	// body is answered with 413. Default: 8388608 (8 MiB), as in Dynamo.
 	MaxBodySize int64 `json:"max_body_size,omitempty"`
 
+	// WriteToken, when set, is the bearer token that catalog writes (POST
+	// /workers, PATCH and DELETE /workers/{id}) must carry in their
+	// Authorization header: without it they get 401, with another token
+	// 403. Placeholders are replaced at load time, so the secret can stay
+	// out of the config: write_token {env.KVROUTER_WRITE_TOKEN}. A token
+	// that comes out empty is a config error, so a missing variable never
+	// opens the catalog. Without write_token, catalog writes are accepted
+	// from loopback clients only. Reads, selections and reservations are
+	// open, as in Dynamo. Default: unset.
+	WriteToken string `json:"write_token,omitempty"`
+
 	api *selection.Handler
 }
 
@@ -57,7 +69,15 @@ func (h *SelectionHandler) Provision(ctx caddy.Context) error {
 	if maxBody == 0 {
 		maxBody = selection.DefaultMaxBodyBytes
 	}
-	h.api = selection.NewHandler(router, maxBody)
+	var opts []selection.HandlerOption
+	if h.WriteToken != "" {
+		token := caddy.NewReplacer().ReplaceKnown(h.WriteToken, "")
+		if token == "" {
+			return fmt.Errorf("write_token %q is empty once its placeholders are replaced (is the environment variable set?)", h.WriteToken)
+		}
+		opts = append(opts, selection.WithWriteToken(token))
+	}
+	h.api = selection.NewHandler(router, maxBody, opts...)
 	return nil
 }
 

@@ -1,0 +1,149 @@
+package caddymodule
+
+import (
+	"fmt"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/kvrouter/caddy-kvrouter/indexer"
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// Limits bound what a client of the selection API or a KV-event publisher
+// can make the gateway hold: a registration, a booking, a dump, an event
+// message, the index. Every bound has a default, so an unconfigured
+// gateway is bounded too; an input past a bound is refused with a 4xx
+// (API) or dropped and counted (events), never allocated first. The
+// fields sit at the top level of the kv_router app (the struct is
+// embedded), next to its other settings.
+type Limits struct {
+	// MaxRanksPerWorker bounds a worker's data_parallel_size. A
+	// registration past it is refused with 422 before any per-rank state
+	// exists. Default: 256.
+	MaxRanksPerWorker int `json:"max_ranks_per_worker,omitempty"`
+
+	// MaxRanks bounds the data-parallel ranks of the whole catalog; each
+	// rank has its own KV-event subscription (a socket and its file
+	// descriptors) and its own load. A registration past it is refused with
+	// 409. Default: 4096.
+	MaxRanks int `json:"max_ranks,omitempty"`
+
+	// MaxReservationsPerWorker bounds the outstanding reservations on one
+	// worker rank; a rank at the bound is not chosen for new bookings, and
+	// a request no rank can take is answered 503. Default: 4096.
+	MaxReservationsPerWorker int `json:"max_reservations_per_worker,omitempty"`
+
+	// MaxReservationsPerClient bounds the outstanding reservations one
+	// client address holds through the selection API (select_and_reserve
+	// and reservations it never frees stay booked for reservation_ttl);
+	// past it, 429. The proxy path's own bookings are bounded by its
+	// requests in flight and not counted. Default: 1024.
+	MaxReservationsPerClient int `json:"max_reservations_per_client,omitempty"`
+
+	// MaxDumpEvents bounds the events GET /dump answers with, over all
+	// partitions; a partition cut short is marked truncated. Default:
+	// 100000.
+	MaxDumpEvents int `json:"max_dump_events,omitempty"`
+
+	// IndexMaxMemory is the KV index's memory budget in bytes. It sets the
+	// index's entry bound (index_max_entries wins when given); when the
+	// index is full, its oldest entries are evicted so that new blocks
+	// still count. Default: 2GiB.
+	IndexMaxMemory int64 `json:"index_max_memory,omitempty"`
+
+	// KVEventsMaxMessage bounds one KV-event message, in bytes (libzmq's
+	// ZMQ_MAXMSGSIZE on every subscriber and replay socket): libzmq drops a
+	// publisher's connection when it announces a larger one, before
+	// reading it. Default: 16MiB, far above a 100k-token batch.
+	KVEventsMaxMessage int64 `json:"kv_events_max_message,omitempty"`
+
+	// KVEventsMaxGap is the largest jump in a publisher's sequence numbers
+	// taken as missed events; a larger jump is taken as a restart (or
+	// garbage): the rank's blocks are dropped, nothing is counted lost.
+	// Default: 100000, ten times vLLM's replay buffer.
+	KVEventsMaxGap uint64 `json:"kv_events_max_gap,omitempty"`
+}
+
+// The defaults of the bounds that are not the selection engine's own.
+const (
+	DefaultIndexMaxMemory = 2 << 30
+)
+
+// apply sets the selection engine's bounds in cfg.
+func (l *Limits) apply(cfg *selection.Config) error {
+	for _, f := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{
+		{"max_ranks_per_worker", l.MaxRanksPerWorker, &cfg.MaxRanksPerWorker},
+		{"max_ranks", l.MaxRanks, &cfg.MaxRanks},
+		{"max_reservations_per_worker", l.MaxReservationsPerWorker, &cfg.MaxReservationsPerRank},
+		{"max_reservations_per_client", l.MaxReservationsPerClient, &cfg.MaxReservationsPerClient},
+		{"max_dump_events", l.MaxDumpEvents, &cfg.MaxDumpEvents},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%s must not be negative", f.name)
+		}
+		if f.v > 0 {
+			*f.dst = f.v
+		}
+	}
+	if l.IndexMaxMemory < 0 || l.KVEventsMaxMessage < 0 {
+		return fmt.Errorf("index_max_memory and kv_events_max_message must not be negative")
+	}
+	return nil
+}
+
+// eventLimits are the bounds of the KV-event side: the index's entry cap
+// and the listeners' options.
+type eventLimits struct {
+	maxEntries int64
+	manager    []indexer.ManagerOption
+}
+
+// events resolves the KV-event bounds; maxEntries is the app's explicit
+// index_max_entries (0 when unset).
+func (l *Limits) events(maxEntries int64) eventLimits {
+	if maxEntries == 0 {
+		budget := l.IndexMaxMemory
+		if budget == 0 {
+			budget = DefaultIndexMaxMemory
+		}
+		maxEntries = indexer.EntriesForMemory(budget)
+	}
+	var opts []indexer.ManagerOption
+	if l.KVEventsMaxMessage > 0 {
+		opts = append(opts, indexer.WithMaxMessageBytes(l.KVEventsMaxMessage))
+	}
+	if l.KVEventsMaxGap > 0 {
+		opts = append(opts, indexer.WithMaxGap(l.KVEventsMaxGap))
+	}
+	return eventLimits{maxEntries: maxEntries, manager: opts}
+}
+
+// unmarshalCaddyfile reads one bound's subdirective; handled is false for
+// any other name.
+func (l *Limits) unmarshalCaddyfile(d *caddyfile.Dispenser) (handled bool, err error) {
+	switch d.Val() {
+	case "max_ranks_per_worker":
+		l.MaxRanksPerWorker, err = parseCount(d)
+	case "max_ranks":
+		l.MaxRanks, err = parseCount(d)
+	case "max_reservations_per_worker":
+		l.MaxReservationsPerWorker, err = parseCount(d)
+	case "max_reservations_per_client":
+		l.MaxReservationsPerClient, err = parseCount(d)
+	case "max_dump_events":
+		l.MaxDumpEvents, err = parseCount(d)
+	case "index_max_memory":
+		l.IndexMaxMemory, err = parseSize(d)
+	case "kv_events_max_message":
+		l.KVEventsMaxMessage, err = parseSize(d)
+	case "kv_events_max_gap":
+		l.KVEventsMaxGap, err = parseUint64(d)
+	default:
+		return false, nil
+	}
+	return true, err
+}
