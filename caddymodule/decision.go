@@ -88,12 +88,21 @@ func (d *decision) prefillDone() {
 	}
 	if _, resp := d.target(); resp != nil {
 		_ = d.router.PrefillComplete(resp.SelectionID)
-		d.router.ReportSuccess(resp.WorkerID)
 	}
 }
 
-// upstreamFailed records that the proxy got no good answer from the
-// current worker (a 502, 503 or 504 from reverse_proxy).
+// observeStatus tells the router's health what the worker's answer says
+// about it (selection.Router.ReportStatus: 502/503/504 fail it, so a
+// worker that answers only 503 is taken out; 429 is a full worker and
+// counts neither way).
+func (d *decision) observeStatus(status int) {
+	if _, resp := d.target(); resp != nil {
+		d.router.ReportStatus(resp.WorkerID, status)
+	}
+}
+
+// upstreamFailed records that the proxy got no answer from the current
+// worker (reverse_proxy's own 502, 503 or 504).
 func (d *decision) upstreamFailed() {
 	if _, resp := d.target(); resp != nil {
 		d.router.ReportFailure(resp.WorkerID)

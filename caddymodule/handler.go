@@ -65,6 +65,7 @@ type Handler struct {
 	Explain bool `json:"explain,omitempty"`
 
 	router    *selection.Router
+	models    *modelSet
 	tokenizer *tokenizer
 	logger    *zap.Logger
 }
@@ -88,6 +89,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.router = app.Router()
+	h.models = newModelSet(h.router)
 	if h.MaxBodySize == 0 {
 		h.MaxBodySize = 16 << 20
 	}
@@ -149,26 +151,34 @@ func putRequest(o *openAIRequest) {
 	requests.Put(o)
 }
 
-// ServeHTTP reserves a worker for the request and passes it on.
+// ServeHTTP reserves a worker for the request and passes it on. The
+// errors it decides, and the worker failures reverse_proxy returns, are
+// answered in OpenAI's error shape (openai_errors.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
 		return next.ServeHTTP(w, r)
 	}
 	bufp := bodies.Get().(*[]byte)
-	body, err := readAndRestore(w, r, h.MaxBodySize, (*bufp)[:0])
+	body, status, err := readAndRestore(r, h.MaxBodySize, (*bufp)[:0])
 	if err != nil {
 		bodies.Put(bufp)
-		return err
+		return h.refuse(w, status, err)
 	}
 	// The proxy reads the body until ServeHTTP returns; then it is reused.
 	defer func() { *bufp = body[:0]; bodies.Put(bufp) }()
 	oai := requests.Get().(*openAIRequest)
 	if err := selection.DecodeJSON(body, oai); err != nil {
 		putRequest(oai)
-		return caddyhttp.Error(selection.StatusOf(err), err)
+		return h.refuse(w, selection.StatusOf(err), err)
 	}
 	// The decision refers to oai's token buffers until the request is done.
 	defer putRequest(oai)
+	if !h.models.serves(oai.Model) {
+		// Sent on, it would reach a worker of another model through the
+		// fallback policy.
+		requestsTotal.WithLabelValues("unknown_model", "none").Inc()
+		return h.refuse(w, http.StatusNotFound, fmt.Errorf("The model `%s` does not exist.", oai.Model))
+	}
 	req := &selection.SelectRequest{
 		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},
 		Placement: selection.Placement{SessionID: r.Header.Get(h.SessionHeader)},
@@ -187,26 +197,41 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	start := time.Now()
 	resp, err := d.reserve()
 	if err != nil {
-		// No catalog worker can take it (none for this model, say): leave
-		// the choice to the fallback policy rather than fail the request.
-		requestsTotal.WithLabelValues("unrouted", mode).Inc()
-		if c := h.logger.Check(zap.DebugLevel, "no kv_router reservation"); c != nil {
-			c.Write(zap.String("model", req.ModelName), zap.Error(err))
-		}
-		return next.ServeHTTP(w, r)
+		// The model is served, but no worker of its group can take the
+		// request now (none schedulable, a hard session binding refused
+		// it): say so rather than send it to a worker of another model.
+		requestsTotal.WithLabelValues("refused", mode).Inc()
+		return h.refuse(w, selection.StatusOf(err), err)
 	}
 	d.resp = resp
 	observeSelection(resp, len(req.TokenIDs), mode, time.Since(start))
 	caddyhttp.SetVar(r.Context(), decisionVar, d)
 	defer d.release() // runs on return, on panic(http.ErrAbortHandler) and after a client cancel
 	d.annotate(w, r)
-	err = next.ServeHTTP(&prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, d: d}, r)
-	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && (he.StatusCode == http.StatusBadGateway || he.StatusCode == http.StatusServiceUnavailable ||
-		he.StatusCode == http.StatusGatewayTimeout) {
+	pw := &prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, d: d}
+	err = next.ServeHTTP(pw, r)
+	if status, failed := proxyFailure(err); failed {
 		d.upstreamFailed()
+		if !pw.wroteHeader {
+			if c := h.logger.Check(zap.InfoLevel, "worker failed"); c != nil {
+				c.Write(zap.Int("status", status), zap.Error(err))
+			}
+			writeOpenAIError(w, status, proxyFailureMessage(status))
+			return nil
+		}
 	}
 	return err
+}
+
+// refuse answers a request the handler will not pass on, in OpenAI's
+// error shape; the error's text is the message (it never holds prompt
+// content: decode errors name the field and offset only).
+func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
+	if c := h.logger.Check(zap.DebugLevel, "request refused"); c != nil {
+		c.Write(zap.Int("status", status), zap.Error(err))
+	}
+	writeOpenAIError(w, status, err.Error())
+	return nil
 }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on
@@ -246,32 +271,47 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 }
 
 // readAndRestore reads the whole body (413 past limit) and puts it back for
-// the proxy: Body, ContentLength and GetBody, so retries can resend it.
-func readAndRestore(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
+// the proxy: Body, ContentLength and GetBody, so retries can resend it. On
+// failure it returns the status to answer.
+func readAndRestore(r *http.Request, limit int64, buf []byte) ([]byte, int, error) {
 	if r.ContentLength > limit {
-		return nil, caddyhttp.Error(http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit))
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
 	}
 	body, err := selection.ReadBody(buf, r.Body, limit, r.ContentLength)
 	_ = r.Body.Close()
 	if err != nil {
 		if errors.Is(err, selection.ErrBodyTooLarge) {
-			return nil, caddyhttp.Error(http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the %d-byte limit", limit))
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the %d-byte limit", limit)
 		}
-		return nil, caddyhttp.Error(http.StatusBadRequest, err)
+		return nil, http.StatusBadRequest, err
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	return body, nil
+	return body, 0, nil
 }
 
-// prefillWriter marks prefill complete at the first response body byte.
+// prefillWriter follows the worker's answer: its status tells the
+// router's health whether the worker works (see observeStatus), and its
+// first body byte marks prefill complete.
 type prefillWriter struct {
 	*caddyhttp.ResponseWriterWrapper
-	d *decision
+	d           *decision
+	wroteHeader bool
+}
+
+func (w *prefillWriter) WriteHeader(status int) {
+	if !w.wroteHeader && status >= 200 {
+		w.wroteHeader = true
+		w.d.observeStatus(status)
+	}
+	w.ResponseWriterWrapper.WriteHeader(status)
 }
 
 func (w *prefillWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
 	if len(b) > 0 {
 		w.d.prefillDone()
 	}

@@ -2,8 +2,10 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -32,8 +34,25 @@ type Policy struct {
 	// Default: least_conn.
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
 
+	// ResponseHeaderTimeout is how long reverse_proxy waits for a worker's
+	// response headers before answering 504, given to its http transport
+	// when the transport sets none (Caddy's default is to wait forever, so
+	// a worker that hangs before answering holds its clients forever).
+	// A streamed completion's headers come as soon as the worker accepts
+	// the request, but a non-streamed one's come only after the whole
+	// generation, so the bound must cover a long prompt's prefill plus a
+	// long answer: the default is 10 minutes, the OpenAI Python client's own
+	// default timeout, past which its caller has given up anyway. A
+	// response_header_timeout in the reverse_proxy's transport http block
+	// takes precedence. Zero leaves the transport as it is.
+	// Default: 10m.
+	ResponseHeaderTimeout *caddy.Duration `json:"response_header_timeout,omitempty"`
+
 	fallback reverseproxy.Selector
 }
+
+// DefaultResponseHeaderTimeout is ResponseHeaderTimeout's default.
+const DefaultResponseHeaderTimeout = 10 * time.Minute
 
 // CaddyModule returns the Caddy module information.
 func (Policy) CaddyModule() caddy.ModuleInfo {
@@ -53,6 +72,49 @@ func (p *Policy) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading fallback selection policy: %v", err)
 	}
 	p.fallback = mod.(reverseproxy.Selector)
+	timeout := DefaultResponseHeaderTimeout
+	if p.ResponseHeaderTimeout != nil {
+		timeout = time.Duration(*p.ResponseHeaderTimeout)
+	}
+	if timeout < 0 {
+		return errors.New("response_header_timeout must not be negative")
+	}
+	if timeout > 0 {
+		return boundResponseHeaders(ctx, timeout)
+	}
+	return nil
+}
+
+// boundResponseHeaders gives the reverse_proxy that loads this policy a
+// response-header timeout when its transport has none. reverse_proxy
+// provisions its transport before its selection policy and creates its
+// default transport only after, so the policy sees either the configured
+// transport (and fills in its unset timeout) or none (and provides the
+// default transport with the timeout set). Either way, it runs before the
+// handler serves anything.
+func boundResponseHeaders(ctx caddy.Context, timeout time.Duration) error {
+	var proxy *reverseproxy.Handler
+	for _, m := range ctx.Modules() {
+		if h, ok := m.(*reverseproxy.Handler); ok {
+			proxy = h
+		}
+	}
+	if proxy == nil {
+		return nil // not under a reverse_proxy (loaded on its own, in a test)
+	}
+	switch t := proxy.Transport.(type) {
+	case nil:
+		ht := &reverseproxy.HTTPTransport{ResponseHeaderTimeout: caddy.Duration(timeout)}
+		if err := ht.Provision(ctx); err != nil {
+			return fmt.Errorf("provisioning the http transport: %v", err)
+		}
+		proxy.Transport = ht
+	case *reverseproxy.HTTPTransport:
+		if t.ResponseHeaderTimeout == 0 && t.Transport != nil {
+			t.ResponseHeaderTimeout = caddy.Duration(timeout)
+			t.Transport.ResponseHeaderTimeout = timeout
+		}
+	}
 	return nil
 }
 
@@ -95,6 +157,7 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 //
 //	lb_policy kv_router {
 //		fallback <policy> [<args...>]
+//		response_header_timeout <duration>
 //	}
 func (p *Policy) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
@@ -119,6 +182,12 @@ func (p *Policy) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("module %s is not a selection policy", name)
 			}
 			p.FallbackRaw = caddyconfig.JSONModuleObject(mod, "policy", name, nil)
+		case "response_header_timeout":
+			dur, err := parseDuration(d)
+			if err != nil {
+				return err
+			}
+			p.ResponseHeaderTimeout = &dur
 		default:
 			return d.Errf("unrecognized subdirective %s", d.Val())
 		}

@@ -156,9 +156,11 @@ func TestProxyRoutesByPrefix(t *testing.T) {
 	if res.StatusCode != 200 || res.Header.Get("X-KVRouter-Worker") != "3" || w3.served.Load() != 1 {
 		t.Fatalf("runtime worker: status %d worker %q served %d", res.StatusCode, res.Header.Get("X-KVRouter-Worker"), w3.served.Load())
 	}
-	// A model no worker serves: left to the fallback policy, still served.
+	// A model no worker serves is the gateway's own 404: sent on, it would
+	// reach a worker of another model.
+	served := w1.served.Load() + w2.served.Load() + w3.served.Load()
 	res, _ = post(t, tester, "/v1/completions", `{"model":"other","prompt":[1,2,3]}`)
-	if res.StatusCode != 200 || res.Header.Get("X-KVRouter-Worker") != "" {
+	if res.StatusCode != 404 || res.Header.Get("X-KVRouter-Worker") != "" || w1.served.Load()+w2.served.Load()+w3.served.Load() != served {
 		t.Fatalf("unknown model: status %d worker %q", res.StatusCode, res.Header.Get("X-KVRouter-Worker"))
 	}
 	// Bad JSON is the client's error.
@@ -187,7 +189,7 @@ func TestProxyRoutesByPrefix(t *testing.T) {
 		t.Errorf("/kv_router/stats: %s", stats)
 	}
 	metrics := admin("/metrics")
-	for _, want := range []string{`kvrouter_requests_total{mode="kv",outcome="routed"}`, `kvrouter_requests_total{mode="kv",outcome="unrouted"}`,
+	for _, want := range []string{`kvrouter_requests_total{mode="kv",outcome="routed"}`, `kvrouter_requests_total{mode="none",outcome="unknown_model"}`,
 		`kvrouter_worker_index_blocks{dp_rank="0",worker_id="3"} 16`, "kvrouter_selection_duration_seconds_count", "kvrouter_cached_tokens_total"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
@@ -429,12 +431,18 @@ func TestProxyNeverDialsOutsideTheCatalog(t *testing.T) {
 		}
 		_, _ = io.ReadAll(res.Body)
 		res.Body.Close()
-		if res.StatusCode != 200 {
-			t.Fatalf("%s: status %d", hdr[0], res.StatusCode)
+		// A routing group nobody serves is refused by the gateway, not
+		// sent to a worker of another group.
+		want := 200
+		if hdr[0] == "X-Routing-Group" {
+			want = 503
+		}
+		if res.StatusCode != want {
+			t.Fatalf("%s: status %d, want %d", hdr[0], res.StatusCode, want)
 		}
 	}
-	if dialed.Load() != 0 || w1.served.Load() != 4 {
-		t.Fatalf("the unregistered address was dialed %d times; the worker served %d of 4", dialed.Load(), w1.served.Load())
+	if dialed.Load() != 0 || w1.served.Load() != 3 {
+		t.Fatalf("the unregistered address was dialed %d times; the worker served %d of 3", dialed.Load(), w1.served.Load())
 	}
 	waitNoReservations(t)
 }

@@ -32,6 +32,13 @@ type testWorker struct {
 	streamDelay time.Duration
 	// hang makes completions wait (after the headers) until the client goes.
 	hang atomic.Bool
+	// hangBeforeHeaders makes completions wait, sending nothing, until the
+	// client goes: a worker stuck before it answers.
+	hangBeforeHeaders atomic.Bool
+	// status, when not zero, is what completions and /health answer
+	// (a worker that is overloaded, 429, or broken, 503), with vLLM's
+	// error body.
+	status atomic.Int32
 	// breakMid makes a stream stop mid-way by closing the connection.
 	breakMid atomic.Bool
 	// gate, when set, holds a stream after its first chunk until closed.
@@ -82,6 +89,7 @@ func startTestWorker(t *testing.T, id uint64, setup func(*testWorker)) *testWork
 	mux.HandleFunc("POST /v1/completions", w.complete)
 	mux.HandleFunc("POST /v1/chat/completions", w.complete)
 	mux.HandleFunc("POST /tokenize", w.tokenize)
+	mux.HandleFunc("GET /health", w.health)
 	w.srv = &http.Server{Handler: mux}
 	if setup != nil {
 		setup(w)
@@ -171,6 +179,14 @@ func (w *testWorker) complete(rw http.ResponseWriter, r *http.Request) {
 	if w.hold != nil && w.hold(rw, r) {
 		return
 	}
+	if code := int(w.status.Load()); code != 0 {
+		w.answerError(rw, code)
+		return
+	}
+	if w.hangBeforeHeaders.Load() {
+		<-r.Context().Done()
+		return
+	}
 	if w.hang.Load() {
 		rw.Header().Set("Content-Type", "text/event-stream")
 		rw.WriteHeader(http.StatusOK)
@@ -207,6 +223,24 @@ func (w *testWorker) complete(rw http.ResponseWriter, r *http.Request) {
 		time.Sleep(w.streamDelay)
 	}
 	fmt.Fprint(rw, "data: [DONE]\n\n")
+}
+
+// health is vLLM's GET /health: 200 with an empty body while the engine
+// runs.
+func (w *testWorker) health(rw http.ResponseWriter, _ *http.Request) {
+	if code := int(w.status.Load()); code != 0 {
+		w.answerError(rw, code)
+		return
+	}
+	rw.WriteHeader(http.StatusOK)
+}
+
+// answerError answers code with vLLM's error body.
+func (w *testWorker) answerError(rw http.ResponseWriter, code int) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(code)
+	fmt.Fprintf(rw, `{"object":"error","message":"worker %d: status %d","type":"%s","param":null,"code":%d}`,
+		w.id, code, http.StatusText(code), code)
 }
 
 // tokensJSON writes tokens as a JSON array.

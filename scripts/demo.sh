@@ -23,6 +23,10 @@ DURATION=${DEMO_DURATION:-15s}   # per policy; four policies: about a minute
 KV_BLOCKS=${DEMO_KV_BLOCKS:-4096}
 mkdir -p "$OUT"
 API=http://127.0.0.1:8092
+# Caddyfile.example reads the selection API's write token from the
+# environment; kvmock --register sends it.
+KVROUTER_WRITE_TOKEN=${KVROUTER_WRITE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export KVROUTER_WRITE_TOKEN
 
 ./bin/caddy run --config Caddyfile.example >"$OUT/gateway.log" 2>&1 &
 GW=$!
