@@ -81,17 +81,30 @@ func (r *run) waitIndexed(id uint64, n int) {
 	}
 }
 
-// benign are the KV-event counters of ordinary traffic; any other that
-// rises is the gateway counting something it refused or dropped.
+// benign are the KV-event counters of ordinary traffic, and of sequence
+// accounting (a listener that missed messages counts a gap and what it
+// lost, whatever the reason); any other that rises is the gateway counting
+// something it refused or dropped.
 var benign = map[string]bool{"messages": true, "batches": true, "replays": true, "replayed": true,
-	"listeners": true, "stale": true, "applied": true, "entries": true}
+	"listeners": true, "stale": true, "applied": true, "gaps": true, "lost": true}
+
+// gauge reports whether a stats field is a size or a setting rather than
+// a count of events (entries, bytes, budgets), which any batch moves.
+func gauge(name string) bool {
+	for _, w := range []string{"entries", "bytes", "memory", "max"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
 
 // refusals lists the counters of the kv_events and index sections, other
-// than benign ones, that rose between two stats reads.
+// than benign ones and gauges, that rose between two stats reads.
 func refusals(before, after map[string]float64) string {
 	d := statsDelta(before, after, func(k string) bool {
 		sec, name, ok := strings.Cut(k, ".")
-		return ok && (sec == "kv_events" || sec == "index") && !benign[name] && !strings.HasPrefix(name, "max_")
+		return ok && (sec == "kv_events" || sec == "index") && !benign[name] && !gauge(name)
 	})
 	return deltaString(d)
 }
@@ -562,8 +575,9 @@ func flood(r *run) result {
 			evicted += v
 		}
 	}
-	detail := fmt.Sprintf("%d blocks in %d messages, taken in %.1fs; index entries %.0f; counters: %s",
-		floodBlocks, sent, time.Since(start).Seconds(), s1["index.entries"], orNone(refusals(s0, s1)))
+	detail := fmt.Sprintf("%d blocks in %d messages, taken in %.1fs; index entries %.0f; counters: %s; then RSS %s, %s",
+		floodBlocks, sent, time.Since(start).Seconds(), s1["index.entries"], orNone(refusals(s0, s1)),
+		mb(usageOf(r.g.pid).rss), r.g.goMemory())
 	if evicted > 0 {
 		return result{"evicted and counted", detail}
 	}
@@ -638,8 +652,8 @@ func deleteFlooders(r *run) result {
 	rss := top
 	fell := waitFor(20*time.Second, func() bool { rss = usageOf(r.g.pid).rss; return rss <= target })
 	entries := r.stats()["index.entries"]
-	detail := fmt.Sprintf("RSS %s before the flood, %s after it, %s %.1fs after the delete; index entries %.0f",
-		mb(r.sh.floodBase), mb(top), mb(rss), time.Since(start).Seconds(), entries)
+	detail := fmt.Sprintf("RSS %s before the flood, %s after it, %s %.1fs after the delete (%s); index entries %.0f",
+		mb(r.sh.floodBase), mb(top), mb(rss), time.Since(start).Seconds(), r.g.goMemory(), entries)
 	if top-r.sh.floodBase < 32<<20 {
 		return result{"inconclusive: the flood took little memory", detail}
 	}

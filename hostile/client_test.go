@@ -17,7 +17,7 @@ import (
 
 var (
 	// quick is for probes and admin reads, which answer at once.
-	quick = &http.Client{Timeout: 2 * time.Second}
+	quick = &http.Client{Timeout: 5 * time.Second}
 	// slow is for attack requests, whose answers may be large or late.
 	slow = &http.Client{Timeout: 60 * time.Second}
 )
@@ -310,4 +310,17 @@ func tokens(first uint32, n int) []uint32 {
 		out[i] = first + uint32(i)
 	}
 	return out
+}
+
+// goMemory is the gateway's Go heap in use and all the memory the Go
+// runtime holds (go_memstats_sys_bytes), from Caddy's /metrics: RSS above
+// the latter is memory outside Go (libzmq's queues, the C allocator) or
+// the binary's own pages, which tells a leak in Go from one in C.
+func (g *gateway) goMemory() string {
+	inuse, err1 := g.metric("go_memstats_heap_inuse_bytes")
+	sys, err2 := g.metric("go_memstats_sys_bytes")
+	if err1 != nil || err2 != nil {
+		return "Go memory unknown"
+	}
+	return fmt.Sprintf("Go heap in use %s, Go runtime total %s", mb(int64(inuse)), mb(int64(sys)))
 }
