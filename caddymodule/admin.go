@@ -132,7 +132,7 @@ func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 		out["index"] = map[string]any{
 			"entries": m.Index.Entries(), "full": m.Index.Full.Load(), "applied": m.Index.Applied.Load(),
 			"skipped": m.Index.Skipped.Load(), "unknown_parent": m.Index.UnknownParent.Load(), "token_count_mismatch": m.Index.TokenCount.Load(),
-			"unknown_block": m.Index.UnknownBlock.Load(), "max_entries": m.Index.MaxEntries,
+			"unknown_block": m.Index.UnknownBlock.Load(), "evicted": m.Index.Evicted.Load(), "max_entries": m.Index.MaxEntries,
 		}
 	}
 	return writeAdminJSON(w, out)

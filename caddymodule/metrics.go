@@ -48,6 +48,9 @@ var kvEventCounters = []struct {
 	{"lost", "KV-event batches missed and not recovered.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Lost }},
 	{"restarts", "Publisher restarts detected (sequence went back); the rank's blocks were dropped.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Restarts }},
 	{"rejected", "KV events the index refused, such as stores whose parent block it does not hold.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Rejected }},
+	{"jumps", "Publisher sequence jumps past kv_events_max_gap, taken as restarts (the rank's blocks were dropped), not as lost events.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Jumps }},
+	{"unknown_rank", "KV-event batches dropped because their dp_rank is not one of the worker's ranks.", func(s *indexer.Stats) *atomic.Uint64 { return &s.UnknownRank }},
+	{"disconnects", "Publisher connections dropped (an oversized message, or the publisher went away) and dialed again.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Disconnects }},
 }
 
 var eventMetrics = append(kvEventMetrics(),
@@ -55,8 +58,10 @@ var eventMetrics = append(kvEventMetrics(),
 		func(s *routerState) float64 { return float64(s.events.Listeners()) }),
 	gauge("index_entries", "(block, worker rank) entries in the KV index.",
 		func(s *routerState) float64 { return float64(s.events.Index.Entries()) }),
-	counter("index_full_total", "Blocks the KV index refused because index_max_entries was reached.",
+	counter("index_full_total", "Blocks stored while the KV index was at its bound (each evicted an older entry).",
 		func(s *routerState) float64 { return float64(s.events.Index.Full.Load()) }),
+	counter("index_evicted_total", "KV index entries evicted, oldest first, to keep the index within index_max_memory.",
+		func(s *routerState) float64 { return float64(s.events.Index.Evicted.Load()) }),
 	counter("index_unknown_blocks_total", "Removals of blocks the index did not hold for that rank.",
 		func(s *routerState) float64 { return float64(s.events.Index.UnknownBlock.Load()) }),
 )
