@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,8 +22,11 @@ func TestAppBuildDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := selection.DefaultConfig()
-	if changed := changedSettings(want, cfg); len(changed) > 0 {
-		t.Errorf("an empty app differs from Dynamo's defaults in %v", changed)
+	if n := ranksForDescriptors(); n > 0 && n < want.MaxRanks {
+		want.MaxRanks = n // this machine's descriptor limit bounds it further
+	}
+	if changed := changedSettings(want, cfg); len(changed) > 0 || cfg.WorkerDownAfter != 30*time.Second {
+		t.Errorf("an empty app differs from Dynamo's defaults in %v (worker_down_after %v)", changed, cfg.WorkerDownAfter)
 	}
 	if len(workers) != 0 {
 		t.Errorf("got %d workers, want none", len(workers))
@@ -96,18 +100,21 @@ func TestAppBuildSettings(t *testing.T) {
 	if changed := changedSettings(want, cfg); len(changed) > 0 {
 		t.Errorf("settings not carried over: %v", changed)
 	}
-	// Unset, the bounds keep the engine's defaults, and dead-worker
-	// detection is on; worker_down_after 0 turns it off.
-	cfg, _, err = (&App{}).build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if changed := changedSettings(selection.DefaultConfig(), cfg); len(changed) > 0 || cfg.WorkerDownAfter != 30*time.Second {
-		t.Errorf("an empty app differs from the defaults in %v (worker_down_after %v)", changed, cfg.WorkerDownAfter)
-	}
+	// worker_down_after 0 turns dead-worker detection off.
 	cfg, _, _ = (&App{WorkerDownAfter: ptr(caddy.Duration(0))}).build()
 	if cfg.WorkerDownAfter != 0 {
 		t.Errorf("worker_down_after 0 left %v", cfg.WorkerDownAfter)
+	}
+}
+
+func TestRanksForDescriptors(t *testing.T) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skip(err)
+	}
+	n := ranksForDescriptors()
+	if n <= 0 || uint64(n*descriptorsPerRank) > lim.Cur-min(lim.Cur/2, reservedDescriptors) {
+		t.Fatalf("%d ranks for a limit of %d descriptors", n, lim.Cur)
 	}
 }
 

@@ -23,9 +23,12 @@ type Limits struct {
 	MaxRanksPerWorker int `json:"max_ranks_per_worker,omitempty"`
 
 	// MaxRanks bounds the data-parallel ranks of the whole catalog; each
-	// rank has its own KV-event subscription (a socket and its file
-	// descriptors) and its own load. A registration past it is refused with
-	// 409. Default: 4096.
+	// rank has its own KV-event subscription (about eight file descriptors
+	// with its socket monitor) and its own load. A registration past it is
+	// refused with 409, so the ranks can never use up the descriptors the
+	// gateway needs to accept connections. Default: 4096, or fewer when the
+	// process's descriptor limit is lower: what the limit holds after 4,096
+	// descriptors are set aside (2,010 ranks with a 20,000 limit).
 	MaxRanks int `json:"max_ranks,omitempty"`
 
 	// MaxReservationsPerWorker bounds the outstanding reservations on one
@@ -87,6 +90,11 @@ func (l *Limits) apply(cfg *selection.Config) error {
 		}
 		if f.v > 0 {
 			*f.dst = f.v
+		}
+	}
+	if l.MaxRanks == 0 {
+		if n := ranksForDescriptors(); n > 0 && n < cfg.MaxRanks {
+			cfg.MaxRanks = n
 		}
 	}
 	if l.IndexMaxMemory < 0 || l.KVEventsMaxMessage < 0 {
