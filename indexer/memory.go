@@ -36,6 +36,14 @@ func EntriesForMemory(bytes int64) int64 {
 // rebuilding: small ones cost little.
 const rebuildMin = 4096
 
+// shrinkFactor is how far below its peak a map or the node set must fall
+// before it is rebuilt. An engine's steady state (as many blocks removed
+// as stored) swings the index's size by up to about half; rebuilding at
+// half would copy the maps over and over there (it made the steady-state
+// ingest 1.5 times slower), at a quarter the removals that made a rebuild
+// necessary pay for it several times over.
+const shrinkFactor = 4
+
 // releaseMin is how many entries must have been dropped in bulk (cleared
 // ranks, removed workers) before the heap is handed back to the OS, and
 // releaseEvery how often at most: debug.FreeOSMemory runs a full GC.
@@ -46,9 +54,9 @@ const (
 
 // tidy returns memory after removals: it compacts the eviction queue,
 // rebuilds the node map (moving the live nodes to fresh slabs) when it
-// holds half its peak or less, drops slabs and spares when the tree is
-// empty, and rebuilds rank maps that lost half their entries. So what a
-// tree keeps stays within about twice what it holds.
+// holds a quarter of its peak or less, drops slabs and spares when the tree is
+// empty, and rebuilds rank maps that lost three quarters of their entries. So what a
+// tree keeps stays within about four times what it holds.
 // It runs under the tree's write lock; its cost is paid for by the
 // removals that made it necessary.
 func (t *tree) tidy(x *Index) {
@@ -57,13 +65,13 @@ func (t *tree) tidy(x *Index) {
 	case n == 0 && (t.nodesPeak > 0 || t.slab != nil || t.spare != nil):
 		t.nodes = map[uint64]*node{}
 		t.slab, t.spare, t.nodesPeak = nil, nil, 0
-	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/2:
+	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/shrinkFactor:
 		t.rebuildNodes()
 	}
 	for _, id := range t.shrink {
 		r := t.rankList[id]
 		m, ok := t.ranks[r]
-		if !ok || len(m) > t.rankPeaks[id]/2 {
+		if !ok || len(m) > t.rankPeaks[id]/shrinkFactor {
 			continue // cleared, or grown again
 		}
 		fresh := make(map[uint64]entry, len(m))
@@ -77,10 +85,10 @@ func (t *tree) tidy(x *Index) {
 }
 
 // noteShrink marks rank id's map m for a rebuild (by tidy) when a removal
-// just brought it to half its peak. Removals go one at a time, so the
+// just brought it to a quarter of its peak. Removals go one at a time, so the
 // size passes that mark once.
 func (t *tree) noteShrink(id uint32, m map[uint64]entry) {
-	if peak := t.rankPeaks[id]; peak >= rebuildMin && len(m) == peak/2 {
+	if peak := t.rankPeaks[id]; peak >= rebuildMin && len(m) == peak/shrinkFactor {
 		t.shrink = append(t.shrink, id)
 	}
 }
