@@ -36,7 +36,7 @@ type BindListener struct {
 	mon     *monitor  // nil when the socket monitor could not start
 	done    chan struct{}
 	once    sync.Once
-	streams map[string]*stream // by topic; owned by the goroutine
+	streams map[uint64]*stream // by worker id; owned by the goroutine
 }
 
 // StartBindListener binds endpoint and starts receiving. Its options set
@@ -64,7 +64,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 		endpoint = ep
 	}
 	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim,
-		stop: make(chan struct{}), done: make(chan struct{}), streams: map[string]*stream{}}
+		stop: make(chan struct{}), done: make(chan struct{}), streams: map[uint64]*stream{}}
 	b.wait = waitFor(sub, log)
 	// Counting only: the publishers dial, and redial, a bound SUB.
 	if b.mon, err = startMonitor(zctx, sub, stats, log, nil); err != nil {
@@ -96,6 +96,11 @@ func parseTopic(topic string) (uint64, string, error) {
 	if err != nil {
 		return 0, "", fmt.Errorf("topic worker id: %w", err)
 	}
+	if strconv.FormatUint(id, 10) != parts[1] {
+		// One spelling per worker ("007" is not 7), so a publisher cannot
+		// open streams without end by respelling one id.
+		return 0, "", errors.New("topic worker id is not in canonical decimal form")
+	}
 	return id, parts[2], nil
 }
 
@@ -116,7 +121,7 @@ func (b *BindListener) run(sub *zmq.Socket) {
 		cfg, ok := b.resolve(id, model)
 		if !ok {
 			addSat(&b.stats.Rejected, 1)
-			delete(b.streams, string(topic))
+			delete(b.streams, id)
 			return
 		}
 		if cfg.MaxGap == 0 {
@@ -125,10 +130,12 @@ func (b *BindListener) run(sub *zmq.Socket) {
 		if cfg.MaxMessageBytes == 0 {
 			cfg.MaxMessageBytes = b.limits.maxMessageBytes
 		}
-		st := b.streams[string(topic)]
+		// Streams are kept per worker, so there are at most as many as
+		// the catalog has workers, whatever topics publishers send.
+		st := b.streams[id]
 		if st == nil || st.cfg != cfg {
 			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.stats, log: b.log, stop: b.stop}
-			b.streams[string(topic)] = st
+			b.streams[id] = st
 		}
 		addSat(&b.stats.Messages, 1)
 		st.deliver(seq, payload)
