@@ -195,7 +195,11 @@ func rankTotal(r *run) result {
 			continue
 		}
 		time.Sleep(time.Second) // let the accepted workers' listeners open
-		detail := fmt.Sprintf("%d ranks accepted, then %s; %d fds", total, answerNote(a), usageOf(r.g.pid).fds)
+		fds := usageOf(r.g.pid).fds
+		detail := fmt.Sprintf("%d ranks accepted, then %s; %d fds", total, answerNote(a), fds)
+		if total > 0 {
+			detail += fmt.Sprintf(" (%.1f per rank)", float64(fds-r.before.fds)/float64(total))
+		}
 		if a.status == http.StatusConflict && total <= maxRanks {
 			return result{fmt.Sprintf("409 past %d ranks", maxRanks), detail}
 		}
