@@ -71,7 +71,7 @@ bench-scale: deps build bin/kvbench bin/kvmock
 
 # hostile: the attacks of issue 10 against the built gateway as a separate
 # process (hostile/); prints expected and observed answers, RSS and fds
-# (RELIABILITY.md, "Hostile inputs"). About two minutes.
+# (RELIABILITY.md, "Hostile inputs"). About a minute on 2 cores.
 hostile: build
 	$(GO) test -count=1 -v -run Hostile ./hostile/
 
