@@ -48,10 +48,14 @@ type Limits struct {
 	// 100000.
 	MaxDumpEvents int `json:"max_dump_events,omitempty"`
 
-	// IndexMaxMemory is the KV index's memory budget in bytes. It sets the
-	// index's entry bound (index_max_entries wins when given); when the
-	// index is full, its oldest entries are evicted so that new blocks
-	// still count. Default: 2GiB.
+	// IndexMaxMemory is the memory, in bytes, the KV index may make the
+	// process hold: its live entries (about 190 bytes each in the dearest
+	// case) and the Go collector's headroom above them (the heap grows to
+	// twice what is live between collections), so 2 GiB holds about 5.6
+	// million (block, worker rank) entries. It sets the index's entry bound
+	// (index_max_entries wins when given); when the index is full, its
+	// oldest entries are evicted so that new blocks still count, a block
+	// looked up since it was stored getting a second chance. Default: 2GiB.
 	IndexMaxMemory int64 `json:"index_max_memory,omitempty"`
 
 	// KVEventsMaxMessage bounds one KV-event message, in bytes (libzmq's

@@ -21,7 +21,7 @@ import (
 // It implements selection.Indexer. Events of one rank must be applied in
 // order (one listener goroutine per rank does); lookups run concurrently.
 //
-// Memory: a block held by one rank costs a node (48 bytes, from slabs), a
+// Memory: a block held by one rank costs a node (56 bytes, from slabs), a
 // pointer slot in the node map and an inline slot in the rank's map, and
 // with a bound an eviction queue item; each further rank holding it adds
 // a 16-byte holder and a map slot. BytesPerEntry is the measured figure

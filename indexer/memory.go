@@ -12,24 +12,30 @@ import (
 // after its worker was deleted; and even freed heap stays mapped until the
 // runtime's scavenger gets to it.
 
-// BytesPerEntry is the heap one (block, rank) entry costs, measured by
-// BenchmarkIndexMemory: 125–163 bytes with one rank per block (each entry
-// its own node; the spread is where the maps stand in their growth), about
-// 75–94 with 16 ranks holding each block, eviction queue included. It is
-// the dearer case plus the stale queue items compaction tolerates (up to
-// 16 bytes more per entry), so a budget is not overrun by the index's own
-// structures. The Go runtime's headroom above the live heap (GOGC) comes
-// on top of it.
-const BytesPerEntry = 176
+// BytesPerEntry is the heap one (block, rank) entry costs in the dearest
+// case, measured by BenchmarkIndexMemory: 125–163 bytes with one rank per
+// block (each entry its own node; the spread is where the maps stand in
+// their growth), 75–94 with 16 ranks holding each block, and 185 when a
+// publisher floods the index with five times its bound (the eviction
+// queue's stale items and the maps' tombstones count too), rounded up.
+const BytesPerEntry = 192
+
+// gcHeadroom is how far above the live heap the Go collector lets the heap
+// grow before it collects (GOGC=100: twice). A budget is for what the
+// index makes the process hold, so it pays for that headroom too: the
+// hostile flood, with the bound at budget/BytesPerEntry, took the gateway
+// to budget + 230 MB.
+const gcHeadroom = 2
 
 // EntriesForMemory turns a memory budget in bytes into a MaxEntries: how
-// many (block, rank) entries fit in it at BytesPerEntry. A budget of 0 or
-// less gives 0 (no bound); a positive one at least 1.
+// many (block, rank) entries fit in it at BytesPerEntry, with the
+// collector's headroom. A budget of 0 or less gives 0 (no bound); a
+// positive one at least 1.
 func EntriesForMemory(bytes int64) int64 {
 	if bytes <= 0 {
 		return 0
 	}
-	return max(1, bytes/BytesPerEntry)
+	return max(1, bytes/(BytesPerEntry*gcHeadroom))
 }
 
 // rebuildMin is the size below which a map or slab is not worth
@@ -119,10 +125,17 @@ var (
 )
 
 // releaseMemory hands the heap back to the OS, in a goroutine, once at
-// least releaseMin entries were dropped in bulk since the last time, and
-// not more often than every releaseEvery. Call it with no lock held.
+// least releaseMin entries (or a quarter of a smaller bound) were dropped
+// in bulk since the last time, and not more often than every
+// releaseEvery. Call it with no lock held.
 func (x *Index) releaseMemory() {
-	if x.released.Load() < releaseMin {
+	threshold := int64(releaseMin)
+	if x.MaxEntries > 0 {
+		// A bounded index may never hold releaseMin entries; what matters
+		// is that a large part of what it can hold is gone.
+		threshold = min(threshold, max(x.MaxEntries/4, rebuildMin))
+	}
+	if int64(x.released.Load()) < threshold {
 		return
 	}
 	now := time.Now().UnixNano()

@@ -65,4 +65,41 @@ func BenchmarkIndexMemory(b *testing.B) {
 			b.ReportMetric(perEntry, "B/entry")
 		})
 	}
+	// A publisher flooding the index with five times its bound, every
+	// block its own (as the hostile flood does): the eviction queue's stale
+	// items, the maps' tombstones and growth all count.
+	b.Run("flood_past_bound", func(b *testing.B) {
+		var perEntry float64
+		for b.Loop() {
+			before := heapAlloc()
+			x := floodIndex(b, entries/4, 5)
+			perEntry = float64(heapAlloc()-before) / float64(x.Entries())
+			runtime.KeepAlive(x)
+		}
+		b.ReportMetric(perEntry, "B/entry")
+	})
+}
+
+// floodIndex stores times × bound single-rank entries, in chains of 64
+// blocks, into an index bounded to bound entries.
+func floodIndex(tb testing.TB, bound, times int) *Index {
+	const bs, chain = 4, 64
+	x := New()
+	x.MaxEntries = int64(bound)
+	x.ConfigurePartition(part, bs, false)
+	tokens := make([]uint32, chain*bs)
+	ev := &Event{Kind: Stored, BlockSize: bs, TokenIDs: tokens, BlockHashes: make([]uint64, chain)}
+	r := selection.Rank{WorkerID: 1}
+	for c := range bound * times / chain {
+		for i := range tokens {
+			tokens[i] = uint32(c*len(tokens) + i)
+		}
+		for b := range ev.BlockHashes {
+			ev.BlockHashes[b] = uint64(c)<<20 | uint64(b)
+		}
+		if err := x.Apply(part, r, ev); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return x
 }

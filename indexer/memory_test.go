@@ -3,6 +3,7 @@ package indexer
 import (
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
@@ -73,5 +74,55 @@ func TestIndexReturnsMemory(t *testing.T) {
 			}
 			t.Logf("heap in use: %d MB before, %d MB full, %d MB after", base>>20, full>>20, after>>20)
 		})
+	}
+}
+
+func TestEntriesForMemory(t *testing.T) {
+	for _, tc := range []struct {
+		budget int64
+		want   int64
+	}{
+		{0, 0},
+		{-1, 0},
+		{1, 1},
+		{BytesPerEntry * gcHeadroom * 1000, 1000},
+		// The default budget: the live heap and the collector's headroom
+		// above it both fit.
+		{2 << 30, (2 << 30) / (BytesPerEntry * gcHeadroom)},
+	} {
+		if got := EntriesForMemory(tc.budget); got != tc.want {
+			t.Errorf("EntriesForMemory(%d) = %d, want %d", tc.budget, got, tc.want)
+		}
+	}
+}
+
+// A bounded index that never holds releaseMin entries still hands its
+// memory back once most of what it can hold is dropped (the hostile flood's
+// 64 MiB index kept its heap after its worker was deleted).
+func TestBoundedIndexReleasesMemory(t *testing.T) {
+	lastRelease.Store(0) // no release for releaseEvery yet, as far as this test knows
+	x := New()
+	x.MaxEntries = 40_000
+	x.ConfigurePartition(part, 4, false)
+	r := selection.Rank{WorkerID: 1}
+	tokens := make([]uint32, 64*4)
+	ev := &Event{Kind: Stored, BlockSize: 4, TokenIDs: tokens, BlockHashes: make([]uint64, 64)}
+	for c := range 500 {
+		for i := range tokens {
+			tokens[i] = uint32(c*len(tokens) + i)
+		}
+		for b := range ev.BlockHashes {
+			ev.BlockHashes[b] = uint64(c)<<20 | uint64(b)
+		}
+		if err := x.Apply(part, r, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.RemoveWorker(part, r.WorkerID)
+	if lastRelease.Load() == 0 {
+		t.Fatalf("dropping %d of a %d-entry bound handed nothing back", 32_000, x.MaxEntries)
+	}
+	for releasing.Load() {
+		time.Sleep(time.Millisecond) // let the release finish before the next test
 	}
 }
