@@ -50,9 +50,10 @@ type Limits struct {
 
 	// IndexMaxMemory is the memory, in bytes, the KV index may make the
 	// process hold: its live entries (about 190 bytes each in the dearest
-	// case) and the Go collector's headroom above them (the heap grows to
-	// twice what is live between collections), so 2 GiB holds about 5.6
-	// million (block, worker rank) entries. It sets the index's entry bound
+	// case) and what the Go runtime holds above them (the heap grows to
+	// twice what is live between collections, and freed spans are kept for
+	// reuse: about three times the live heap in all), so 2 GiB holds about
+	// 3.7 million (block, worker rank) entries. It sets the index's entry bound
 	// (index_max_entries wins when given); when the index is full, its
 	// oldest entries are evicted so that new blocks still count, a block
 	// looked up since it was stored getting a second chance. Default: 2GiB.
@@ -61,7 +62,13 @@ type Limits struct {
 	// KVEventsMaxMessage bounds one KV-event message, in bytes (libzmq's
 	// ZMQ_MAXMSGSIZE on every subscriber and replay socket): libzmq drops a
 	// publisher's connection when it announces a larger one, before
-	// reading it. Default: 16MiB, far above a 100k-token batch.
+	// reading it, and the listener dials again (counted in
+	// kvrouter_kv_events_disconnects_total). A subscriber queues at most
+	// 64 messages per publisher, so this also bounds what one publisher
+	// can make the gateway hold (64 × 4 MiB). Default: 4MiB: an engine
+	// publishes a batch per scheduler step, tens of KB with chunked
+	// prefill, and 4 MiB holds a whole prompt of several hundred thousand
+	// tokens stored in one step.
 	KVEventsMaxMessage int64 `json:"kv_events_max_message,omitempty"`
 
 	// KVEventsMaxGap is the largest jump in a publisher's sequence numbers

@@ -13,8 +13,13 @@ const (
 	model                    = "m"
 	blockSize                = 16
 	workerDownAfter          = 2 * time.Second
-	maxRanksPerWorker        = 256
-	maxRanks                 = 300 // 300 rank listeners stay well under 1,024 fds
+	maxRanksPerWorker        = 64
+	// Each followed rank costs about five descriptors (its SUB socket, the
+	// copy of its descriptor the listener parks on, and the socket monitor
+	// that redials after an oversized message), so the catalog's rank
+	// bound is what keeps them under fdLimit: 160 ranks allow two workers
+	// of 64 (about 650 descriptors) and refuse the third.
+	maxRanks = 160
 	maxReservationsPerClient = 1024
 	maxDumpEvents            = 100000
 	indexBudget              = 64 << 20 // index_max_memory
@@ -45,7 +50,7 @@ func caddyfile(p ports) string {
 		max_reservations_per_client %d
 		max_dump_events %d
 		index_max_memory %dMiB
-		kv_events_max_message 16MiB
+		kv_events_max_message 4MiB
 		kv_events_max_gap %d`, maxRanksPerWorker, maxRanks, maxReservationsPerClient, maxDumpEvents, indexBudget>>20, maxGap)
 		token = `
 		write_token {env.KVROUTER_WRITE_TOKEN}

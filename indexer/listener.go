@@ -174,6 +174,10 @@ func waitFor(sub *zmq.Socket, log *zap.Logger) *readWait {
 
 // setupSub configures a SUB; maxBytes follows ListenerConfig's
 // MaxMessageBytes convention.
+// subQueue is how many received messages a SUB queues per publisher
+// before it stops reading; see setupSub.
+const subQueue = 64
+
 func setupSub(s *zmq.Socket, maxBytes int64) error {
 	for _, err := range []error{
 		s.SetLinger(0),
@@ -181,7 +185,14 @@ func setupSub(s *zmq.Socket, maxBytes int64) error {
 		// connection when it is over this: an oversized message is never
 		// allocated, in C or in Go.
 		s.SetMaxmsgsize(maxMsgSize(maxBytes)),
-		s.SetRcvhwm(100_000),
+		// A publisher that sends faster than its events are applied
+		// fills this queue; then libzmq stops reading the connection and
+		// the messages wait on the publisher's side (vLLM's PUB keeps up
+		// to 100,000), which drops them past its own bound. So the
+		// gateway holds at most subQueue × MaxMessageBytes per
+		// publisher: a flood cannot grow its memory, and a stalled
+		// listener loses nothing a publisher can still hold.
+		s.SetRcvhwm(subQueue),
 		s.SetReconnectIvl(100 * time.Millisecond),
 		s.SetReconnectIvlMax(5 * time.Second),
 		s.SetTcpKeepalive(1),

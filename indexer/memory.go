@@ -20,12 +20,15 @@ import (
 // queue's stale items and the maps' tombstones count too), rounded up.
 const BytesPerEntry = 192
 
-// gcHeadroom is how far above the live heap the Go collector lets the heap
-// grow before it collects (GOGC=100: twice). A budget is for what the
-// index makes the process hold, so it pays for that headroom too: the
-// hostile flood, with the bound at budget/BytesPerEntry, took the gateway
-// to budget + 230 MB.
-const gcHeadroom = 2
+// gcHeadroom is how much more than the index's live heap the process
+// holds for it. The Go collector lets the heap grow to twice what is live
+// before it collects, and the runtime keeps freed spans for reuse before
+// it hands them back, so under churn (a publisher flooding the index past
+// its bound, make hostile) the gateway's RSS grew by 2.6–3 times the
+// index's live heap; at twice, the flood overran its budget by 16 MB. A
+// budget is for what the index makes the process hold, so it pays for all
+// of it.
+const gcHeadroom = 3
 
 // EntriesForMemory turns a memory budget in bytes into a MaxEntries: how
 // many (block, rank) entries fit in it at BytesPerEntry, with the

@@ -4,9 +4,12 @@ package indexer
 
 // DefaultMaxMessageBytes bounds one ZMQ message a listener accepts: libzmq
 // refuses a larger frame from its size header, before allocating it, and
-// drops the connection. 16 MiB holds a BlockStored of about four million
-// token ids, far more than any engine batches at once.
-const DefaultMaxMessageBytes = 16 << 20
+// drops the connection. An engine publishes one batch per scheduler step,
+// and a step prefills at most its token budget (vLLM's chunked prefill:
+// 8–16k tokens, about 60 KB of events); 4 MiB holds the blocks of a whole
+// prompt of several hundred thousand tokens stored in one step. With the SUB's queue of subQueue
+// messages, a publisher can make the gateway hold at most 256 MiB.
+const DefaultMaxMessageBytes = 4 << 20
 
 // DefaultMaxGap is the largest live sequence jump taken as lost events: ten
 // times vLLM's default replay buffer of 10,000 batches. A larger jump is a
