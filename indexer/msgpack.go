@@ -123,10 +123,6 @@ func (r *reader) mapLen() (int, error) {
 
 func isArray(c byte) bool { return c&0xf0 == 0x90 || c == 0xdc || c == 0xdd }
 func isMap(c byte) bool   { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
-func isStr(c byte) bool   { return c&0xe0 == 0xa0 || c >= 0xd9 && c <= 0xdb }
-func isInt(c byte) bool {
-	return c <= 0x7f || c >= 0xe0 || c >= 0xcc && c <= 0xd3
-}
 
 // str reads a string (or bin) and returns its bytes, aliasing the payload.
 func (r *reader) str() ([]byte, error) {
