@@ -39,7 +39,7 @@ func TestStoredEventsDescribeTheBlocks(t *testing.T) {
 	for _, enc := range []indexer.Encoding{indexer.EncodingMap, indexer.EncodingArray} {
 		f := newTestFleet(t, func(c *Config) { c.Encoding = enc })
 		z := newZMQClient(t)
-		sub := z.subscribe(f.workers[0].engines[0].pub.PubEndpoint)
+		sub := z.subscribe(f, f.workers[0].engines[0].pub)
 
 		p1 := tokenRange(1, 40) // two full blocks and a partial one
 		complete(t, f, 1, p1, 1)
@@ -67,7 +67,7 @@ func TestStoredEventsDescribeTheBlocks(t *testing.T) {
 func TestChunkedPrefillPublishesEachChunk(t *testing.T) {
 	f := newTestFleet(t, func(c *Config) { c.MaxBatchedTokens = 16 })
 	z := newZMQClient(t)
-	sub := z.subscribe(f.workers[0].engines[0].pub.PubEndpoint)
+	sub := z.subscribe(f, f.workers[0].engines[0].pub)
 	p := tokenRange(7, 48)
 	complete(t, f, 1, p, 1)
 	// One step per block, one batch per step, each linked to the last.
@@ -84,7 +84,7 @@ func TestChunkedPrefillPublishesEachChunk(t *testing.T) {
 func TestEvictionPublishesBlockRemoved(t *testing.T) {
 	f := newTestFleet(t, func(c *Config) { c.KVBlocks, c.BlockSize = 8, 4 })
 	z := newZMQClient(t)
-	sub := z.subscribe(f.workers[0].engines[0].pub.PubEndpoint)
+	sub := z.subscribe(f, f.workers[0].engines[0].pub)
 	a, b, c := tokenRange(1, 12), tokenRange(101, 12), tokenRange(201, 12)
 
 	// Each request needs four blocks (three prompt blocks and one for its
@@ -176,7 +176,7 @@ func TestDropEventsLeavesAGapThatReplayFills(t *testing.T) {
 	f := newTestFleet(t, nil)
 	z := newZMQClient(t)
 	pub := f.workers[0].engines[0].pub
-	sub := z.subscribe(pub.PubEndpoint)
+	sub := z.subscribe(f, pub)
 	prompts := [][]uint32{tokenRange(1, 16), tokenRange(100, 16), tokenRange(200, 16), tokenRange(300, 16)}
 
 	complete(t, f, 1, prompts[0], 1)
@@ -207,7 +207,7 @@ func TestRestartResetsTheSequence(t *testing.T) {
 	f := newTestFleet(t, nil)
 	z := newZMQClient(t)
 	pub := f.workers[0].engines[0].pub
-	sub := z.subscribe(pub.PubEndpoint)
+	sub := z.subscribe(f, pub)
 	p := tokenRange(1, 32)
 	complete(t, f, 1, p, 1)
 	complete(t, f, 1, tokenRange(100, 32), 1)
@@ -275,8 +275,8 @@ func TestResetClearsEveryCache(t *testing.T) {
 	f := newTestFleet(t, nil)
 	z := newZMQClient(t)
 	subs := []*zmq.Socket{
-		z.subscribe(f.workers[0].engines[0].pub.PubEndpoint),
-		z.subscribe(f.workers[1].engines[0].pub.PubEndpoint),
+		z.subscribe(f, f.workers[0].engines[0].pub),
+		z.subscribe(f, f.workers[1].engines[0].pub),
 	}
 	p := tokenRange(1, 32)
 	complete(t, f, 1, p, 1)
@@ -304,8 +304,8 @@ func TestDataParallelRanks(t *testing.T) {
 		t.Fatal("ranks share a PUB endpoint")
 	}
 	z := newZMQClient(t)
-	sub0 := z.subscribe(w.engines[0].pub.PubEndpoint)
-	sub1 := z.subscribe(w.engines[1].pub.PubEndpoint)
+	sub0 := z.subscribe(f, w.engines[0].pub)
+	sub1 := z.subscribe(f, w.engines[1].pub)
 	p := tokenRange(1, 32)
 	for range 2 {
 		req, _ := http.NewRequest(http.MethodPost, f.url(1)+"/v1/completions",

@@ -174,17 +174,30 @@ func (c *zmqClient) socket(typ zmq.Type, endpoint string) *zmq.Socket {
 	return s
 }
 
-// subscribe connects a SUB socket to a publisher and waits long enough for
-// the subscription to reach it (ZMQ's slow joiner: a PUB drops what it
-// publishes before it knows of the subscriber).
-func (c *zmqClient) subscribe(endpoint string) *zmq.Socket {
+// subscribe connects a SUB socket to rank r's publisher in fleet f and
+// waits until the subscription has reached it (ZMQ's slow joiner: a PUB
+// drops what it publishes before it knows of the subscriber). The fleet's
+// sockets are XPUBs that hand over the subscriptions they receive, so the
+// wait ends when r counts one, as GET /stats would show, and from then on
+// nothing r publishes is lost to this subscriber. r must have no other
+// subscriber (an XPUB passes a topic's first subscription only).
+func (c *zmqClient) subscribe(f *Fleet, r *rankPub) *zmq.Socket {
 	c.t.Helper()
-	s := c.socket(zmq.SUB, endpoint)
+	s := c.socket(zmq.SUB, r.PubEndpoint)
 	if err := s.SetSubscribe(""); err != nil {
 		c.t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	return s
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.pub.refreshSubs()
+		if r.subs.Load() > 0 {
+			return s
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("worker %d rank %d: the subscription never reached %s", r.worker, r.dpRank, r.PubEndpoint)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // recv reads one published message: [topic, seq, payload].
