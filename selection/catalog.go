@@ -229,19 +229,50 @@ func (w *WorkerRecord) applyRequest(req *WorkerRequest) {
 	}
 }
 
+// prepare makes a merged record ready to commit: partition names with
+// their defaults, bounds, then lifecycle. Bounds come first because
+// validate lists the record's ranks.
+func (w *WorkerRecord) prepare(cfg *Config) error {
+	key := w.Partition()
+	w.ModelName, w.RoutingGroup = key.Model, key.Group
+	if err := w.checkBounds(cfg); err != nil {
+		return err
+	}
+	w.validate(cfg)
+	return nil
+}
+
 // validate fills Lifecycle and NotSchedulableReasons (spec §1.4.5).
 func (w *WorkerRecord) validate(cfg *Config) {
+	reasons := w.incompleteReasons(cfg.UseKVEvents && !cfg.KVEventsBound)
+	if reasons == nil {
+		reasons = []string{}
+		w.Lifecycle = LifecycleSchedulable
+	} else {
+		w.Lifecycle = LifecycleIncomplete
+	}
+	w.NotSchedulableReasons = reasons
+}
+
+// incompleteReasons lists what the record lacks to be scheduled, nil when
+// nothing. needEvents adds the per-rank KV-event endpoints that event mode
+// without a bound socket needs.
+func (w *WorkerRecord) incompleteReasons(needEvents bool) []string {
 	var reasons []string
 	if w.Endpoint == nil || *w.Endpoint == "" {
 		reasons = append(reasons, "endpoint is required")
 	}
-	if w.BlockSize == nil || *w.BlockSize == 0 {
+	switch {
+	case w.BlockSize == nil:
+		// Neither the registration nor the catalog's default gave one.
+		reasons = append(reasons, "block_size is required")
+	case *w.BlockSize == 0:
 		reasons = append(reasons, "block_size must be greater than 0")
 	}
 	if w.DataParallelSize == 0 {
 		reasons = append(reasons, "data_parallel_size must be greater than 0")
 	}
-	if cfg.UseKVEvents && !cfg.KVEventsBound {
+	if needEvents {
 		for _, r := range w.Ranks() {
 			switch ep := w.EventEndpoint(r.DPRank); {
 			case ep == "":
@@ -254,14 +285,11 @@ func (w *WorkerRecord) validate(cfg *Config) {
 	if w.ReplayEndpoint != nil && *w.ReplayEndpoint != "" && w.DataParallelSize > 1 {
 		reasons = append(reasons, "replay_endpoint is supported only for data_parallel_size 1")
 	}
-	if reasons == nil {
-		reasons = []string{}
-		w.Lifecycle = LifecycleSchedulable
-	} else {
-		w.Lifecycle = LifecycleIncomplete
-	}
-	w.NotSchedulableReasons = reasons
+	return reasons
 }
+
+// eagle reports the record's Eagle setting, off when unset.
+func (w *WorkerRecord) eagle() bool { return w.IsEagle != nil && *w.IsEagle }
 
 func newWorkerRecord(id uint64, cfg *Config) WorkerRecord {
 	w := WorkerRecord{

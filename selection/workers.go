@@ -13,15 +13,25 @@ import (
 // cached prefixes, bookings, session bindings, pending selections and
 // failure history are dropped before the new record commits.
 func (r *Router) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
+	rec, err := r.cfg.recordFor(req)
+	if err != nil {
+		return WorkerRecord{}, err
+	}
+	return r.writeWorker(&rec, true)
+}
+
+// recordFor is the record an upsert of req creates: the catalog's defaults
+// with req's fields applied. CheckWorkers builds its records here too.
+func (c *Config) recordFor(req *WorkerRequest) (WorkerRecord, error) {
 	if req.WorkerID == nil {
 		return WorkerRecord{}, errorf(KindUnprocessable, "missing field `worker_id`")
 	}
 	if err := req.checkBounds(); err != nil {
 		return WorkerRecord{}, err
 	}
-	rec := newWorkerRecord(*req.WorkerID, &r.cfg)
+	rec := newWorkerRecord(*req.WorkerID, c)
 	rec.applyRequest(req)
-	return r.writeWorker(&rec, true)
+	return rec, nil
 }
 
 // PatchWorker changes only the fields present in patch. The merged record
@@ -48,12 +58,9 @@ func (r *Router) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, err
 // writeWorker checks rec, runs the endpoint check (outside the locks: it
 // may resolve names) when the endpoint is new, and commits.
 func (r *Router) writeWorker(rec *WorkerRecord, create bool) (WorkerRecord, error) {
-	rec.ModelName, rec.RoutingGroup = rec.Partition().Model, rec.Partition().Group
-	// Bounds first: validate lists the record's ranks.
-	if err := rec.checkBounds(&r.cfg); err != nil {
+	if err := rec.prepare(&r.cfg); err != nil {
 		return WorkerRecord{}, err
 	}
-	rec.validate(&r.cfg)
 	checked := ""
 	force := false
 	for {
@@ -86,18 +93,10 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool, checked string) (W
 		r.mu.Unlock()
 		return WorkerRecord{}, errorf(KindNotFound, "worker %d not found", rec.WorkerID)
 	}
-	if old == nil && r.cfg.MaxWorkers > 0 && len(r.workers) >= r.cfg.MaxWorkers {
+	ranks, err := r.cfg.checkCapacity(len(r.workers), r.ranks, old, rec)
+	if err != nil {
 		r.mu.Unlock()
-		return WorkerRecord{}, errorf(KindConflict, "worker catalog is full (%d workers)", r.cfg.MaxWorkers)
-	}
-	ranks := r.ranks + int(rec.DataParallelSize)
-	if old != nil {
-		ranks -= int(old.DataParallelSize)
-	}
-	if r.cfg.MaxRanks > 0 && ranks > r.cfg.MaxRanks && ranks > r.ranks {
-		r.mu.Unlock()
-		return WorkerRecord{}, errorf(KindConflict, "worker catalog is full: %d data-parallel ranks with this worker, more than max_ranks %d",
-			ranks, r.cfg.MaxRanks)
+		return WorkerRecord{}, err
 	}
 	if r.needsEndpointCheck(old, rec, checked) {
 		r.mu.Unlock()
@@ -142,6 +141,26 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool, checked string) (W
 	return stored.clone(), nil
 }
 
+// checkCapacity checks a write of rec over old (nil for a new worker) into
+// a catalog of the given size against max_workers and max_ranks, and
+// returns the catalog's rank count after it. A write that does not add
+// ranks passes even over max_ranks, so a catalog above a lowered bound can
+// still be edited.
+func (c *Config) checkCapacity(workers, ranks int, old, rec *WorkerRecord) (int, error) {
+	if old == nil && c.MaxWorkers > 0 && workers >= c.MaxWorkers {
+		return ranks, errorf(KindConflict, "worker catalog is full (%d workers)", c.MaxWorkers)
+	}
+	next := ranks + int(rec.DataParallelSize)
+	if old != nil {
+		next -= int(old.DataParallelSize)
+	}
+	if c.MaxRanks > 0 && next > c.MaxRanks && next > ranks {
+		return ranks, errorf(KindConflict, "worker catalog is full: %d data-parallel ranks with this worker, more than max_ranks %d",
+			next, c.MaxRanks)
+	}
+	return next, nil
+}
+
 // checkPartitionLocked enforces one block size and one Eagle setting per
 // partition; the first worker sets them.
 func (r *Router) checkPartitionLocked(key PartitionKey, rec *WorkerRecord) error {
@@ -159,12 +178,18 @@ func (r *Router) checkPartitionLocked(key PartitionKey, rec *WorkerRecord) error
 	if !others {
 		return nil
 	}
-	if *rec.BlockSize != p.blockSize {
-		return errorf(KindConflict, "block_size %d conflicts with block_size %d of partition %s", *rec.BlockSize, p.blockSize, key)
+	return partitionConflict(key, p.blockSize, p.isEagle, rec)
+}
+
+// partitionConflict refuses a record whose block size or Eagle setting is
+// not the one the other workers of its partition share: a prompt is hashed
+// once per partition, with that block size and Eagle window.
+func partitionConflict(key PartitionKey, blockSize uint32, isEagle bool, rec *WorkerRecord) error {
+	if *rec.BlockSize != blockSize {
+		return errorf(KindConflict, "block_size %d conflicts with block_size %d of the other workers of %s", *rec.BlockSize, blockSize, key)
 	}
-	eagle := rec.IsEagle != nil && *rec.IsEagle
-	if eagle != p.isEagle {
-		return errorf(KindConflict, "is_eagle %t conflicts with is_eagle %t of partition %s", eagle, p.isEagle, key)
+	if eagle := rec.eagle(); eagle != isEagle {
+		return errorf(KindConflict, "is_eagle %t conflicts with is_eagle %t of the other workers of %s", eagle, isEagle, key)
 	}
 	return nil
 }
@@ -173,7 +198,7 @@ func (r *Router) checkPartitionLocked(key PartitionKey, rec *WorkerRecord) error
 // the live state of ranks that were already there.
 func (r *Router) addRanksLocked(key PartitionKey, rec *WorkerRecord) {
 	p := r.parts[key]
-	eagle := rec.IsEagle != nil && *rec.IsEagle
+	eagle := rec.eagle()
 	if p == nil {
 		p = &partition{key: key, blockSize: *rec.BlockSize, isEagle: eagle,
 			byRank: make(map[Rank]*rankState), load: newLoadTracker()}
