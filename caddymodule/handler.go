@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
+	"github.com/kvrouter/caddy-kvrouter/selection/api"
 )
 
 func init() {
@@ -277,10 +279,10 @@ func readAndRestore(r *http.Request, limit int64, buf []byte) ([]byte, int, erro
 	if r.ContentLength > limit {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
 	}
-	body, err := selection.ReadBody(buf, r.Body, limit, r.ContentLength)
+	body, err := api.ReadBody(buf, r.Body, limit, r.ContentLength)
 	_ = r.Body.Close()
 	if err != nil {
-		if errors.Is(err, selection.ErrBodyTooLarge) {
+		if errors.Is(err, api.ErrBodyTooLarge) {
 			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the %d-byte limit", limit)
 		}
 		return nil, http.StatusBadRequest, err
@@ -330,5 +332,6 @@ var (
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddy.Validator             = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler       = (*Handler)(nil)
 	_ io.ReaderFrom               = (*prefillWriter)(nil)
 )

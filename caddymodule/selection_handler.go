@@ -8,7 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/kvrouter/caddy-kvrouter/selection"
+	"github.com/kvrouter/caddy-kvrouter/selection/api"
 )
 
 func init() {
@@ -43,7 +43,7 @@ type SelectionHandler struct {
 	// open, as in Dynamo. Default: unset.
 	WriteToken string `json:"write_token,omitempty"`
 
-	api *selection.Handler
+	api *api.Handler
 }
 
 // CaddyModule returns the Caddy module information.
@@ -57,8 +57,8 @@ func (SelectionHandler) CaddyModule() caddy.ModuleInfo {
 // Provision binds the handler to the kv_router app's router. An absent app
 // is created with default settings.
 func (h *SelectionHandler) Provision(ctx caddy.Context) error {
-	if h.MaxBodySize < 0 {
-		return errors.New("max_body_size must not be negative")
+	if err := h.Validate(); err != nil {
+		return err
 	}
 	app, err := kvApp(ctx)
 	if err != nil {
@@ -67,17 +67,17 @@ func (h *SelectionHandler) Provision(ctx caddy.Context) error {
 	router := app.Router()
 	maxBody := h.MaxBodySize
 	if maxBody == 0 {
-		maxBody = selection.DefaultMaxBodyBytes
+		maxBody = api.DefaultMaxBodyBytes
 	}
-	var opts []selection.HandlerOption
+	var opts []api.HandlerOption
 	if h.WriteToken != "" {
 		token := caddy.NewReplacer().ReplaceKnown(h.WriteToken, "")
 		if token == "" {
 			return fmt.Errorf("write_token %q is empty once its placeholders are replaced (is the environment variable set?)", h.WriteToken)
 		}
-		opts = append(opts, selection.WithWriteToken(token))
+		opts = append(opts, api.WithWriteToken(token))
 	}
-	h.api = selection.NewHandler(router, maxBody, opts...)
+	h.api = api.NewHandler(router, maxBody, opts...)
 	return nil
 }
 

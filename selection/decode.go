@@ -28,6 +28,10 @@ const (
 	shapePrefix  = "Failed to deserialize the JSON body into the target type: "
 )
 
+// ShapeError is a 422 with axum's text for well-formed JSON of the wrong
+// shape, for the checks a caller makes after DecodeJSON (a missing field).
+func ShapeError(msg string) *Error { return &Error{Kind: KindUnprocessable, Msg: shapePrefix + msg} }
+
 var remainderPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // PromptTokenCarrier is implemented by request types that also take an

@@ -175,17 +175,6 @@ func TestHashesRoundTrip(t *testing.T) {
 	}
 }
 
-func TestIsJSONContentType(t *testing.T) {
-	for ct, want := range map[string]bool{
-		"application/json": true, "application/json; charset=utf-8": true, "application/vnd.api+json": true,
-		"": false, "text/plain": false, "application/x-www-form-urlencoded": false, "json": false,
-	} {
-		if IsJSONContentType(ct) != want {
-			t.Errorf("%q: want %v", ct, want)
-		}
-	}
-}
-
 // TestDecodeRandomTokenArrays compares the token decoder with encoding/json
 // on random arrays: every digit count up to 10, values near 2^32, random
 // spacing, and array ends at every offset modulo the eight-byte fast path.

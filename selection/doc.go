@@ -1,7 +1,9 @@
 // Package selection is the routing engine of caddy-kvrouter: the worker
 // catalog, load accounting, the cost function, reservations, pending
-// selections and session affinity, with an HTTP API (Handler) that is
-// wire-compatible with NVIDIA Dynamo's standalone selection service.
+// selections and session affinity. Its HTTP API, wire-compatible with
+// NVIDIA Dynamo's standalone selection service, is package
+// selection/api (docs/selection-api.md); the block hashing is described
+// in docs/hashing.md.
 //
 // # Bounds
 //
@@ -20,17 +22,14 @@
 //     (1024 per remote IP through the API, 429).
 //   - GET /dump: Config.MaxDumpEvents (100,000 events), streamed; a
 //     partition the cap cut is marked "truncated": true.
-//   - Request bodies: NewHandler's maxBody (8 MiB, 413).
+//   - Request bodies: api.NewHandler's maxBody (8 MiB, 413).
 //
 // # Catalog writes
 //
-// POST /workers, PATCH /workers/{id} and DELETE /workers/{id} are
-// privileged: with WithWriteToken they need "Authorization: Bearer
-// <token>" (401 without, 403 with a wrong one); without a token they are
-// accepted from loopback clients only (403 otherwise). Reads, selections
-// and reservations are open, as in Dynamo. A write that changes a
-// worker's endpoint replaces the server: its cached prefixes, bookings,
-// session bindings, pending selections and failure history are dropped.
+// Through the API, catalog writes are privileged (see package
+// selection/api). A write that changes a worker's endpoint replaces the
+// server: its cached prefixes, bookings, session bindings, pending
+// selections and failure history are dropped.
 //
 // # Worker health
 //

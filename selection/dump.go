@@ -1,10 +1,8 @@
 package selection
 
 import (
-	"bufio"
 	"cmp"
 	"io"
-	"net/http"
 	"slices"
 
 	json "github.com/goccy/go-json"
@@ -157,15 +155,4 @@ func (r *Router) dumpLimit(k PartitionKey, limit int) ([]RouterEvent, bool) {
 		return ev[:limit:limit], true
 	}
 	return ev, false
-}
-
-// serveDump streams GET /dump through a buffered writer: the body is never
-// built whole. Once the status is sent a write error can only end it.
-func (h *Handler) serveDump(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 32<<10)
-	if err := h.router.WriteDump(bw); err == nil {
-		_ = bw.Flush()
-	}
 }

@@ -1,17 +1,18 @@
-package selection
+package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 // apiServer serves a fresh router over real HTTP on 127.0.0.1.
-func apiServer(t *testing.T, maxBody int64) (*httptest.Server, *Router) {
+func apiServer(t *testing.T, maxBody int64) (*httptest.Server, *selection.Router) {
 	t.Helper()
 	r := newTestRouter(t, nil)
 	srv := httptest.NewServer(NewHandler(r, maxBody))
@@ -172,15 +173,5 @@ func TestAPIFlow(t *testing.T) {
 	res = call(t, srv, "DELETE", "/workers/1", "", "")
 	if res.status != 200 || res.body["lifecycle"] != "unschedulable" {
 		t.Fatalf("delete: %s", res.raw)
-	}
-}
-
-func TestReadBodyLimit(t *testing.T) {
-	buf, err := ReadBody(nil, bytes.NewReader(make([]byte, 100)), 100, -1)
-	if err != nil || len(buf) != 100 {
-		t.Fatalf("at the limit: %d %v", len(buf), err)
-	}
-	if _, err := ReadBody(nil, bytes.NewReader(make([]byte, 101)), 100, -1); err != ErrBodyTooLarge {
-		t.Fatalf("past the limit: %v", err)
 	}
 }

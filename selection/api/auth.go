@@ -1,4 +1,4 @@
-package selection
+package api
 
 import (
 	"crypto/sha256"
@@ -6,13 +6,16 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 // Catalog writes (POST /workers, PATCH and DELETE /workers/{id}) decide
 // where the gateway sends prompts, so they are privileged: with a write
 // token they need "Authorization: Bearer <token>"; without one they are
 // accepted only from loopback clients. Reads, selections and reservations
-// stay open, as in Dynamo, whose service has no authentication at all.
+// stay open, as in Dynamo, whose service has no authentication at all
+// (docs/selection-api.md, "The write token").
 
 // WithWriteToken requires "Authorization: Bearer <token>" on catalog
 // writes: a missing header, or one of another scheme, is a 401 (with
@@ -37,20 +40,20 @@ func (h *Handler) authorizeWrite(w http.ResponseWriter, r *http.Request) bool {
 		if isLoopback(r.RemoteAddr) {
 			return true
 		}
-		writeError(w, errorf(KindForbidden, "catalog writes are accepted only from loopback clients when no write token is set; "+
-			"set one (kv_selection { write_token <secret> }, or selection.WithWriteToken) and send Authorization: Bearer <secret>"))
+		writeError(w, errorf(selection.KindForbidden, "catalog writes are accepted only from loopback clients when no write token is set; "+
+			"set one (kv_selection { write_token <secret> }, or api.WithWriteToken) and send Authorization: Bearer <secret>"))
 		return false
 	}
 	scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
 	token = strings.TrimSpace(token)
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeError(w, errorf(KindUnauthorized, "catalog writes need Authorization: Bearer <write token>"))
+		writeError(w, errorf(selection.KindUnauthorized, "catalog writes need Authorization: Bearer <write token>"))
 		return false
 	}
 	sum := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(sum[:], h.writeToken[:]) != 1 {
-		writeError(w, errorf(KindForbidden, "the write token is not valid"))
+		writeError(w, errorf(selection.KindForbidden, "the write token is not valid"))
 		return false
 	}
 	return true
