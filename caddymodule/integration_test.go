@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,12 +16,31 @@ import (
 )
 
 // The integration tests share one Caddy that runs inside the test binary,
-// on these loopback ports, so they must not run in parallel.
-const (
-	testAdminPort = 23981
-	testHTTPPort  = 23982
-	testHTTPSPort = 23983
-)
+// so they must not run in parallel. Its admin, HTTP and HTTPS ports are
+// loopback ports the OS picks once per test process, so two runs on one
+// machine (two engineers, a CI shard and a developer) do not collide, and
+// do not find each other's Caddy: caddytest reuses any admin endpoint that
+// already answers on its port.
+var testAdminPort, testHTTPPort, testHTTPSPort = freeLoopbackPorts()
+
+// freeLoopbackPorts asks the OS for three distinct free ports on
+// 127.0.0.1: it listens on port 0 three times at once, reads the ports and
+// closes the listeners. The first test binds the admin and HTTP ports
+// before it starts anything else that could take them (newTester), and
+// Caddy then holds both until the process exits (reloads keep its
+// listeners); the HTTPS port is never bound, auto_https being off.
+func freeLoopbackPorts() (admin, site, tls int) {
+	var ports [3]int
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(fmt.Sprintf("no free loopback port for the integration tests: %v", err))
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	}
+	return ports[0], ports[1], ports[2]
+}
 
 var apiBase = fmt.Sprintf("http://127.0.0.1:%d", testHTTPPort)
 
