@@ -7,6 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/kvrouter/caddy-kvrouter/indexer"
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -124,15 +125,16 @@ func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 		"use_kv_events":       state.events != nil,
 	}
 	if m := state.events; m != nil {
-		events := map[string]uint64{"listeners": uint64(m.Listeners())}
-		for _, c := range kvEventCounters {
-			events[c.name] = c.of(&m.Stats).Load()
+		snap := m.Snapshot()
+		sections := map[string]map[string]uint64{}
+		for _, f := range indexer.Figures {
+			if sections[f.Section] == nil {
+				sections[f.Section] = map[string]uint64{}
+			}
+			sections[f.Section][f.Key] = f.Value(&snap)
 		}
-		out["kv_events"] = events
-		out["index"] = map[string]any{
-			"entries": m.Index.Entries(), "full": m.Index.Full.Load(), "applied": m.Index.Applied.Load(),
-			"skipped": m.Index.Skipped.Load(), "unknown_parent": m.Index.UnknownParent.Load(), "token_count_mismatch": m.Index.TokenCount.Load(),
-			"unknown_block": m.Index.UnknownBlock.Load(), "evicted": m.Index.Evicted.Load(), "max_entries": m.Index.MaxEntries,
+		for name, sec := range sections {
+			out[name] = sec
 		}
 	}
 	return writeAdminJSON(w, out)

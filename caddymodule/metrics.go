@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"errors"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,65 +15,29 @@ import (
 // pooled router state (its index and listeners), so one collector reads
 // them at scrape time and they carry on across reloads.
 
-// eventMetric is one counter or gauge read from the pooled state.
+// eventMetric is one of indexer.Figures that is also a metric.
 type eventMetric struct {
-	desc  *prometheus.Desc
-	kind  prometheus.ValueType
-	value func(s *routerState) float64
+	desc   *prometheus.Desc
+	kind   prometheus.ValueType
+	figure indexer.Figure
 }
 
-func counter(name, help string, value func(s *routerState) float64) eventMetric {
-	return eventMetric{prometheus.NewDesc("kvrouter_"+name, help, nil, nil), prometheus.CounterValue, value}
-}
-
-func gauge(name, help string, value func(s *routerState) float64) eventMetric {
-	return eventMetric{prometheus.NewDesc("kvrouter_"+name, help, nil, nil), prometheus.GaugeValue, value}
-}
-
-// kvEventCounters are the KV-event listeners' counters, each under one
-// name in /kv_router/stats ("messages") and in the metrics
-// (kvrouter_kv_events_messages_total).
-var kvEventCounters = []struct {
-	name, help string
-	of         func(*indexer.Stats) *atomic.Uint64
-}{
-	{"messages", "KV-event messages received live from worker publishers.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Messages }},
-	{"batches", "KV-event batches applied to the index, live or replayed.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Batches }},
-	{"malformed", "KV-event frames or payloads that could not be decoded and were skipped.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Malformed }},
-	{"stale", "KV-event messages dropped as duplicates of sequences already applied.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Stale }},
-	{"gaps", "Gaps in publishers' sequence numbers, late joins included.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Gaps }},
-	{"replays", "Replay requests made to publishers' replay endpoints.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Replays }},
-	{"replayed", "KV-event batches recovered by replay.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Replayed }},
-	{"lost", "KV-event batches missed and not recovered.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Lost }},
-	{"restarts", "Publisher restarts detected (sequence went back); the rank's blocks were dropped.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Restarts }},
-	{"rejected", "KV events the index refused, such as stores whose parent block it does not hold.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Rejected }},
-	{"jumps", "Publisher sequence jumps past kv_events_max_gap, taken as restarts (the rank's blocks were dropped), not as lost events.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Jumps }},
-	{"unknown_rank", "KV-event batches dropped because their dp_rank is not one of the worker's ranks.", func(s *indexer.Stats) *atomic.Uint64 { return &s.UnknownRank }},
-	{"disconnects", "Publisher connections dropped (an oversized message, or the publisher went away) and dialed again.", func(s *indexer.Stats) *atomic.Uint64 { return &s.Disconnects }},
-}
-
-var eventMetrics = append(kvEventMetrics(),
-	gauge("kv_event_listeners", "Per-rank KV-event listeners running.",
-		func(s *routerState) float64 { return float64(s.events.Listeners()) }),
-	gauge("index_entries", "(block, worker rank) entries in the KV index.",
-		func(s *routerState) float64 { return float64(s.events.Index.Entries()) }),
-	counter("index_full_total", "Blocks stored while the KV index was at its bound (each evicted an older entry).",
-		func(s *routerState) float64 { return float64(s.events.Index.Full.Load()) }),
-	counter("index_evicted_total", "KV index entries evicted, oldest first, to keep the index within index_max_memory.",
-		func(s *routerState) float64 { return float64(s.events.Index.Evicted.Load()) }),
-	counter("index_unknown_blocks_total", "Removals of blocks the index did not hold for that rank.",
-		func(s *routerState) float64 { return float64(s.events.Index.UnknownBlock.Load()) }),
-)
-
-// kvEventMetrics is a counter for each of kvEventCounters.
-func kvEventMetrics() []eventMetric {
-	out := make([]eventMetric, 0, len(kvEventCounters))
-	for _, c := range kvEventCounters {
-		out = append(out, counter("kv_events_"+c.name+"_total", c.help,
-			func(s *routerState) float64 { return float64(c.of(&s.events.Stats).Load()) }))
+// eventMetrics are the figures of indexer.Figures that have a metric name,
+// as kvrouter_<name>; the same table gives /kv_router/stats its keys.
+var eventMetrics = func() []eventMetric {
+	var out []eventMetric
+	for _, f := range indexer.Figures {
+		if f.Metric == "" {
+			continue
+		}
+		kind := prometheus.CounterValue
+		if f.Gauge {
+			kind = prometheus.GaugeValue
+		}
+		out = append(out, eventMetric{prometheus.NewDesc("kvrouter_"+f.Metric, f.Help, nil, nil), kind, f})
 	}
 	return out
-}
+}()
 
 // eventCollector reports eventMetrics for the pooled router, if it runs in
 // event mode.
@@ -97,8 +60,9 @@ func (eventCollector) Collect(ch chan<- prometheus.Metric) {
 	if state.events == nil {
 		return
 	}
+	snap := state.events.Snapshot()
 	for _, m := range eventMetrics {
-		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(state))
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, float64(m.figure.Value(&snap)))
 	}
 	for _, rec := range state.router.ListWorkers("", "") {
 		for _, rk := range rec.Ranks() {

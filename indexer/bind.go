@@ -115,12 +115,12 @@ func (b *BindListener) run(sub *zmq.Socket) {
 		// starts a fresh sequence there.
 		id, model, err := parseTopic(string(topic))
 		if err != nil {
-			addSat(&b.stats.Malformed, 1)
+			b.stats.Malformed.add(1)
 			return
 		}
 		cfg, ok := b.resolve(id, model)
 		if !ok {
-			addSat(&b.stats.Rejected, 1)
+			b.stats.Rejected.add(1)
 			delete(b.streams, id)
 			return
 		}
@@ -137,7 +137,7 @@ func (b *BindListener) run(sub *zmq.Socket) {
 			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.stats, log: b.log, stop: b.stop}
 			b.streams[id] = st
 		}
-		addSat(&b.stats.Messages, 1)
+		b.stats.Messages.add(1)
 		st.deliver(seq, payload)
 	})
 }

@@ -55,9 +55,9 @@ func TestIndexDumpLimit(t *testing.T) {
 		if err := y.LoadDump(part, events); err != nil {
 			t.Fatal(err)
 		}
-		if y.UnknownParent.Load() != 0 || int(y.Entries()) != len(events) {
+		if y.Counts().UnknownParent != 0 || int(y.Entries()) != len(events) {
 			t.Errorf("limit %d: loading gave %d unknown parents and %d entries for %d events",
-				tc.limit, y.UnknownParent.Load(), y.Entries(), len(events))
+				tc.limit, y.Counts().UnknownParent, y.Entries(), len(events))
 		}
 	}
 	if _, truncated := New().DumpLimit(part, 1); truncated {

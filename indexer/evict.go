@@ -102,7 +102,7 @@ func (t *tree) evict(x *Index) int {
 		t.live--
 		t.noteShrink(it.id, m)
 		t.unhold(it.id, e)
-		addSat(&x.Evicted, 1)
+		x.counters.evicted.add(1)
 	}
 	q.setHead()
 	return popped

@@ -105,8 +105,8 @@ func TestIndexEvictsOldest(t *testing.T) {
 					depthOf(x, s.p, s.r, evictPrompt(s.prompt, 5))
 				}
 			}
-			if x.Entries() > x.MaxEntries || x.Evicted.Load() != tc.evicted {
-				t.Fatalf("entries %d evicted %d; want at most %d entries, %d evicted", x.Entries(), x.Evicted.Load(), x.MaxEntries, tc.evicted)
+			if x.Entries() > x.MaxEntries || x.Counts().Evicted != tc.evicted {
+				t.Fatalf("entries %d evicted %d; want at most %d entries, %d evicted", x.Entries(), x.Counts().Evicted, x.MaxEntries, tc.evicted)
 			}
 			for salt, s := range where {
 				want := uint32(0)
@@ -141,7 +141,7 @@ func TestIndexEvictionQueueStaysBounded(t *testing.T) {
 	if live, queued := tr.live, tr.queue.len(); live != 80 || queued > 2*live+evictBatch {
 		t.Fatalf("%d live entries, %d queued", live, queued)
 	}
-	if x.Evicted.Load() != 0 {
-		t.Fatalf("%d evicted under the bound", x.Evicted.Load())
+	if x.Counts().Evicted != 0 {
+		t.Fatalf("%d evicted under the bound", x.Counts().Evicted)
 	}
 }

@@ -51,18 +51,8 @@ type Index struct {
 	// workers) since memory was last handed back to the OS.
 	released atomic.Int64
 
-	// Counters, for metrics; they saturate instead of wrapping.
-	Applied       atomic.Uint64 // events applied
-	Skipped       atomic.Uint64 // events ignored by rule (other group, medium)
-	UnknownParent atomic.Uint64 // stores dropped: parent hash not indexed for the rank
-	UnknownBlock  atomic.Uint64 // removals of hashes the rank does not hold
-	TokenCount    atomic.Uint64 // stores dropped: token ids are not blocks × block size
-	// Full counts blocks stored while the index held MaxEntries entries
-	// already: each was indexed, and an older entry evicted for it.
-	Full atomic.Uint64
-	// Evicted counts (block, rank) entries evicted to stay under
-	// MaxEntries, oldest first.
-	Evicted atomic.Uint64
+	// counters are reported through Counts (stats.go).
+	counters indexCounters
 }
 
 // tree is one partition's index.
@@ -301,7 +291,7 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 		return fmt.Errorf("partition %s is not configured", p)
 	}
 	if ev.Skip {
-		addSat(&x.Skipped, 1)
+		x.counters.skipped.add(1)
 		return nil
 	}
 	t.mu.Lock()
@@ -323,13 +313,13 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
 		m := t.ranks[r]
 		for _, h := range ev.BlockHashes {
 			if !t.remove(x, r, m, h) {
-				addSat(&x.UnknownBlock, 1)
+				x.counters.unknownBlock.add(1)
 			}
 		}
 	case Cleared:
 		t.clearRank(x, r)
 	}
-	addSat(&x.Applied, 1)
+	x.counters.applied.add(1)
 	return nil
 }
 
@@ -341,7 +331,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 	if ev.HasParent {
 		e, ok := m[ev.ParentHash]
 		if !ok {
-			addSat(&x.UnknownParent, 1)
+			x.counters.unknownParent.add(1)
 			return ErrUnknownParent
 		}
 		parentKey = e.key
@@ -352,7 +342,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 		ebs = t.blockSize
 	}
 	if len(ev.TokenIDs) != len(ev.BlockHashes)*ebs {
-		addSat(&x.TokenCount, 1)
+		x.counters.tokenCount.add(1)
 		return ErrTokenCount
 	}
 	if m == nil {
@@ -403,7 +393,7 @@ func (t *tree) hold(x *Index, m map[uint64]entry, id uint32, span []*node, key, 
 	e := entry{key: key, meta: uint32(tier), refs: 1, span: uint16(len(span))}
 	if x.MaxEntries > 0 {
 		if x.entries.Load() >= x.MaxEntries {
-			addSat(&x.Full, 1) // stored all the same: Apply evicts the oldest once the lock is released
+			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
 		}
 		st := x.stamps.Add(1)
 		e.meta |= st << 8
@@ -724,7 +714,7 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		if st.ParentHash != nil {
 			e, ok := m[*st.ParentHash]
 			if !ok {
-				addSat(&x.UnknownParent, 1)
+				x.counters.unknownParent.add(1)
 				continue
 			}
 			key, have = e.key, true

@@ -155,7 +155,7 @@ func TestIndexMatchesNaiveModel(t *testing.T) {
 			}
 		}
 	}
-	if x.UnknownParent.Load() == 0 {
+	if x.Counts().UnknownParent == 0 {
 		t.Fatal("the run never exercised an unknown parent")
 	}
 }
@@ -337,7 +337,7 @@ func TestIndexLargerEngineBlocksAndCap(t *testing.T) {
 	if err := x.Apply(part, r, ev); err != nil {
 		t.Fatal(err)
 	}
-	if x.Entries() != 1 || x.Full.Load() != 2 || x.Evicted.Load() != 2 || len(x.tree(part).nodes) != 1 {
-		t.Fatalf("entries %d full %d evicted %d nodes %d", x.Entries(), x.Full.Load(), x.Evicted.Load(), len(x.tree(part).nodes))
+	if x.Entries() != 1 || x.Counts().Full != 2 || x.Counts().Evicted != 2 || len(x.tree(part).nodes) != 1 {
+		t.Fatalf("entries %d full %d evicted %d nodes %d", x.Entries(), x.Counts().Full, x.Counts().Evicted, len(x.tree(part).nodes))
 	}
 }

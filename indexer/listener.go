@@ -224,7 +224,7 @@ func (l *Listener) run(sub *zmq.Socket) {
 	defer sub.Close()
 	defer l.wait.close()
 	receive(sub, l.wait, l.stop, l.redial, func() { l.dialAgain(sub) }, l.stats, func(_ []byte, seq uint64, payload []byte) {
-		addSat(&l.stats.Messages, 1)
+		l.stats.Messages.add(1)
 		l.deliver(seq, payload)
 	})
 }
@@ -270,7 +270,7 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 		}
 		seq, payload, ok := liveFrames(frames)
 		if !ok {
-			addSat(&stats.Malformed, 1)
+			stats.Malformed.add(1)
 			continue
 		}
 		handle(frames[0], seq, payload)
@@ -294,14 +294,14 @@ func (l *stream) deliver(seq uint64, payload []byte) {
 		// Live messages arrive in order, so a sequence at or below the
 		// last live one means the publisher restarted: its blocks are
 		// stale. Drop them before anything new counts.
-		addSat(&l.stats.Restarts, 1)
+		l.stats.Restarts.add(1)
 		l.log.Info("kv event publisher restarted", zap.String("endpoint", l.cfg.Endpoint),
 			zap.Uint64("seq", seq), zap.Uint64("last", cur.lastLive))
 		l.dropRanks()
 		*cur = cursor{}
 	case cur.started && seq <= cur.last:
 		// Already applied through a replay that overtook the live stream.
-		addSat(&l.stats.Stale, 1)
+		l.stats.Stale.add(1)
 		cur.lastLive = seq
 		return
 	case cur.started && seq-cur.last-1 > l.cfg.maxGap():
@@ -309,7 +309,7 @@ func (l *stream) deliver(seq uint64, payload []byte) {
 		// restart that did not go back, or garbage. Counting the jump as
 		// lost would let one message add 2^63 to Lost. Start afresh at
 		// seq, with nothing to replay before it.
-		addSat(&l.stats.Jumps, 1)
+		l.stats.Jumps.add(1)
 		l.log.Info("kv event sequence jumped; dropping the rank's blocks", zap.String("endpoint", l.cfg.Endpoint),
 			zap.Uint64("seq", seq), zap.Uint64("last", cur.last))
 		l.dropRanks()
@@ -323,7 +323,7 @@ func (l *stream) deliver(seq uint64, payload []byte) {
 	}
 	if seq > from {
 		// A gap, or a late join (from 0): fetch [from, seq).
-		addSat(&l.stats.Gaps, 1)
+		l.stats.Gaps.add(1)
 		l.recover(cur, dec, from, seq)
 	}
 	l.apply(dec, payload)
@@ -347,19 +347,19 @@ func (l *stream) recover(cur *cursor, dec *Decoder, from, to uint64) {
 	cur.started = true
 	if l.cfg.Replay == "" {
 		if joined {
-			addSat(&l.stats.Lost, to-from)
+			l.stats.Lost.add(to-from)
 			l.log.Warn("kv events lost, no replay endpoint", zap.String("endpoint", l.cfg.Endpoint),
 				zap.Uint64("from", from), zap.Uint64("to", to))
 		}
 		return
 	}
-	addSat(&l.stats.Replays, 1)
+	l.stats.Replays.add(1)
 	last, got, err := l.replay(dec, from, to)
 	if got > 0 {
 		cur.last = last
 	}
 	if got < to-from && joined {
-		addSat(&l.stats.Lost, to-from-got)
+		l.stats.Lost.add(to-from-got)
 		l.log.Warn("kv event replay incomplete", zap.String("endpoint", l.cfg.Replay),
 			zap.Uint64("from", from), zap.Uint64("to", to), zap.Uint64("recovered", got), zap.Error(err))
 	}
@@ -402,7 +402,7 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 		}
 		seq, payload, ok := replayFrames(frames)
 		if !ok {
-			addSat(&l.stats.Malformed, 1)
+			l.stats.Malformed.add(1)
 			continue
 		}
 		if seq == endSeq {
@@ -412,7 +412,7 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 			continue // before what we asked, or already live
 		}
 		l.apply(dec, payload)
-		addSat(&l.stats.Replayed, 1)
+		l.stats.Replayed.add(1)
 		last, next = seq, seq+1
 		got++
 	}
@@ -438,7 +438,7 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 func (l *stream) apply(dec *Decoder, payload []byte) {
 	b, err := dec.Decode(payload)
 	if err != nil {
-		addSat(&l.stats.Malformed, 1)
+		l.stats.Malformed.add(1)
 		if c := l.log.Check(zap.DebugLevel, "malformed kv event payload"); c != nil {
 			c.Write(zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
 		}
@@ -447,7 +447,7 @@ func (l *stream) apply(dec *Decoder, payload []byte) {
 	rank := l.cfg.Rank
 	if b.DPRank >= 0 {
 		if b.DPRank > math.MaxUint32 || !l.cfg.knownRank(uint32(b.DPRank)) {
-			addSat(&l.stats.UnknownRank, 1)
+			l.stats.UnknownRank.add(1)
 			return
 		}
 		rank.DPRank = uint32(b.DPRank)
@@ -455,10 +455,10 @@ func (l *stream) apply(dec *Decoder, payload []byte) {
 	}
 	for i := range b.Events {
 		if err := l.index.Apply(l.cfg.Partition, rank, &b.Events[i]); err != nil {
-			addSat(&l.stats.Rejected, 1)
+			l.stats.Rejected.add(1)
 		}
 	}
-	addSat(&l.stats.Batches, 1)
+	l.stats.Batches.add(1)
 }
 
 // noteRank remembers a rank other than cfg.Rank that the publisher wrote

@@ -97,7 +97,7 @@ func (mo *monitor) run(stats *Stats, onDisconnect func()) {
 		}
 		switch ev {
 		case zmq.EVENT_DISCONNECTED:
-			addSat(&stats.Disconnects, 1)
+			stats.Disconnects.add(1)
 			if onDisconnect != nil {
 				onDisconnect()
 			}

@@ -5,30 +5,16 @@ import (
 	"sync/atomic"
 )
 
-// Stats counts what listeners saw; all fields are safe to read at any
-// time. Every counter saturates at the largest uint64 instead of wrapping
-// (addSat), so a hostile publisher cannot turn a huge count into a small
-// one.
-type Stats struct {
-	Messages    atomic.Uint64 // well-framed messages received live
-	Batches     atomic.Uint64 // payloads applied (live or replayed)
-	Malformed   atomic.Uint64 // frames or payloads that could not be used
-	Stale       atomic.Uint64 // duplicates of already applied sequences
-	Gaps        atomic.Uint64 // sequence jumps seen
-	Replays     atomic.Uint64 // replay requests made
-	Replayed    atomic.Uint64 // batches recovered by replay
-	Lost        atomic.Uint64 // sequences that could not be recovered (at most MaxGap per gap)
-	Restarts    atomic.Uint64 // publishers seen restarting (sequence went back)
-	Rejected    atomic.Uint64 // events the index refused (unknown parent, token ids not filling the blocks)
-	Jumps       atomic.Uint64 // live sequence jumps over MaxGap: taken as a restart, the rank's blocks dropped
-	UnknownRank atomic.Uint64 // batches dropped: their dp_rank is not one of the worker's ranks
-	// Disconnects counts connections to or from publishers that libzmq
-	// dropped. A message over the size limit (MaxMessageBytes) is one
-	// cause, a publisher going away another: libzmq 4.3 reports both as
-	// ZMQ_EVENT_DISCONNECTED and no event carries the reason, so oversized
-	// messages cannot be counted apart.
-	Disconnects atomic.Uint64
-}
+// Counter is a count that only this package adds to and anyone may read.
+// It saturates at the largest uint64 instead of wrapping (addSat), so a
+// hostile publisher cannot turn a huge count into a small one.
+type Counter struct{ n atomic.Uint64 }
+
+// Load returns the count.
+func (c *Counter) Load() uint64 { return c.n.Load() }
+
+// add adds n, saturating.
+func (c *Counter) add(n uint64) { addSat(&c.n, n) }
 
 // addSat adds n to c, stopping at the largest uint64 rather than wrapping.
 func addSat(c *atomic.Uint64, n uint64) {
@@ -45,4 +31,94 @@ func addSat(c *atomic.Uint64, n uint64) {
 			return
 		}
 	}
+}
+
+// Stats are the live counters of what listeners saw, shared by every
+// listener of a manager and safe to read at any time. To report them, take
+// a Snapshot (Manager.Snapshot), which also holds the index's figures.
+type Stats struct {
+	Messages    Counter // well-framed messages received live
+	Batches     Counter // payloads applied (live or replayed)
+	Malformed   Counter // frames or payloads that could not be used
+	Stale       Counter // duplicates of already applied sequences
+	Gaps        Counter // sequence jumps seen
+	Replays     Counter // replay requests made
+	Replayed    Counter // batches recovered by replay
+	Lost        Counter // sequences that could not be recovered (at most MaxGap per gap)
+	Restarts    Counter // publishers seen restarting (sequence went back)
+	Rejected    Counter // events the index refused (unknown parent, token ids not filling the blocks)
+	Jumps       Counter // live sequence jumps over MaxGap: taken as a restart, the rank's blocks dropped
+	UnknownRank Counter // batches dropped: their dp_rank is not one of the worker's ranks
+	// Disconnects counts connections to or from publishers that libzmq
+	// dropped. A message over the size limit (MaxMessageBytes) is one
+	// cause, a publisher going away another: libzmq 4.3 reports both as
+	// ZMQ_EVENT_DISCONNECTED and no event carries the reason, so oversized
+	// messages cannot be counted apart.
+	Disconnects Counter
+}
+
+// EventCounts is a copy of Stats at one moment, as plain numbers.
+type EventCounts struct {
+	Messages, Batches, Malformed, Stale, Gaps, Replays, Replayed, Lost,
+	Restarts, Rejected, Jumps, UnknownRank, Disconnects uint64
+}
+
+// Counts copies the counters. Each is read atomically, the set is not:
+// a batch applied during the copy may show in one counter and not yet in
+// another, which a report of monotonic counters can live with.
+func (s *Stats) Counts() EventCounts {
+	return EventCounts{
+		Messages: s.Messages.Load(), Batches: s.Batches.Load(), Malformed: s.Malformed.Load(),
+		Stale: s.Stale.Load(), Gaps: s.Gaps.Load(), Replays: s.Replays.Load(),
+		Replayed: s.Replayed.Load(), Lost: s.Lost.Load(), Restarts: s.Restarts.Load(),
+		Rejected: s.Rejected.Load(), Jumps: s.Jumps.Load(), UnknownRank: s.UnknownRank.Load(),
+		Disconnects: s.Disconnects.Load(),
+	}
+}
+
+// indexCounters are the index's own counters; IndexCounts copies them.
+type indexCounters struct {
+	applied       Counter // events applied
+	skipped       Counter // events ignored by rule (other group, medium)
+	unknownParent Counter // stores dropped: parent hash not indexed for the rank
+	unknownBlock  Counter // removals of hashes the rank does not hold
+	tokenCount    Counter // stores dropped: token ids are not blocks × block size
+	// full counts blocks stored while the index held MaxEntries entries
+	// already: each was indexed, and an older entry evicted for it.
+	full Counter
+	// evicted counts (block, rank) entries evicted to stay under
+	// MaxEntries, oldest first.
+	evicted Counter
+}
+
+// IndexCounts is a copy of an index's size, bound and counters at one
+// moment.
+type IndexCounts struct {
+	Entries    int64 // (block, rank) entries held
+	MaxEntries int64 // the bound on Entries; 0 means none
+	Applied, Skipped, UnknownParent, UnknownBlock, TokenCount, Full, Evicted uint64
+}
+
+// Counts copies the index's figures (each read atomically, as Stats.Counts).
+func (x *Index) Counts() IndexCounts {
+	c := &x.counters
+	return IndexCounts{
+		Entries: x.Entries(), MaxEntries: x.MaxEntries,
+		Applied: c.applied.Load(), Skipped: c.skipped.Load(), UnknownParent: c.unknownParent.Load(),
+		UnknownBlock: c.unknownBlock.Load(), TokenCount: c.tokenCount.Load(),
+		Full: c.full.Load(), Evicted: c.evicted.Load(),
+	}
+}
+
+// Snapshot is everything a manager reports, copied at one moment: what
+// /kv_router/stats and the kvrouter_* metrics render, through Figures.
+type Snapshot struct {
+	Listeners int // per-rank listeners running
+	Events    EventCounts
+	Index     IndexCounts
+}
+
+// Snapshot copies the manager's figures.
+func (m *Manager) Snapshot() Snapshot {
+	return Snapshot{Listeners: m.Listeners(), Events: m.Stats.Counts(), Index: m.Index.Counts()}
 }

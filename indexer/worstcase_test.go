@@ -61,8 +61,8 @@ func TestMillionElementEvents(t *testing.T) {
 	if err == nil {
 		t.Fatal("a million blocks over two tokens were accepted")
 	}
-	if !errors.Is(err, ErrTokenCount) || x.TokenCount.Load() != 1 {
-		t.Fatalf("refused with %v, %d counted; want ErrTokenCount, counted once", err, x.TokenCount.Load())
+	if !errors.Is(err, ErrTokenCount) || x.Counts().TokenCount != 1 {
+		t.Fatalf("refused with %v, %d counted; want ErrTokenCount, counted once", err, x.Counts().TokenCount)
 	}
 
 	if got := x.Entries(); got != entries {
