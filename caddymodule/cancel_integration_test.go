@@ -127,7 +127,7 @@ func TestCancelsAtScale(t *testing.T) {
 		}
 	}
 	transport.CloseIdleConnections()
-	time.Sleep(time.Second) // the upstream keepalive (500 ms) runs out
+	waitNoConns(t, w1, w2) // the upstream keepalive (500 ms) runs out
 	base := settledCounts(t)
 
 	n := cancelRequests

@@ -104,7 +104,9 @@ func TestProxyTakesOutWorkerAnsweringOnly503(t *testing.T) {
 		t.Fatalf("after take-out: %d from %q: %s", res.StatusCode, res.Header.Get("X-KVRouter-Worker"), body)
 	}
 	// Its /health answers 503 too, so the recovery probe keeps it out...
-	time.Sleep(time.Second)
+	// (Sweeps run one after another, so once the fifth probe arrives the
+	// fourth one's 503 has been acted on.)
+	broken.waitHealthProbes(broken.healthHit.Load(), 5)
 	if !state.router.WorkerDown(1) {
 		t.Fatal("a worker whose /health answers 503 was brought back")
 	}

@@ -116,7 +116,10 @@ func TestSoakReloadsUnderTraffic(t *testing.T) {
 	// drop the warm-up's idle upstream connections, and take the baseline.
 	run(nil, 10)
 	forceReload(t, cfg)
-	time.Sleep(1500 * time.Millisecond) // the 1 s grace period, and the 500 ms keepalive
+	// The old servers shut down at once (the warm-up's client connections
+	// are closed), and the old transports' idle upstream connections go
+	// when their 500 ms keepalive runs out.
+	waitNoConns(t, w1, w2)
 	base := settledCounts(t)
 	listenersBefore := state.events.Listeners()
 	blocksBefore := state.events.Index.Blocks(key, selection.Rank{WorkerID: 1}) + state.events.Index.Blocks(key, selection.Rank{WorkerID: 2})

@@ -28,6 +28,10 @@ type testWorker struct {
 	addr      string
 	served    atomic.Int64 // completions answered
 	tokenized atomic.Int64
+	healthHit atomic.Int64 // GET /health requests (the recovery probe)
+	// conns is how many connections to the worker are open: the gateway's
+	// upstream connections, idle ones included.
+	conns atomic.Int64
 	// streamDelay is the pause between SSE chunks.
 	streamDelay time.Duration
 	// hang makes completions wait (after the headers) until the client goes.
@@ -90,7 +94,7 @@ func startTestWorker(t *testing.T, id uint64, setup func(*testWorker)) *testWork
 	mux.HandleFunc("POST /v1/chat/completions", w.complete)
 	mux.HandleFunc("POST /tokenize", w.tokenize)
 	mux.HandleFunc("GET /health", w.health)
-	w.srv = &http.Server{Handler: mux}
+	w.srv = &http.Server{Handler: mux, ConnState: w.countConns}
 	if setup != nil {
 		setup(w)
 	}
@@ -114,6 +118,51 @@ func (w *testWorker) close() {
 	_ = w.srv.Close()
 	w.pub.Close()
 	_ = w.zctx.Term()
+}
+
+// countConns is the server's ConnState hook; net/http reports StateNew and
+// StateClosed for HTTP/1 and HTTP/2 connections alike.
+func (w *testWorker) countConns(_ net.Conn, state http.ConnState) {
+	switch state {
+	case http.StateNew:
+		w.conns.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		w.conns.Add(-1)
+	}
+}
+
+// waitNoConns waits until no connection to any of workers is open: the
+// gateway has let go of its upstream connections (their keepalive ran out
+// or they were closed). A test takes its goroutine and descriptor baseline
+// after this rather than after a sleep that hopes the keepalive has run
+// out.
+func waitNoConns(t *testing.T, workers ...*testWorker) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, w := range workers {
+		for w.conns.Load() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %d still has %d connections open", w.id, w.conns.Load())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// waitHealthProbes waits until n more GET /health requests than seen
+// reached the worker, and returns the new count.
+func (w *testWorker) waitHealthProbes(seen int64, n int) int64 {
+	w.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got := w.healthHit.Load(); got >= seen+int64(n) {
+			return got
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("worker %d: %d health probes, want at least %d", w.id, w.healthHit.Load(), seen+int64(n))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // waitSubscribed blocks until the gateway subscribed to the events.
@@ -228,6 +277,7 @@ func (w *testWorker) complete(rw http.ResponseWriter, r *http.Request) {
 // health is vLLM's GET /health: 200 with an empty body while the engine
 // runs.
 func (w *testWorker) health(rw http.ResponseWriter, _ *http.Request) {
+	w.healthHit.Add(1)
 	if code := int(w.status.Load()); code != 0 {
 		w.answerError(rw, code)
 		return
