@@ -1,0 +1,285 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// WorkerConfig declares one worker of the catalog.
+type WorkerConfig struct {
+	// WorkerID is the worker's id in the catalog and in the selection API.
+	// It is required and must be unique among the declared workers.
+	WorkerID *uint64 `json:"worker_id,omitempty"`
+
+	// ModelName is the model the worker serves. Requests name it in
+	// model_name. Default: "default".
+	ModelName string `json:"model_name,omitempty"`
+
+	// RoutingGroup is the routing group of the worker within its model.
+	// Default: "default".
+	RoutingGroup string `json:"routing_group,omitempty"`
+
+	// Endpoint is the worker's address as returned by selections, for
+	// example "10.0.0.1:8000". Required.
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// KVEventsEndpoint is the ZMQ endpoint where the worker publishes its
+	// KV-cache events, for example "tcp://10.0.0.1:5557" (vLLM's default port
+	// is 5557, plus the rank for data-parallel ranks). With use_kv_events on
+	// and no kv_events_bind, the gateway subscribes to it.
+	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
+
+	// ReplayEndpoint is the ZMQ endpoint that replays the worker's missed
+	// KV-cache events. Only a worker with one data-parallel rank may have one.
+	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
+
+	// BlockSize is the worker's KV block size in tokens. All workers of a
+	// model and routing group must share one block size. Default: the app's
+	// block_size.
+	BlockSize uint32 `json:"block_size,omitempty"`
+
+	// DataParallelStartRank is the first global data-parallel rank the
+	// worker serves. Default: 0.
+	DataParallelStartRank uint32 `json:"data_parallel_start_rank,omitempty"`
+
+	// DataParallelSize is the number of data-parallel ranks the worker
+	// serves; each rank is scheduled on its own. Default: 1.
+	DataParallelSize uint32 `json:"data_parallel_size,omitempty"`
+
+	// MaxNumBatchedTokens is the worker's prefill token budget per batch,
+	// used for the prefill_busy report. Default: unknown.
+	MaxNumBatchedTokens uint64 `json:"max_num_batched_tokens,omitempty"`
+
+	// TotalKVBlocks is the number of KV blocks the worker can hold, used for
+	// the decode_busy report. Default: unknown.
+	TotalKVBlocks uint64 `json:"total_kv_blocks,omitempty"`
+}
+
+// build turns the config into router settings and worker upserts, and
+// reports the first invalid setting. It has no side effects.
+func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
+	cfg := selection.DefaultConfig()
+	if a.UseKVEvents != nil {
+		cfg.UseKVEvents = *a.UseKVEvents
+	}
+	if a.KVEventsBind != "" {
+		if !cfg.UseKVEvents {
+			return cfg, nil, errors.New("kv_events_bind needs use_kv_events on")
+		}
+		if !selection.ValidZMQEndpoint(a.KVEventsBind) {
+			return cfg, nil, fmt.Errorf("kv_events_bind %q is not a tcp://, ipc:// or inproc:// endpoint", a.KVEventsBind)
+		}
+		cfg.KVEventsBound = true
+	}
+	cfg.DefaultBlockSize = a.BlockSize
+	if a.IndexMaxEntries < 0 {
+		return cfg, nil, errors.New("index_max_entries must not be negative")
+	}
+
+	for _, f := range []struct {
+		name string
+		src  *float64
+		dst  *float64
+	}{
+		{"overlap_score_credit", a.OverlapScoreCredit, &cfg.OverlapScoreCredit},
+		{"overlap_score_credit_decay", a.OverlapScoreCreditDecay, &cfg.OverlapScoreCreditDecay},
+		{"prefill_load_scale", a.PrefillLoadScale, &cfg.PrefillLoadScale},
+		{"decode_active_request_weight", a.DecodeActiveRequestWeight, &cfg.DecodeActiveRequestWeight},
+		{"host_cache_hit_weight", a.HostCacheHitWeight, &cfg.HostCacheHitWeight},
+		{"disk_cache_hit_weight", a.DiskCacheHitWeight, &cfg.DiskCacheHitWeight},
+		{"shared_cache_multiplier", a.SharedCacheMultiplier, &cfg.SharedCacheMultiplier},
+		{"router_temperature", a.RouterTemperature, &cfg.RouterTemperature},
+	} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	for _, f := range []struct {
+		src *bool
+		dst *bool
+	}{
+		{a.AssumeKVReuse, &cfg.AssumeKVReuse},
+		{a.TrackPrefillTokens, &cfg.TrackPrefillTokens},
+		{a.TrackActiveBlocks, &cfg.TrackActiveBlocks},
+		{a.TrackOutputBlocks, &cfg.TrackOutputBlocks},
+	} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+		dst  **float64
+	}{
+		{"decode_busy_threshold", a.DecodeBusyThreshold, &cfg.DecodeBusyThreshold},
+		{"prefill_busy_threshold", a.PrefillBusyThreshold, &cfg.PrefillBusyThreshold},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) || *f.v < 0 {
+			return cfg, nil, fmt.Errorf("%s must be finite and non-negative", f.name)
+		}
+		v := *f.v
+		*f.dst = &v
+	}
+	for _, f := range []struct {
+		name string
+		v    caddy.Duration
+		dst  *time.Duration
+	}{
+		{"approx_ttl", a.ApproxTTL, &cfg.ApproxTTL},
+		{"session_affinity_ttl", a.SessionAffinityTTL, &cfg.SessionAffinityTTL},
+		{"pending_ttl", a.PendingTTL, &cfg.PendingTTL},
+		{"reservation_ttl", a.ReservationTTL, &cfg.ReservationTTL},
+	} {
+		if f.v < 0 {
+			return cfg, nil, fmt.Errorf("%s must not be negative", f.name)
+		}
+		if f.v > 0 {
+			*f.dst = time.Duration(f.v)
+		}
+	}
+	if a.WorkerDownAfter != nil {
+		// Zero is meaningful here: it turns dead-worker detection off.
+		if *a.WorkerDownAfter < 0 {
+			return cfg, nil, errors.New("worker_down_after must not be negative")
+		}
+		cfg.WorkerDownAfter = time.Duration(*a.WorkerDownAfter)
+	}
+	if err := a.Limits.apply(&cfg); err != nil {
+		return cfg, nil, err
+	}
+	switch a.SessionAffinityMode {
+	case "", "hard":
+		cfg.SessionAffinitySoft = false
+	case "soft":
+		cfg.SessionAffinitySoft = true
+	default:
+		return cfg, nil, fmt.Errorf("session_affinity_mode must be hard or soft, not %q", a.SessionAffinityMode)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+		set  func(int64)
+	}{
+		{"session_table_cap", int64(a.SessionTableCap), func(v int64) { cfg.SessionTableCap = int(v) }},
+		{"pending_max_entries", int64(a.PendingMaxEntries), func(v int64) { cfg.PendingMaxEntries = int(v) }},
+		{"pending_max_bytes", a.PendingMaxBytes, func(v int64) { cfg.PendingMaxBytes = v }},
+		{"max_workers", int64(a.MaxWorkers), func(v int64) { cfg.MaxWorkers = int(v) }},
+	} {
+		if f.v < 0 {
+			return cfg, nil, fmt.Errorf("%s must not be negative", f.name)
+		}
+		if f.v > 0 {
+			f.set(f.v)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, nil, err
+	}
+
+	workers, err := a.workerRequests()
+	if err != nil {
+		return cfg, nil, err
+	}
+	return cfg, workers, nil
+}
+
+// workerRequests checks the declared workers and returns their upserts. It
+// rejects what the catalog would accept only as an incomplete or
+// conflicting worker, so that a bad config fails before the shared router
+// is changed.
+func (a *App) workerRequests() ([]*selection.WorkerRequest, error) {
+	reqs := make([]*selection.WorkerRequest, 0, len(a.Workers))
+	seen := make(map[uint64]bool, len(a.Workers))
+	blockSizes := make(map[string]uint32) // partition → block size
+	for i, w := range a.Workers {
+		if w.WorkerID == nil {
+			return nil, fmt.Errorf("workers[%d]: worker_id is required", i)
+		}
+		id := *w.WorkerID
+		if seen[id] {
+			return nil, fmt.Errorf("worker %d: declared more than once", id)
+		}
+		seen[id] = true
+		if w.Endpoint == "" {
+			return nil, fmt.Errorf("worker %d: endpoint is required", id)
+		}
+		bs := w.BlockSize
+		if bs == 0 {
+			bs = a.BlockSize
+		}
+		if bs == 0 {
+			return nil, fmt.Errorf("worker %d: block_size is required (set it on the worker or as the kv_router default)", id)
+		}
+		dpSize := w.DataParallelSize
+		if dpSize == 0 {
+			dpSize = 1
+		}
+		if w.ReplayEndpoint != "" && dpSize > 1 {
+			return nil, fmt.Errorf("worker %d: replay_endpoint is supported only for data_parallel_size 1", id)
+		}
+		part := partitionName(w.ModelName, w.RoutingGroup)
+		if prev, ok := blockSizes[part]; ok && prev != bs {
+			return nil, fmt.Errorf("worker %d: block_size %d conflicts with block_size %d of the other workers of %s", id, bs, prev, part)
+		}
+		blockSizes[part] = bs
+		reqs = append(reqs, w.request(bs, dpSize))
+	}
+	return reqs, nil
+}
+
+// request is the catalog upsert for the worker, with its block size and
+// data-parallel size resolved.
+func (w *WorkerConfig) request(blockSize, dpSize uint32) *selection.WorkerRequest {
+	id, start := *w.WorkerID, w.DataParallelStartRank
+	req := &selection.WorkerRequest{
+		WorkerID:              &id,
+		Endpoint:              stringPtr(w.Endpoint),
+		BlockSize:             &blockSize,
+		DataParallelStartRank: &start,
+		DataParallelSize:      &dpSize,
+	}
+	if w.ModelName != "" {
+		req.ModelName = stringPtr(w.ModelName)
+	}
+	if w.RoutingGroup != "" {
+		req.RoutingGroup = stringPtr(w.RoutingGroup)
+	}
+	if w.KVEventsEndpoint != "" {
+		req.KVEventsEndpoint = stringPtr(w.KVEventsEndpoint)
+	}
+	if w.ReplayEndpoint != "" {
+		req.ReplayEndpoint = stringPtr(w.ReplayEndpoint)
+	}
+	if w.MaxNumBatchedTokens > 0 {
+		v := w.MaxNumBatchedTokens
+		req.MaxNumBatchedTokens = &v
+	}
+	if w.TotalKVBlocks > 0 {
+		v := w.TotalKVBlocks
+		req.TotalKVBlocks = &v
+	}
+	return req
+}
+
+func stringPtr(s string) *string { return &s }
+
+// partitionName names a (model, routing group) with the catalog's defaults.
+func partitionName(model, group string) string {
+	if model == "" {
+		model = "default"
+	}
+	if group == "" {
+		group = "default"
+	}
+	return model + ":" + group
+}

@@ -1,0 +1,118 @@
+package caddymodule
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/kvrouter/caddy-kvrouter/indexer"
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// routers holds the selection router of the kv_router app. It is pooled so
+// that a config reload hands the running router (its catalog, reservations,
+// pending selections and index) to the new config instead of rebuilding it:
+// the new config's Provision raises the count before the old config's
+// Cleanup lowers it, so the router is destroyed only when a config without
+// the app replaces the last one that had it.
+var routers = caddy.NewUsagePool()
+
+// routerKey is the only key of routers: Caddy runs at most one kv_router app,
+// so the process has one router.
+const routerKey = "default"
+
+// routerState is the pooled value: the router, the KV-event listeners that
+// feed its index (with use_kv_events), and what the configs that shared it
+// have declared. Listeners belong to it, so a reload neither drops nor
+// duplicates them.
+type routerState struct {
+	router *selection.Router
+	events *indexer.Manager // nil without use_kv_events
+
+	mu         sync.Mutex
+	fromConfig map[uint64]struct{} // worker ids declared by the latest config
+	generation int                 // configs that have provisioned with this router
+}
+
+// syncWorkers upserts the declared workers and deletes those an earlier
+// config declared and this one does not. It returns how many configs have
+// used the router, this one included.
+//
+// Upserts run before deletions, so a rejected upsert leaves the workers of
+// the previous config in place; the ones upserted before it stay and are
+// remembered as declared, so that a later config can remove them.
+func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.Logger) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.generation++
+	next := make(map[uint64]struct{}, len(reqs))
+	for _, req := range reqs {
+		if _, err := s.router.UpsertWorker(req); err != nil {
+			for id := range next {
+				s.fromConfig[id] = struct{}{}
+			}
+			return s.generation, fmt.Errorf("worker %d: %v", *req.WorkerID, err)
+		}
+		next[*req.WorkerID] = struct{}{}
+	}
+	for id := range s.fromConfig {
+		if _, keep := next[id]; keep {
+			continue
+		}
+		// Not found means the worker was already deleted through the API.
+		if _, err := s.router.DeleteWorker(id); err == nil {
+			logger.Info("deleted worker removed from the config", zap.Uint64("worker_id", id))
+		}
+	}
+	s.fromConfig = next
+	return s.generation, nil
+}
+
+// newRouterState builds the router and, in event mode, the index and the
+// listener manager that follows the router's catalog.
+func newRouterState(cfg selection.Config, bind string, limits eventLimits, logger *zap.Logger) (*routerState, error) {
+	s := &routerState{fromConfig: map[uint64]struct{}{}}
+	opts := []selection.Option{selection.WithEndpointCheck(newSelfGuard().check)}
+	if cfg.UseKVEvents {
+		idx := indexer.New()
+		idx.MaxEntries = limits.maxEntries
+		m, err := indexer.NewManager(idx, logger.Named("kv_events"), limits.manager...)
+		if err != nil {
+			return nil, fmt.Errorf("kv events: %v", err)
+		}
+		s.events = m
+		opts = append(opts, selection.WithIndexer(m.Index), selection.WithCatalogHook(m.OnCatalogChange))
+	}
+	r, err := selection.NewRouter(cfg, opts...)
+	if err != nil {
+		if s.events != nil {
+			_ = s.events.Close()
+		}
+		return nil, err
+	}
+	s.router = r
+	if bind != "" {
+		b, err := s.events.Bind(bind, indexer.ResolverFor(r))
+		if err != nil {
+			_ = s.Destruct()
+			return nil, err
+		}
+		logger.Info("receiving kv events", zap.String("bind", b.Endpoint()))
+	}
+	return s, nil
+}
+
+// Destruct stops the router's background work and the KV-event listeners
+// when the last config that used them is unloaded.
+func (s *routerState) Destruct() error {
+	s.router.Close()
+	if s.events != nil {
+		return s.events.Close()
+	}
+	return nil
+}
+
+// Interface guards
+var _ caddy.Destructor = (*routerState)(nil)
