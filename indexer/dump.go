@@ -4,7 +4,7 @@ import "github.com/kvrouter/caddy-kvrouter/selection"
 
 // Dump implements selection.Indexer: one single-block Stored event per
 // (block, rank, tier), parents before children, with the rank's engine
-// hashes, so LoadDump (or a peer) rebuilds the same index.
+// hashes, so a peer (or the tests' LoadDump) rebuilds the same index.
 func (x *Index) Dump(p selection.PartitionKey) []selection.RouterEvent {
 	out, _ := x.DumpLimit(p, 0)
 	return out
@@ -109,3 +109,6 @@ func (d *dumper) emit(n *node) bool {
 	})
 	return !full
 }
+
+// tierNames are the storage tiers as dumps spell them.
+var tierNames = [...]string{Device: "device", Host: "host_pinned", Disk: "disk", External: "external"}

@@ -347,7 +347,7 @@ func (l *stream) recover(cur *cursor, dec *Decoder, from, to uint64) {
 	cur.started = true
 	if l.cfg.Replay == "" {
 		if joined {
-			l.stats.Lost.add(to-from)
+			l.stats.Lost.add(to - from)
 			l.log.Warn("kv events lost, no replay endpoint", zap.String("endpoint", l.cfg.Endpoint),
 				zap.Uint64("from", from), zap.Uint64("to", to))
 		}
@@ -359,7 +359,7 @@ func (l *stream) recover(cur *cursor, dec *Decoder, from, to uint64) {
 		cur.last = last
 	}
 	if got < to-from && joined {
-		l.stats.Lost.add(to-from-got)
+		l.stats.Lost.add(to - from - got)
 		l.log.Warn("kv event replay incomplete", zap.String("endpoint", l.cfg.Replay),
 			zap.Uint64("from", from), zap.Uint64("to", to), zap.Uint64("recovered", got), zap.Error(err))
 	}

@@ -96,6 +96,7 @@ type indexCounters struct {
 type IndexCounts struct {
 	Entries    int64 // (block, rank) entries held
 	MaxEntries int64 // the bound on Entries; 0 means none
+	// The counters, as indexCounters describes them.
 	Applied, Skipped, UnknownParent, UnknownBlock, TokenCount, Full, Evicted uint64
 }
 

@@ -1,0 +1,151 @@
+package indexer
+
+import (
+	"sync"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// Lookups: how deep each rank holds a prompt's prefix, by tier.
+
+var slotPool = sync.Pool{New: func() any { s := []int32{}; return &s }}
+
+// FindMatches implements selection.Indexer. A rank's device depth is its
+// prefix run in the device tier; its host depth continues that run through
+// blocks it holds in the host tier, and its disk depth continues through
+// disk or external blocks, each block counted once in its best tier.
+func (x *Index) FindMatches(p selection.PartitionKey, blocks []uint64, out *selection.Matches) {
+	x.findMatches(p, blocks, nil, out)
+}
+
+// FindMatchesChain implements selection.ChainIndexer: chain[i] is the
+// public sequence hash of blocks [0..i], which is our block key.
+func (x *Index) FindMatchesChain(p selection.PartitionKey, chain []uint64, out *selection.Matches) {
+	x.findMatches(p, chain, chain, out)
+}
+
+// findMatches walks the prompt's blocks; each block's key is chain[i] when
+// given, else chained from blocks as far as the walk goes (a prompt
+// usually stops matching long before its end).
+func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, out *selection.Matches) {
+	t := x.tree(p)
+	if t == nil || len(blocks) == 0 {
+		return
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	start := len(out.List)
+	n := t.nodes[blocks[0]] // the first key is the first block hash either way
+	if n == nil {
+		return
+	}
+	mark := x.MaxEntries > 0
+	if mark {
+		n.markUsed()
+	}
+	// One slot per rank holding the first block; only they can match.
+	sp := slotPool.Get().(*[]int32)
+	defer slotPool.Put(sp)
+	slotOf := *sp
+	if len(slotOf) < len(t.rankList) {
+		slotOf = make([]int32, len(t.rankList))
+		for i := range slotOf {
+			slotOf[i] = -1
+		}
+		*sp = slotOf
+	}
+	var ids []uint32
+	n.each(func(h *holder) {
+		if slotOf[h.id] < 0 {
+			slotOf[h.id] = int32(len(out.List) - start)
+			ids = append(ids, h.id)
+			out.List = append(out.List, selection.Match{Rank: t.rankList[h.id]})
+		}
+	})
+	defer func() {
+		for _, id := range ids {
+			slotOf[id] = -1
+		}
+	}()
+	ranks := len(out.List) - start
+	phase := make([]uint8, ranks) // 0 device run, 1 host continuation, 2 disk
+	best := make([]Tier, ranks)
+	alive := make([]int32, ranks) // slots still matching
+	for i := range alive {
+		alive[i] = int32(i)
+	}
+	// A block whose holders are the same as its parent's does to every
+	// rank what the parent did: such runs (a shared system prompt held by
+	// many ranks) are counted, not walked rank by rank.
+	var prevFP uint32
+	var prevNH uint16
+	repeat := uint32(0)
+	flush := func() {
+		if repeat == 0 {
+			return
+		}
+		for _, i := range alive {
+			m := &out.List[start+int(i)]
+			switch phase[i] {
+			case 0:
+				m.Tiers.Device += repeat
+			case 1:
+				m.Tiers.Host += repeat
+			default:
+				m.Tiers.Disk += repeat
+			}
+		}
+		repeat = 0
+	}
+	key := blocks[0]
+	for depth := range blocks {
+		if depth > 0 {
+			if chain != nil {
+				key = chain[depth]
+			} else {
+				key = selection.NextSequenceHash(key, blocks[depth])
+			}
+			if n = t.nodes[key]; n == nil {
+				break
+			}
+			if mark {
+				n.markUsed()
+			}
+			if n.fp == prevFP && n.nh == prevNH {
+				repeat++
+				continue
+			}
+			flush()
+		}
+		prevFP, prevNH = n.fp, n.nh
+		for _, i := range alive {
+			best[i] = 255
+		}
+		n.each(func(h *holder) {
+			if i := slotOf[h.id]; i >= 0 && h.tier < best[i] {
+				best[i] = h.tier
+			}
+		})
+		live := alive[:0]
+		for _, i := range alive {
+			m := &out.List[start+int(i)]
+			switch b := best[i]; {
+			case b == Device && phase[i] == 0:
+				m.Tiers.Device++
+			case b <= Host && phase[i] <= 1:
+				phase[i] = 1
+				m.Tiers.Host++
+			case b <= External:
+				phase[i] = 2
+				m.Tiers.Disk++
+			default:
+				continue // the rank's match ends here
+			}
+			live = append(live, i)
+		}
+		if alive = live; len(alive) == 0 {
+			return
+		}
+	}
+	flush()
+}

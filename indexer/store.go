@@ -1,0 +1,234 @@
+package indexer
+
+import (
+	"math"
+	"sync"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// Applying events to a tree: stores, removals and clears, and dropping a
+// rank or a worker.
+
+func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
+	switch ev.Kind {
+	case Stored:
+		if err := t.store(x, r, ev); err != nil {
+			return err
+		}
+	case Removed:
+		m := t.ranks[r]
+		for _, h := range ev.BlockHashes {
+			if !t.remove(x, r, m, h) {
+				x.counters.unknownBlock.add(1)
+			}
+		}
+	case Cleared:
+		t.clearRank(x, r)
+	}
+	x.counters.applied.add(1)
+	return nil
+}
+
+var localsPool = sync.Pool{New: func() any { s := make([]uint64, 0, 256); return &s }}
+
+func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
+	m := t.ranks[r]
+	var parentKey uint64
+	if ev.HasParent {
+		e, ok := m[ev.ParentHash]
+		if !ok {
+			x.counters.unknownParent.add(1)
+			return ErrUnknownParent
+		}
+		parentKey = e.key
+	}
+	// Engine blocks of ebs tokens (ours when the event gives no size).
+	ebs := ev.BlockSize
+	if ebs <= 0 {
+		ebs = t.blockSize
+	}
+	if len(ev.TokenIDs) != len(ev.BlockHashes)*ebs {
+		x.counters.tokenCount.add(1)
+		return ErrTokenCount
+	}
+	if m == nil {
+		m = make(map[uint64]entry)
+		t.ranks[r] = m
+	}
+	id := t.rankID(r)
+	lp := localsPool.Get().(*[]uint64)
+	defer localsPool.Put(lp)
+	opt := selection.HashOptions{Seed: selection.SaltedSeed(ev.LoraName, ev.CacheSalt), Eagle: ev.Eagle || t.eagle}
+	locals := selection.AppendBlockHashes((*lp)[:0], ev.TokenIDs, t.blockSize, opt)
+	*lp = locals
+	// Engine block i ends at token (i+1)·ebs; it maps to our last full
+	// block ending there (the same block when the sizes agree).
+	key, have := parentKey, ev.HasParent
+	next := 0 // our blocks chained so far
+	var span []*node
+	for i, h := range ev.BlockHashes {
+		ours := min((i+1)*ebs/t.blockSize, len(locals))
+		span = span[:0]
+		for ; next < ours; next++ {
+			var n *node
+			key, n = t.extend(key, have, locals[next])
+			have = true
+			span = append(span, n)
+		}
+		if len(span) == 0 {
+			continue // the engine block ends inside one of ours: nothing to map yet
+		}
+		t.hold(x, m, id, span, key, h, ev.Tier)
+	}
+	return nil
+}
+
+// hold records that the rank (id, engine map m) holds the blocks of span,
+// the last of which is key, under the engine hash engine.
+func (t *tree) hold(x *Index, m map[uint64]entry, id uint32, span []*node, key, engine uint64, tier Tier) {
+	if e, ok := m[engine]; ok {
+		if e.key == key && e.tier() == tier && e.refs < math.MaxUint16 {
+			e.refs++ // the engine stored the same block twice
+			m[engine] = e
+		}
+		// Otherwise the engine reused the hash for another block before
+		// removing the first; the first mapping stands until it is removed.
+		t.dropEmpty(span)
+		return
+	}
+	e := entry{key: key, meta: uint32(tier), refs: 1, span: uint16(len(span))}
+	if x.MaxEntries > 0 {
+		if x.entries.Load() >= x.MaxEntries {
+			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
+		}
+		st := x.stamps.Add(1)
+		e.meta |= st << 8
+		t.queue.push(qitem{engine: engine, id: id, stamp: st})
+	}
+	x.entries.Add(1)
+	t.live++
+	m[engine] = e
+	if id := int(id); len(m) > t.rankPeaks[id] {
+		t.rankPeaks[id] = len(m)
+	}
+	for _, n := range span {
+		if h := n.find(id, tier); h != nil {
+			h.refs++
+			continue
+		}
+		h := holder{engine: engine, id: id, refs: 1, tier: tier, used: true}
+		if !n.first.used {
+			n.first = h
+		} else {
+			if n.more == nil {
+				n.more = new([]holder)
+			}
+			*n.more = append(*n.more, h)
+		}
+		n.fp ^= mixHolder(id, tier)
+		n.nh++
+	}
+}
+
+// dropEmpty frees the nodes of span that nobody holds (created for a store
+// that was then refused).
+func (t *tree) dropEmpty(span []*node) {
+	for _, n := range span {
+		if !n.first.used && len(n.extra()) == 0 {
+			key := n.local
+			if !n.root {
+				key = selection.NextSequenceHash(n.parent, n.local)
+			}
+			t.freeNode(key, n)
+		}
+	}
+}
+
+// remove drops one reference of a rank's engine hash; false if unknown.
+func (t *tree) remove(x *Index, r selection.Rank, m map[uint64]entry, engine uint64) bool {
+	e, ok := m[engine]
+	if !ok {
+		return false
+	}
+	if e.refs--; e.refs > 0 {
+		m[engine] = e
+		return true
+	}
+	delete(m, engine)
+	x.entries.Add(-1)
+	t.live--
+	id := t.rankIDs[r]
+	t.noteShrink(id, m)
+	t.unhold(id, e)
+	return true
+}
+
+// unhold releases the blocks of an engine entry: its block and the span-1
+// before it.
+func (t *tree) unhold(id uint32, e entry) {
+	key := e.key
+	for range max(e.span, 1) {
+		n := t.nodes[key]
+		if n == nil {
+			return
+		}
+		parent := n.parent
+		if h := n.find(id, e.tier()); h != nil {
+			if h.refs--; h.refs == 0 {
+				n.fp ^= mixHolder(id, e.tier())
+				n.nh--
+				if n.drop(h) {
+					t.freeNode(key, n)
+				}
+			}
+		}
+		key = parent
+	}
+}
+
+// clearRank drops every entry of rank r and the rank's map itself (an
+// emptied Go map keeps its buckets).
+func (t *tree) clearRank(x *Index, r selection.Rank) {
+	m, ok := t.ranks[r]
+	if !ok {
+		return
+	}
+	id := t.rankIDs[r]
+	for _, e := range m {
+		t.unhold(id, e) // each engine entry holds its blocks once
+	}
+	x.entries.Add(-int64(len(m)))
+	x.released.Add(int64(len(m)))
+	t.live -= len(m)
+	t.rankPeaks[id] = 0
+	delete(t.ranks, r)
+}
+
+// RemoveRank drops every block of one rank (a publisher restart).
+func (x *Index) RemoveRank(p selection.PartitionKey, r selection.Rank) {
+	if t := x.tree(p); t != nil {
+		t.mu.Lock()
+		t.clearRank(x, r)
+		t.tidy(x)
+		t.mu.Unlock()
+		x.releaseMemory()
+	}
+}
+
+// RemoveWorker implements selection.Indexer.
+func (x *Index) RemoveWorker(p selection.PartitionKey, workerID uint64) {
+	t := x.tree(p)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	for r := range t.ranks {
+		if r.WorkerID == workerID {
+			t.clearRank(x, r)
+		}
+	}
+	t.tidy(x)
+	t.mu.Unlock()
+	x.releaseMemory()
+}
