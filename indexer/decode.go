@@ -1,0 +1,279 @@
+package indexer
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Decoding a payload, in either of vLLM's encodings (docs/kv-events.md §4):
+// positional arrays ["BlockStored", hashes, parent, tokens, …] or tagged
+// maps {"type": "BlockStored", "block_hashes": …}, inside a batch that is an
+// array [ts, events, dp_rank?] or a map {ts, events, data_parallel_rank}.
+
+// Decoder decodes payloads, reusing its buffers from one batch to the next.
+type Decoder struct {
+	events []Event
+	hashes []uint64
+	tokens []uint32
+}
+
+// ErrPayload wraps every decoding failure.
+var ErrPayload = errors.New("malformed KV event payload")
+
+// Decode parses one payload. On error nothing of the batch is usable.
+func (d *Decoder) Decode(payload []byte) (*Batch, error) {
+	b, err := d.decode(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrPayload, err)
+	}
+	return b, nil
+}
+
+func (d *Decoder) decode(payload []byte) (*Batch, error) {
+	d.events, d.hashes, d.tokens = d.events[:0], d.hashes[:0], d.tokens[:0]
+	r := &reader{b: payload}
+	batch := &Batch{DPRank: -1}
+	c, err := r.peek()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case isArray(c):
+		n, err := r.arrayLen()
+		if err != nil {
+			return nil, err
+		}
+		if n < 2 {
+			return nil, fmt.Errorf("batch array of %d elements", n)
+		}
+		if batch.TS, err = r.float(); err != nil {
+			return nil, err
+		}
+		if err := d.readEvents(r); err != nil {
+			return nil, err
+		}
+		if n >= 3 {
+			if batch.DPRank, err = optRank(r); err != nil {
+				return nil, err
+			}
+		}
+		for range n - min(n, 3) {
+			if err := r.skip(0); err != nil {
+				return nil, err
+			}
+		}
+	case isMap(c):
+		n, err := r.mapLen()
+		if err != nil {
+			return nil, err
+		}
+		seen := false
+		for range n {
+			k, err := r.str()
+			if err != nil {
+				return nil, err
+			}
+			switch string(k) {
+			case "ts":
+				batch.TS, err = r.float()
+			case "events":
+				err, seen = d.readEvents(r), true
+			case "data_parallel_rank", "dp_rank":
+				batch.DPRank, err = optRank(r)
+			default:
+				err = r.skip(0)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if !seen {
+			return nil, errors.New("batch map without events")
+		}
+	default:
+		return nil, fmt.Errorf("batch is neither array nor map (0x%02x)", c)
+	}
+	if r.i != len(r.b) {
+		return nil, fmt.Errorf("%d trailing bytes", len(r.b)-r.i)
+	}
+	batch.Events = d.events
+	return batch, nil
+}
+
+func optRank(r *reader) (int64, error) {
+	if r.isNil() {
+		return -1, nil
+	}
+	v, err := r.int64v()
+	if err == nil && v < 0 {
+		err = fmt.Errorf("negative dp_rank %d", v)
+	}
+	return v, err
+}
+
+// readEvents reads the events array, appending to d.events.
+func (d *Decoder) readEvents(r *reader) error {
+	n, err := r.arrayLen()
+	if err != nil {
+		return err
+	}
+	for range n {
+		c, err := r.peek()
+		if err != nil {
+			return err
+		}
+		var ev Event
+		if isMap(c) {
+			err = d.mapEvent(r, &ev)
+		} else {
+			err = d.arrayEvent(r, &ev)
+		}
+		if err != nil {
+			return err
+		}
+		d.events = append(d.events, ev)
+	}
+	return nil
+}
+
+func kindOf(tag []byte) (Kind, error) {
+	switch string(tag) {
+	case "BlockStored", "BlockStoredWithMetadata":
+		return Stored, nil
+	case "BlockRemoved":
+		return Removed, nil
+	case "AllBlocksCleared":
+		return Cleared, nil
+	}
+	return 0, fmt.Errorf("unknown event type %q", tag)
+}
+
+// arrayEvent reads the positional form, tolerant of any arity: trailing
+// fields may be absent and unknown ones are skipped.
+func (d *Decoder) arrayEvent(r *reader, ev *Event) error {
+	n, err := r.arrayLen()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errors.New("empty event array")
+	}
+	tag, err := r.str()
+	if err != nil {
+		return err
+	}
+	if ev.Kind, err = kindOf(tag); err != nil {
+		return err
+	}
+	var fields []func(*reader, *Event) error
+	switch ev.Kind {
+	case Stored:
+		fields = []func(*reader, *Event) error{
+			d.readHashes, d.readParent, d.readTokens,
+			func(r *reader, ev *Event) error {
+				bs, _, err := readOptInt(r)
+				ev.BlockSize = int(bs)
+				return err
+			},
+			func(r *reader, _ *Event) error { return r.skip(0) }, // lora_id (deprecated)
+			readMedium, readLora,
+			func(r *reader, _ *Event) error { return r.skip(0) }, // extra_keys
+		}
+	case Removed:
+		fields = []func(*reader, *Event) error{d.readHashes, readMedium}
+	}
+	k := 1
+	for ; k < n && k-1 < len(fields); k++ {
+		if err := fields[k-1](r, ev); err != nil {
+			return err
+		}
+	}
+	// The tail after the fixed fields, in order: group_idx,
+	// kv_cache_spec_kind, the sliding window, locality. Dynamo's encoder
+	// puts block_mm_infos (an array) first; SGLang's salted stores end with
+	// a {cache_salt} map.
+	pos := 0
+	for ; k < n; k++ {
+		c, err := r.peek()
+		if err != nil {
+			return err
+		}
+		switch {
+		case isMap(c):
+			err = readSaltMap(r, ev)
+		case isArray(c) && pos == 0:
+			err = r.skip(0)
+		default:
+			switch pos {
+			case 0:
+				err = readGroup(r, ev)
+			case 1:
+				err = readSpecKind(r, ev)
+			case 3:
+				err = readLocality(r, ev)
+			default:
+				err = r.skip(0)
+			}
+			pos++
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mapEvent reads the tagged-map form by key name; unknown keys are skipped.
+func (d *Decoder) mapEvent(r *reader, ev *Event) error {
+	n, err := r.mapLen()
+	if err != nil {
+		return err
+	}
+	for range n {
+		key, err := r.str()
+		if err != nil {
+			return err
+		}
+		switch string(key) {
+		case "type":
+			tag, err := r.str()
+			if err != nil {
+				return err
+			}
+			if ev.Kind, err = kindOf(tag); err != nil {
+				return err
+			}
+		case "block_hashes":
+			err = d.readHashes(r, ev)
+		case "parent_block_hash":
+			err = d.readParent(r, ev)
+		case "token_ids":
+			err = d.readTokens(r, ev)
+		case "block_size":
+			var bs int64
+			bs, _, err = readOptInt(r)
+			ev.BlockSize = int(bs)
+		case "medium":
+			err = readMedium(r, ev)
+		case "lora_name":
+			err = readLora(r, ev)
+		case "metadata":
+			err = readSaltMap(r, ev)
+		case "group_idx":
+			err = readGroup(r, ev)
+		case "kv_cache_spec_kind":
+			err = readSpecKind(r, ev)
+		case "locality":
+			err = readLocality(r, ev)
+		default:
+			err = r.skip(0)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if ev.Kind == 0 {
+		return errors.New("event map without type")
+	}
+	return nil
+}

@@ -1,0 +1,240 @@
+package indexer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+)
+
+// Field readers shared by both encodings (docs/kv-events.md §4). Each
+// reads one value.
+
+func (d *Decoder) readHashes(r *reader, ev *Event) error {
+	if r.isNil() {
+		return nil
+	}
+	n, err := r.arrayLen()
+	if err != nil {
+		return err
+	}
+	start := len(d.hashes)
+	for range n {
+		h, err := r.hash()
+		if err != nil {
+			return err
+		}
+		d.hashes = append(d.hashes, h)
+	}
+	ev.BlockHashes = d.hashes[start:len(d.hashes):len(d.hashes)]
+	return nil
+}
+
+func (d *Decoder) readParent(r *reader, ev *Event) (err error) {
+	if r.isNil() {
+		return nil
+	}
+	ev.ParentHash, err = r.hash()
+	ev.HasParent = err == nil
+	return err
+}
+
+// readTokens reads token ids; bigram pairs [[a,b],[b,c],…] (vLLM's Eagle
+// form) become a, b, c, … and mark the event as Eagle.
+func (d *Decoder) readTokens(r *reader, ev *Event) error {
+	if r.isNil() {
+		return nil
+	}
+	n, err := r.arrayLen()
+	if err != nil {
+		return err
+	}
+	start := len(d.tokens)
+	d.tokens = slices.Grow(d.tokens, n)
+	// Fast path: a run of the unsigned encodings msgpack writers use for
+	// token ids, read in place with local indexes; anything else (bigram
+	// pairs, signed encodings, errors) leaves it for the careful loop.
+	b, i := r.b, r.i
+	out := d.tokens[start : start+n]
+	k := 0
+	for ; k < n && i+5 <= len(b); k++ {
+		c := b[i]
+		if c <= 0x7f {
+			out[k] = uint32(c)
+			i++
+		} else if c == 0xce {
+			out[k] = binary.BigEndian.Uint32(b[i+1 : i+5])
+			i += 5
+		} else if c == 0xcd {
+			out[k] = uint32(binary.BigEndian.Uint16(b[i+1 : i+3]))
+			i += 3
+		} else if c == 0xcc {
+			out[k] = uint32(b[i+1])
+			i += 2
+		} else {
+			break
+		}
+	}
+	r.i = i
+	d.tokens = d.tokens[:start+k]
+	for ; k < n; k++ {
+		if i := r.i; i < len(b) {
+			switch c := b[i]; {
+			case c <= 0x7f:
+				d.tokens = append(d.tokens, uint32(c))
+				r.i++
+				continue
+			case c == 0xcd && i+3 <= len(b):
+				d.tokens = append(d.tokens, uint32(binary.BigEndian.Uint16(b[i+1:i+3])))
+				r.i += 3
+				continue
+			case c == 0xce && i+5 <= len(b):
+				d.tokens = append(d.tokens, binary.BigEndian.Uint32(b[i+1:i+5]))
+				r.i += 5
+				continue
+			case c == 0xcc && i+2 <= len(b):
+				d.tokens = append(d.tokens, uint32(b[i+1]))
+				r.i += 2
+				continue
+			}
+		}
+		c, err := r.peek()
+		if err != nil {
+			return err
+		}
+		if isArray(c) {
+			m, err := r.arrayLen()
+			if err != nil || m != 2 {
+				return fmt.Errorf("token bigram %d of %d elements: %v", k, m, err)
+			}
+			a, err := tokenValue(r)
+			if err != nil {
+				return err
+			}
+			b, err := tokenValue(r)
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				d.tokens = append(d.tokens, a)
+			}
+			d.tokens = append(d.tokens, b)
+			ev.Eagle = true
+			continue
+		}
+		t, err := tokenValue(r)
+		if err != nil {
+			return err
+		}
+		d.tokens = append(d.tokens, t)
+	}
+	ev.TokenIDs = d.tokens[start:len(d.tokens):len(d.tokens)]
+	return nil
+}
+
+func tokenValue(r *reader) (uint32, error) {
+	v, err := r.int64v()
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 || v > 0xFFFFFFFF {
+		return 0, fmt.Errorf("token id %d out of range", v)
+	}
+	return uint32(v), nil
+}
+
+func readOptInt(r *reader) (int64, bool, error) {
+	if r.isNil() {
+		return 0, false, nil
+	}
+	v, err := r.int64v()
+	return v, err == nil, err
+}
+
+func readOptStr(r *reader) ([]byte, error) {
+	if r.isNil() {
+		return nil, nil
+	}
+	return r.str()
+}
+
+// readLora reads lora_name: a string, nil, or SGLang's {cache_salt: …} map.
+func readLora(r *reader, ev *Event) error {
+	c, err := r.peek()
+	if err != nil {
+		return err
+	}
+	if isMap(c) {
+		return readSaltMap(r, ev)
+	}
+	s, err := readOptStr(r)
+	ev.LoraName = string(s)
+	return err
+}
+
+func readSaltMap(r *reader, ev *Event) error {
+	n, err := r.mapLen()
+	if err != nil {
+		return err
+	}
+	for range n {
+		k, err := r.str()
+		if err != nil {
+			return err
+		}
+		if string(k) == "cache_salt" {
+			s, err := readOptStr(r)
+			if err != nil {
+				return err
+			}
+			ev.CacheSalt = string(s)
+			continue
+		}
+		if err := r.skip(0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func readMedium(r *reader, ev *Event) error {
+	m, err := readOptStr(r)
+	if err != nil {
+		return err
+	}
+	t, ok := tierOf(m)
+	ev.Tier = t
+	if !ok {
+		ev.Skip = true
+	}
+	return nil
+}
+
+// readGroup applies group_idx: only group 0 is indexed.
+func readGroup(r *reader, ev *Event) error {
+	g, ok, err := readOptInt(r)
+	if ok && g != 0 {
+		ev.Skip = true
+	}
+	return err
+}
+
+// readSpecKind applies kv_cache_spec_kind: only full-attention groups are indexed.
+func readSpecKind(r *reader, ev *Event) error {
+	k, err := readOptStr(r)
+	switch string(k) {
+	case "", "full_attention", "mla_attention", "sink_full_attention":
+	default:
+		ev.Skip = true
+	}
+	return err
+}
+
+func readLocality(r *reader, ev *Event) error {
+	l, err := readOptStr(r)
+	switch string(l) {
+	case "", "LOCAL", "local":
+	default:
+		ev.Skip = true
+	}
+	return err
+}
