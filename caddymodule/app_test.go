@@ -145,6 +145,11 @@ func TestAppBuildErrors(t *testing.T) {
 			w(1, "a:1"),
 			{WorkerID: ptr(uint64(2)), Endpoint: "b:1", BlockSize: 32},
 		}}, "worker 2: block_size 32 conflicts with block_size 16 of the other workers of default:default"},
+		// The catalog's bounds, checked before the shared router changes.
+		{App{BlockSize: 16, Limits: Limits{MaxRanksPerWorker: 2}, Workers: []WorkerConfig{
+			{WorkerID: ptr(uint64(3)), Endpoint: "a:1", DataParallelSize: 4},
+		}}, "worker 3: data_parallel_size 4 exceeds the bound of 2 ranks per worker"},
+		{App{BlockSize: 16, MaxWorkers: 1, Workers: []WorkerConfig{w(1, "a:1"), w(2, "b:1")}}, "worker 2: worker catalog is full (1 workers)"},
 	} {
 		_, _, err := tc.app.build()
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -190,63 +191,42 @@ func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
+	// The catalog's own rules, checked before the shared router changes.
+	if err := cfg.CheckWorkers(workers); err != nil {
+		return cfg, nil, err
+	}
 	return cfg, workers, nil
 }
 
-// workerRequests checks the declared workers and returns their upserts. It
-// rejects what the catalog would accept only as an incomplete or
-// conflicting worker, so that a bad config fails before the shared router
-// is changed.
+// workerRequests returns the declared workers' upserts. A worker_id is the
+// only field it requires: selection.Config.CheckWorkers holds the catalog's
+// rules for the rest.
 func (a *App) workerRequests() ([]*selection.WorkerRequest, error) {
 	reqs := make([]*selection.WorkerRequest, 0, len(a.Workers))
-	seen := make(map[uint64]bool, len(a.Workers))
-	blockSizes := make(map[string]uint32) // partition → block size
-	for i, w := range a.Workers {
-		if w.WorkerID == nil {
+	for i := range a.Workers {
+		if a.Workers[i].WorkerID == nil {
 			return nil, fmt.Errorf("workers[%d]: worker_id is required", i)
 		}
-		id := *w.WorkerID
-		if seen[id] {
-			return nil, fmt.Errorf("worker %d: declared more than once", id)
-		}
-		seen[id] = true
-		if w.Endpoint == "" {
-			return nil, fmt.Errorf("worker %d: endpoint is required", id)
-		}
-		bs := w.BlockSize
-		if bs == 0 {
-			bs = a.BlockSize
-		}
-		if bs == 0 {
-			return nil, fmt.Errorf("worker %d: block_size is required (set it on the worker or as the kv_router default)", id)
-		}
-		dpSize := w.DataParallelSize
-		if dpSize == 0 {
-			dpSize = 1
-		}
-		if w.ReplayEndpoint != "" && dpSize > 1 {
-			return nil, fmt.Errorf("worker %d: replay_endpoint is supported only for data_parallel_size 1", id)
-		}
-		part := partitionName(w.ModelName, w.RoutingGroup)
-		if prev, ok := blockSizes[part]; ok && prev != bs {
-			return nil, fmt.Errorf("worker %d: block_size %d conflicts with block_size %d of the other workers of %s", id, bs, prev, part)
-		}
-		blockSizes[part] = bs
-		reqs = append(reqs, w.request(bs, dpSize))
+		reqs = append(reqs, a.Workers[i].request(a.BlockSize))
 	}
 	return reqs, nil
 }
 
 // request is the catalog upsert for the worker, with its block size and
-// data-parallel size resolved.
-func (w *WorkerConfig) request(blockSize, dpSize uint32) *selection.WorkerRequest {
-	id, start := *w.WorkerID, w.DataParallelStartRank
+// data-parallel size resolved. The block size falls back to this config's
+// block_size here rather than in the catalog because the running router
+// keeps the default of the config that created it; with neither set it is
+// left out, and CheckWorkers names it.
+func (w *WorkerConfig) request(defaultBlockSize uint32) *selection.WorkerRequest {
+	id, start, dpSize := *w.WorkerID, w.DataParallelStartRank, max(w.DataParallelSize, 1)
 	req := &selection.WorkerRequest{
 		WorkerID:              &id,
 		Endpoint:              stringPtr(w.Endpoint),
-		BlockSize:             &blockSize,
 		DataParallelStartRank: &start,
 		DataParallelSize:      &dpSize,
+	}
+	if bs := cmp.Or(w.BlockSize, defaultBlockSize); bs > 0 {
+		req.BlockSize = &bs
 	}
 	if w.ModelName != "" {
 		req.ModelName = stringPtr(w.ModelName)
@@ -272,14 +252,3 @@ func (w *WorkerConfig) request(blockSize, dpSize uint32) *selection.WorkerReques
 }
 
 func stringPtr(s string) *string { return &s }
-
-// partitionName names a (model, routing group) with the catalog's defaults.
-func partitionName(model, group string) string {
-	if model == "" {
-		model = "default"
-	}
-	if group == "" {
-		group = "default"
-	}
-	return model + ":" + group
-}
