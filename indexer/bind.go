@@ -15,7 +15,8 @@ import (
 // to (vLLM connects its PUB when its endpoint names a remote host). Each
 // publisher must use its own topic, kv@<worker_id>@<model>; the worker id
 // finds the catalog record that says the partition, the rank and the
-// replay endpoint. Each topic has its own sequence.
+// replay endpoint. Each catalog worker has its own sequence
+// (docs/kv-events.md §1).
 
 // Resolver returns where a bind-mode publisher's events go, from the worker
 // id of its topic; ok is false for a worker the catalog does not know.

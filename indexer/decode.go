@@ -100,6 +100,8 @@ func (d *Decoder) decode(payload []byte) (*Batch, error) {
 	return batch, nil
 }
 
+// optRank reads a batch's dp_rank: -1 when nil, an error when negative
+// (docs/kv-events.md §6).
 func optRank(r *reader) (int64, error) {
 	if r.isNil() {
 		return -1, nil
@@ -136,6 +138,8 @@ func (d *Decoder) readEvents(r *reader) error {
 	return nil
 }
 
+// kindOf maps an event's type name to its kind; SGLang's salted stores
+// are stores.
 func kindOf(tag []byte) (Kind, error) {
 	switch string(tag) {
 	case "BlockStored", "BlockStoredWithMetadata":

@@ -1,6 +1,20 @@
-// Package indexer will hold the event-fed KV index: a prefix index keyed by
-// our own block hashes, fed by the vLLM/SGLang KV events each worker
-// publishes over ZMQ, with sequence tracking and replay. It implements
-// selection.Indexer. Until it lands, routers run with use_kv_events off and
-// use selection.ApproxIndex, which learns from bookings instead of events.
+// Package indexer is the KV-event side of the gateway: it follows the KV
+// events each worker rank publishes over ZMQ (vLLM's and SGLang's format,
+// docs/kv-events.md), with sequence tracking and replay of gaps, and keeps
+// the precise prefix index they feed, which implements selection.Indexer.
+//
+// The parts, by file:
+//   - manager.go: Manager keeps one listener per worker rank in step with
+//     the catalog (it is the router's catalog hook); bind.go is the
+//     alternative, one bound socket that every publisher dials.
+//   - listener.go: framing, sequence tracking and replay of one publisher.
+//   - decode.go, fields.go, msgpack.go: the payload decoder; event.go the
+//     decoded events; encode.go an encoder for simulated publishers.
+//   - index.go, tree.go, store.go, lookup.go, evict.go, memory.go, dump.go:
+//     the index, its stores and removals, its lookups, its bound and dumps.
+//   - stats.go, figures.go: the counters, Manager.Snapshot, and Figures,
+//     the one table that the admin route and the metrics render.
+//
+// Routers that run with use_kv_events off use selection.ApproxIndex
+// instead, which learns from bookings rather than events.
 package indexer

@@ -7,7 +7,7 @@ import (
 
 // An encoder for KV-event payloads in vLLM's wire format, for publishers
 // that speak it (the simulated workers, tests). It writes the compact
-// msgpack forms msgspec writes.
+// msgpack forms msgspec writes (docs/kv-events.md §4).
 
 // Encoding selects the event encoding of a payload.
 type Encoding uint8

@@ -24,8 +24,8 @@ const (
 	External
 )
 
-// tierOf maps a medium to a tier; ok is false for a medium we do not know
-// (such events are dropped rather than guessed at).
+// tierOf maps a medium to a tier (docs/kv-events.md §5); ok is false for
+// a medium we do not know (such events are dropped rather than guessed at).
 func tierOf(medium []byte) (Tier, bool) {
 	switch string(medium) {
 	case "", "GPU", "DEVICE", "gpu", "device":

@@ -39,7 +39,7 @@ func (d *Decoder) readParent(r *reader, ev *Event) (err error) {
 }
 
 // readTokens reads token ids; bigram pairs [[a,b],[b,c],…] (vLLM's Eagle
-// form) become a, b, c, … and mark the event as Eagle.
+// form, docs/kv-events.md §7) become a, b, c, … and mark the event as Eagle.
 func (d *Decoder) readTokens(r *reader, ev *Event) error {
 	if r.isNil() {
 		return nil
@@ -157,7 +157,8 @@ func readOptStr(r *reader) ([]byte, error) {
 	return r.str()
 }
 
-// readLora reads lora_name: a string, nil, or SGLang's {cache_salt: …} map.
+// readLora reads lora_name: a string, nil, or SGLang's {cache_salt: …} map
+// (docs/kv-events.md §7).
 func readLora(r *reader, ev *Event) error {
 	c, err := r.peek()
 	if err != nil {
@@ -171,6 +172,7 @@ func readLora(r *reader, ev *Event) error {
 	return err
 }
 
+// readSaltMap reads a {cache_salt: …} map, ignoring its other keys.
 func readSaltMap(r *reader, ev *Event) error {
 	n, err := r.mapLen()
 	if err != nil {
@@ -196,6 +198,8 @@ func readSaltMap(r *reader, ev *Event) error {
 	return nil
 }
 
+// readMedium reads medium into the event's tier; an unknown medium marks
+// the event to skip (docs/kv-events.md §5).
 func readMedium(r *reader, ev *Event) error {
 	m, err := readOptStr(r)
 	if err != nil {
@@ -229,6 +233,7 @@ func readSpecKind(r *reader, ev *Event) error {
 	return err
 }
 
+// readLocality applies locality: only local blocks are indexed.
 func readLocality(r *reader, ev *Event) error {
 	l, err := readOptStr(r)
 	switch string(l) {

@@ -16,7 +16,7 @@ import (
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
-// The ZMQ side (spec kv-events.md §1.3–1.4): a SUB per publisher, 3-frame
+// The ZMQ side (docs/kv-events.md §2–3): a SUB per publisher, 3-frame
 // messages [topic, seq (8 bytes, big-endian), payload], sequence tracking,
 // and replay of gaps over a DEALER dialed for that gap only.
 
@@ -104,7 +104,7 @@ type stream struct {
 	written []selection.Rank
 }
 
-// cursor is the sequence state of one publisher (spec §6.4).
+// cursor is the sequence state of one publisher (docs/kv-events.md §3).
 type cursor struct {
 	started  bool
 	last     uint64 // last sequence applied
@@ -172,12 +172,12 @@ func waitFor(sub *zmq.Socket, log *zap.Logger) *readWait {
 	return w
 }
 
-// setupSub configures a SUB; maxBytes follows ListenerConfig's
-// MaxMessageBytes convention.
 // subQueue is how many received messages a SUB queues per publisher
 // before it stops reading; see setupSub.
 const subQueue = 64
 
+// setupSub configures a SUB; maxBytes follows ListenerConfig's
+// MaxMessageBytes convention.
 func setupSub(s *zmq.Socket, maxBytes int64) error {
 	for _, err := range []error{
 		s.SetLinger(0),
@@ -286,7 +286,7 @@ func liveFrames(f [][]byte) (uint64, []byte, bool) {
 }
 
 // deliver applies one live message in sequence order, replaying what is
-// missing first.
+// missing first; docs/kv-events.md §3 tabulates its cases.
 func (l *stream) deliver(seq uint64, payload []byte) {
 	cur, dec := &l.cur, &l.dec
 	switch {
@@ -420,7 +420,7 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 }
 
 // replayFrames accepts [“”, seq8, payload] and vLLM ≥ 0.26's
-// [“”, topic, seq8, payload].
+// [“”, topic, seq8, payload] (docs/kv-events.md §2).
 func replayFrames(f [][]byte) (uint64, []byte, bool) {
 	if len(f) > 0 && len(f[0]) == 0 {
 		f = f[1:]

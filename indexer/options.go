@@ -1,6 +1,7 @@
 package indexer
 
-// The limits a Manager puts on what publishers send it.
+// The limits a Manager puts on what publishers send it (docs/kv-events.md
+// §9 lists them all).
 
 // DefaultMaxMessageBytes bounds one ZMQ message a listener accepts: libzmq
 // refuses a larger frame from its size header, before allocating it, and
