@@ -36,12 +36,18 @@ func h2cProxyCaddyfile(workers string) string {
 	return withUpstreamTransport(cfg, "versions h2c", "max_conns_per_host 64", "keepalive 500ms")
 }
 
+// shortCancelRequests is how many requests TestCancelsAtScale holds in
+// flight under -short.
+const shortCancelRequests = 1000
+
 // TestCancelsAtScale holds cancelRequests requests in flight through the
 // kv_router handler at once, each with its reservation, then has a third
 // of the clients cancel before any response, a third cancel mid-stream and
 // a third read their stream to the end. Every reservation must be freed,
 // no load left on any worker, and goroutines and descriptors back to their
 // count before.
+//
+// Under -short it holds at most shortCancelRequests.
 //
 // All connections are cleartext HTTP/2 (client → Caddy → workers), so
 // 10,000 concurrent requests take about 40 connections on each hop (250
@@ -131,6 +137,11 @@ func TestCancelsAtScale(t *testing.T) {
 	base := settledCounts(t)
 
 	n := cancelRequests
+	if testing.Short() {
+		// A quick run keeps every assertion at a tenth of the size (the
+		// race run's size); make test runs the full size.
+		n = min(n, shortCancelRequests)
+	}
 	t0 := time.Now()
 	cancels := make([]context.CancelFunc, n)
 	var started, ended sync.WaitGroup // started: a response's first chunk is read, or it is held before any

@@ -11,16 +11,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2/caddytest"
 )
 
 // The integration tests share one Caddy that runs inside the test binary,
 // so they must not run in parallel. Its admin, HTTP and HTTPS ports are
 // loopback ports the OS picks once per test process, so two runs on one
-// machine (two engineers, a CI shard and a developer) do not collide, and
-// do not find each other's Caddy: caddytest reuses any admin endpoint that
-// already answers on its port.
+// machine (two engineers, a CI shard and a developer) neither collide nor
+// load their configs into each other's Caddy. testcaddy_test.go starts it.
 var testAdminPort, testHTTPPort, testHTTPSPort = freeLoopbackPorts()
 
 // freeLoopbackPorts asks the OS for three distinct free ports on
@@ -101,18 +98,8 @@ var blankCaddyfile = fmt.Sprintf(`{
 }
 `, testGlobals, testHTTPPort)
 
-func newTester(t *testing.T) *caddytest.Tester {
-	t.Helper()
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: testAdminPort})
-	tester.InitServer(blankCaddyfile, "caddyfile")
-	if refs, ok := routers.References(routerKey); ok {
-		t.Fatalf("router still pooled with %d references after loading a config without kv_router", refs)
-	}
-	return tester
-}
-
 // call sends one request and returns the status and body.
-func call(t *testing.T, tester *caddytest.Tester, method, path, contentType, body string) (int, []byte) {
+func call(t *testing.T, tester *testCaddy, method, path, contentType, body string) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -139,7 +126,7 @@ func call(t *testing.T, tester *caddytest.Tester, method, path, contentType, bod
 
 // callJSON sends a request and decodes the JSON answer into out, failing
 // unless the status is want.
-func callJSON(t *testing.T, tester *caddytest.Tester, method, path, body string, want int, out any) {
+func callJSON(t *testing.T, tester *testCaddy, method, path, body string, want int, out any) {
 	t.Helper()
 	ct := ""
 	if body != "" {
@@ -156,7 +143,7 @@ func callJSON(t *testing.T, tester *caddytest.Tester, method, path, body string,
 	}
 }
 
-func workerIDs(t *testing.T, tester *caddytest.Tester) []uint64 {
+func workerIDs(t *testing.T, tester *testCaddy) []uint64 {
 	t.Helper()
 	var workers []struct {
 		WorkerID  uint64 `json:"worker_id"`
@@ -173,7 +160,7 @@ func workerIDs(t *testing.T, tester *caddytest.Tester) []uint64 {
 	return ids
 }
 
-func activeRequests(t *testing.T, tester *caddytest.Tester) uint64 {
+func activeRequests(t *testing.T, tester *testCaddy) uint64 {
 	t.Helper()
 	var loads []struct {
 		Loads []struct {
@@ -193,7 +180,7 @@ func activeRequests(t *testing.T, tester *caddytest.Tester) uint64 {
 const worker2JSON = `{"worker_id": 2, "model_name": "m", "endpoint": "127.0.0.1:9002", "block_size": 4}`
 
 // reserve books a selection for an 8-token prompt and returns its id.
-func reserve(t *testing.T, tester *caddytest.Tester) string {
+func reserve(t *testing.T, tester *testCaddy) string {
 	t.Helper()
 	var sel struct {
 		SelectionID string `json:"selection_id"`

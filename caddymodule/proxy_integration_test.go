@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
-
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -53,7 +51,7 @@ func workerBlock(w *testWorker) string {
 }
 
 // post sends a completion request and returns the response, read whole.
-func post(t *testing.T, tester *caddytest.Tester, path, body string) (*http.Response, string) {
+func post(t *testing.T, tester *testCaddy, path, body string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, apiBase+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

@@ -16,8 +16,12 @@ import (
 )
 
 // soakReloads is how many forced reloads TestSoakReloadsUnderTraffic
-// makes, one every 200–300 ms.
-const soakReloads = 40
+// makes, one every 200–250 ms; shortSoakReloads under -short (make test
+// runs the full soak).
+const (
+	soakReloads      = 40
+	shortSoakReloads = 8
+)
 
 // TestSoakReloadsUnderTraffic reloads the gateway every few hundred ms
 // while four clients send completions (half of them streamed) without a
@@ -26,6 +30,10 @@ const soakReloads = 40
 // socket and the index are as before, no reservation or load is left, and
 // goroutines and descriptors come back to their count before the soak.
 func TestSoakReloadsUnderTraffic(t *testing.T) {
+	reloads := soakReloads
+	if testing.Short() {
+		reloads = shortSoakReloads
+	}
 	tester := newTester(t)
 	w1, w2 := newTestWorker(t, 1), newTestWorker(t, 2)
 	// Old configs' reverse_proxy transports are not closed by a reload:
@@ -132,7 +140,7 @@ func TestSoakReloadsUnderTraffic(t *testing.T) {
 	go func() { run(stop, 1<<30); close(traffic) }()
 	var peak processCounts
 	next := time.Now()
-	for range soakReloads {
+	for range reloads {
 		// One reload starts every 200–250 ms, however long each takes.
 		next = next.Add(time.Duration(200+rand.IntN(50)) * time.Millisecond)
 		time.Sleep(time.Until(next))
@@ -147,8 +155,8 @@ func TestSoakReloadsUnderTraffic(t *testing.T) {
 	failed.report(t)
 	reqs, ok := sent.Load()-sentBefore, answered.Load()-answeredBefore
 	served := w1.served.Load() + w2.served.Load() - servedBefore
-	if reloads := state.gen() - gen; reloads != soakReloads {
-		t.Errorf("%d reloads happened, want %d", reloads, soakReloads)
+	if got := state.gen() - gen; got != reloads {
+		t.Errorf("%d reloads happened, want %d", got, reloads)
 	}
 	if ok != reqs || served != reqs {
 		t.Errorf("%d requests sent, %d answered in full, %d served by the workers: want all equal", reqs, ok, served)
