@@ -31,26 +31,13 @@ func checkSession(id string) error {
 }
 
 func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectResponse, error) {
-	key := req.Partition.Key()
-	s, err := r.cfg.scoring(req.RouterConfigOverride)
-	if err != nil {
-		return nil, err
-	}
 	session := req.Placement.session()
-	if err := checkSession(session); err != nil {
-		return nil, err
-	}
-	p, err := r.schedulablePartition(key)
+	q, err := r.prepare(&req.Partition, req.RouterConfigOverride, &req.Prompt, session)
 	if err != nil {
 		return nil, err
 	}
-	w := getWork()
-	defer putWork(w)
-	np, err := r.normalize(&req.Prompt, p, &s, w, true)
-	if err != nil {
-		return nil, err
-	}
-	r.findMatches(key, w)
+	defer putWork(q.w)
+	key, p, s, w, np := q.key, q.p, &q.s, q.w, q.np
 	id := req.SelectionID
 	if book {
 		if id == "" {
@@ -61,7 +48,7 @@ func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectR
 		}
 	}
 	p.mu.Lock()
-	sel, err := r.choose(p, w, &s, np, choice{placement: &req.Placement, session: session, explain: explain, book: book})
+	sel, err := r.choose(p, w, s, np, choice{placement: &req.Placement, session: session, explain: explain, book: book})
 	if err != nil {
 		p.mu.Unlock()
 		if book {
@@ -288,26 +275,15 @@ func (r *Router) Loads(model, group string) []ModelLoadResponse {
 // scoreRequest runs the shared part of PotentialLoads and OverlapScores and
 // calls fn with the partition locked and w filled.
 func (r *Router) scoreRequest(req *ScoreRequest, fn func(p *partition, w *work, s *scoring, np normPrompt)) error {
-	key := req.Partition.Key()
-	s, err := r.cfg.scoring(req.RouterConfigOverride)
+	q, err := r.prepare(&req.Partition, req.RouterConfigOverride, &req.Prompt, "")
 	if err != nil {
 		return err
 	}
-	p, err := r.schedulablePartition(key)
-	if err != nil {
-		return err
-	}
-	w := getWork()
-	defer putWork(w)
-	np, err := r.normalize(&req.Prompt, p, &s, w, true)
-	if err != nil {
-		return err
-	}
-	r.findMatches(key, w)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.scoreInputs(w)
-	fn(p, w, &s, np)
+	defer putWork(q.w)
+	q.p.mu.Lock()
+	defer q.p.mu.Unlock()
+	q.p.scoreInputs(q.w)
+	fn(q.p, q.w, &q.s, q.np)
 	return nil
 }
 
