@@ -146,7 +146,7 @@ func (x *Index) evictOver() {
 		}
 		t.mu.Lock()
 		popped := t.evict(x)
-		t.tidy(x)
+		t.tidy()
 		t.mu.Unlock()
 		if popped == 0 {
 			return // another evictor emptied the queue first

@@ -106,7 +106,7 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 	}
 	t.mu.Lock()
 	err := t.apply(x, r, ev)
-	t.tidy(x)
+	t.tidy()
 	t.mu.Unlock()
 	x.evictOver()
 	x.releaseMemory()

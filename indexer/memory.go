@@ -68,7 +68,7 @@ const (
 // tree keeps stays within about four times what it holds.
 // It runs under the tree's write lock; its cost is paid for by the
 // removals that made it necessary.
-func (t *tree) tidy(x *Index) {
+func (t *tree) tidy() {
 	t.compactQueue()
 	switch n := len(t.nodes); {
 	case n == 0 && (t.nodesPeak > 0 || t.slab != nil || t.spare != nil):

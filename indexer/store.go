@@ -210,7 +210,7 @@ func (x *Index) RemoveRank(p selection.PartitionKey, r selection.Rank) {
 	if t := x.tree(p); t != nil {
 		t.mu.Lock()
 		t.clearRank(x, r)
-		t.tidy(x)
+		t.tidy()
 		t.mu.Unlock()
 		x.releaseMemory()
 	}
@@ -228,7 +228,7 @@ func (x *Index) RemoveWorker(p selection.PartitionKey, workerID uint64) {
 			t.clearRank(x, r)
 		}
 	}
-	t.tidy(x)
+	t.tidy()
 	t.mu.Unlock()
 	x.releaseMemory()
 }

@@ -30,7 +30,7 @@ type tree struct {
 	// map since they were last rebuilt: Go maps never shrink.
 	nodesPeak int
 	rankPeaks []int    // by rank id
-	shrink    []uint32 // ranks whose map fell to half its peak
+	shrink    []uint32 // ranks whose map fell to a quarter of its peak (noteShrink)
 }
 
 func (t *tree) rankID(r selection.Rank) uint32 {
