@@ -1,9 +1,6 @@
 package selection
 
-import (
-	"slices"
-	"sort"
-)
+import "slices"
 
 // Select picks a rank without booking load (spec §1.4.1). With a
 // selection_id the pick is cached so CreateReservation can book it by id.
@@ -241,86 +238,4 @@ func (r *Router) explicitReservation(req *ReservationRequest, session string) (*
 	}
 	return &ReservationResponse{SelectionID: id, ModelName: key.Model, RoutingGroup: key.Group,
 		WorkerID: rank.WorkerID, DPRank: rank.DPRank, Endpoint: endpoint}, nil
-}
-
-// Loads reports every rank's current load, per partition, sorted by
-// (model, group); empty filters match everything.
-func (r *Router) Loads(model, group string) []ModelLoadResponse {
-	r.mu.RLock()
-	parts := make([]*partition, 0, len(r.parts))
-	for k, p := range r.parts {
-		if (model == "" || k.Model == model) && (group == "" || k.Group == group) {
-			parts = append(parts, p)
-		}
-	}
-	r.mu.RUnlock()
-	sort.Slice(parts, func(i, j int) bool {
-		a, b := parts[i].key, parts[j].key
-		return a.Model < b.Model || a.Model == b.Model && a.Group < b.Group
-	})
-	out := make([]ModelLoadResponse, 0, len(parts))
-	for _, p := range parts {
-		p.mu.Lock()
-		loads := make([]PotentialLoad, len(p.ranks))
-		for i, rs := range p.ranks {
-			loads[i] = PotentialLoad{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank,
-				PotentialPrefillTokens: rs.prefillTokens, PotentialDecodeBlocks: rs.decodeBlocks(), ActiveRequests: rs.requests}
-		}
-		p.mu.Unlock()
-		out = append(out, ModelLoadResponse{ModelName: p.key.Model, RoutingGroup: p.key.Group, Loads: loads})
-	}
-	return out
-}
-
-// scoreRequest runs the shared part of PotentialLoads and OverlapScores and
-// calls fn with the partition locked and w filled.
-func (r *Router) scoreRequest(req *ScoreRequest, fn func(p *partition, w *work, s *scoring, np normPrompt)) error {
-	q, err := r.prepare(&req.Partition, req.RouterConfigOverride, &req.Prompt, "")
-	if err != nil {
-		return err
-	}
-	defer putWork(q.w)
-	q.p.mu.Lock()
-	defer q.p.mu.Unlock()
-	q.p.scoreInputs(q.w)
-	fn(q.p, q.w, &q.s, q.np)
-	return nil
-}
-
-// PotentialLoads reports the load every rank would have with this prompt
-// added (spec §1.4.7).
-func (r *Router) PotentialLoads(req *ScoreRequest) ([]PotentialLoad, error) {
-	var out []PotentialLoad
-	err := r.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
-		out = make([]PotentialLoad, len(p.ranks))
-		for i, rs := range p.ranks {
-			prefill := rs.prefillTokens
-			if s.trackPrefill {
-				prefill += effectivePrefill(np.isl, s.cachedTokens(w.tiers[i], p.blockSize))
-			}
-			out[i] = PotentialLoad{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank,
-				PotentialPrefillTokens: prefill,
-				PotentialDecodeBlocks:  rs.decodeBlocks() + uint64(len(w.tracking)) - uint64(w.hits[i]),
-				ActiveRequests:         rs.requests}
-		}
-	})
-	return out, err
-}
-
-// OverlapScores reports every schedulable rank's tiered overlap and credit
-// (spec §1.4.8).
-func (r *Router) OverlapScores(req *ScoreRequest) (*OverlapScoresResponse, error) {
-	var out *OverlapScoresResponse
-	err := r.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
-		out = &OverlapScoresResponse{BlockSize: p.blockSize, NumBlocks: uint64(len(w.blocks)),
-			Workers: make([]OverlapScore, len(p.ranks)), SharedCache: SharedCache{Ranges: [][2]uint64{}}}
-		for i, rs := range p.ranks {
-			t := w.tiers[i]
-			out.Workers[i] = OverlapScore{WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank,
-				DeviceBlocks: t.Device, HostPinnedBlocks: t.Device + t.Host, DiskBlocks: t.Device + t.Host + t.Disk,
-				HostPinnedExtensionBlocks: t.Host, DiskExtensionBlocks: t.Disk,
-				RouterCreditBlocks: s.overlapCredit(&costInput{tiers: t}, 1)}
-		}
-	})
-	return out, err
 }
