@@ -288,3 +288,14 @@ func (a *ApproxIndex) DumpLimit(p PartitionKey, limit int) (events []RouterEvent
 	}
 	return events, false
 }
+
+// Interface guards. Apart from Indexer, the router finds these by type
+// assertion, so a changed signature would silently turn a path off
+// (learning from bookings, chained lookups, the bounded dump).
+var (
+	_ Indexer         = (*ApproxIndex)(nil)
+	_ BookingRecorder = (*ApproxIndex)(nil)
+	_ ChainIndexer    = (*ApproxIndex)(nil)
+	_ ChainRecorder   = (*ApproxIndex)(nil)
+	_ DumpLimiter     = (*ApproxIndex)(nil)
+)

@@ -76,7 +76,7 @@ func StatusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// ErrNotReady is returned when a partition has no schedulable rank.
+// errNoSchedulable is the 503 for a partition with no schedulable rank.
 func errNoSchedulable(model, group string) *Error {
 	return errorf(KindNotReady, "no schedulable workers for %s:%s", model, group)
 }

@@ -56,8 +56,9 @@ func putWork(w *work) {
 	workPool.Put(w)
 }
 
-// prompt is a normalised prompt: block hashes for the index, tracking
-// hashes for load accounting, input length.
+// normPrompt is what normalize learns of a prompt besides the hashes it
+// writes to the work buffers (w.blocks for the index, w.tracking for load
+// accounting): whether there are block hashes, and the input length.
 type normPrompt struct {
 	hasBlocks bool // false for an explicit booking with sequence hashes only
 	isl       uint64
@@ -118,7 +119,7 @@ func appendRandom(dst []uint64, n int) []uint64 {
 	return dst
 }
 
-// scoreRanks fills w.tiers and w.hits for every rank of p. It must run
+// scoreInputs fills w.tiers and w.hits for every rank of p. It must run
 // with p.mu held; the matches were read from the index before.
 func (p *partition) scoreInputs(w *work) {
 	n := len(p.ranks)
@@ -155,7 +156,8 @@ type selection struct {
 	tracking []uint64
 }
 
-// placement inputs for choose.
+// choice is what choose needs to know of the request besides its prompt:
+// where it may go, and whether the pick is explained and booked.
 type choice struct {
 	placement *Placement
 	session   string // bound session target lookup key (already resolved)
