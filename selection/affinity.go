@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Session affinity (spec §3.7): a session is bound to the rank its first
+// Session affinity (docs/selection-api.md, "Placement"): a session is bound to the rank its first
 // booked request went to. Each live booking of the session holds a lease;
 // the binding expires TTL after its last lease is released.
 

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Config holds the scheduler knobs of spec §7.1 and the service limits of
-// §7.2. Start from DefaultConfig: its zero value is not Dynamo's defaults.
+// Config holds Dynamo's scheduler knobs and service limits, and our bounds
+// (docs/selection-api.md, "How a rank is chosen" and "Bounds"). Start from
+// DefaultConfig: its zero value is not Dynamo's defaults.
 type Config struct {
 	// OverlapScoreCredit is the credit per device-cached block (≥ 0).
 	OverlapScoreCredit float64
@@ -121,7 +122,7 @@ type Config struct {
 	Rand func() float64
 }
 
-// DefaultConfig returns Dynamo's defaults (spec §7.1, §7.2), plus bounds
+// DefaultConfig returns Dynamo's defaults, plus bounds
 // Dynamo does not have.
 func DefaultConfig() Config {
 	return Config{

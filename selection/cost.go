@@ -4,7 +4,8 @@ import (
 	"math"
 )
 
-// The cost function and picker of spec §3.4–3.6. Lower cost is better.
+// The cost function and picker, Dynamo's (docs/selection-api.md, "How a
+// rank is chosen"). Lower cost is better.
 
 // costInput is everything the cost of one rank depends on.
 type costInput struct {
@@ -45,8 +46,7 @@ func (s *scoring) rawPrefillTokens(in *costInput, isl, cached uint64) uint64 {
 	return in.activePrefill + effectivePrefill(isl, cached) + cached
 }
 
-// cost computes one rank's logit (spec §3.5, normal case) times its taint
-// multiplier.
+// cost computes one rank's logit times its taint multiplier.
 func (s *scoring) cost(in *costInput, isl uint64, bs uint32, minActivePrefill uint64) float64 {
 	cached := s.cachedTokens(in.tiers, bs)
 	rawBlocks := float64(s.rawPrefillTokens(in, isl, cached)) / float64(bs)

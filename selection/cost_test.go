@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// TestCostVectors mirrors Dynamo's selector logit tests (spec §3.5).
+// TestCostVectors mirrors Dynamo's selector logit tests (docs/selection-api.md,
+// "How a rank is chosen").
 func TestCostVectors(t *testing.T) {
 	// isl 64, bs 16, 96 cached tokens (6 device blocks), active prefill 16,
 	// decode 2 active + 3 new, S = 2, C = 1.

@@ -8,7 +8,7 @@ import (
 	json "github.com/goccy/go-json"
 )
 
-// GET /dump (spec §1.4.9) returns every partition's index as replayable
+// GET /dump (docs/selection-api.md, "GET /dump") returns every partition's index as replayable
 // events. An index can hold millions of blocks, so the dump is capped
 // (Config.MaxDumpEvents, over all partitions) and streamed: partitions are
 // written one at a time, event by event, and at most the capped events are
@@ -34,7 +34,7 @@ type DumpPartition struct {
 }
 
 // Dump returns every partition's index as replayable events, keyed
-// "model:group" (spec §1.4.9), at most MaxDumpEvents of them in all.
+// "model:group", at most MaxDumpEvents of them in all.
 // WriteDump streams the same without holding every partition at once.
 func (r *Router) Dump() map[string]DumpPartition {
 	out := map[string]DumpPartition{}

@@ -10,7 +10,8 @@ import (
 // HTTP layer and embedded callers map it to the same status.
 type Kind int
 
-// The error kinds, each with the HTTP status it maps to (spec §1.5).
+// The error kinds, each with the HTTP status it maps to (docs/selection-api.md,
+// "Errors").
 const (
 	KindInternal         Kind = iota // 500
 	KindBadRequest                   // 400

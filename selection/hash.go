@@ -8,6 +8,9 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
+// Dynamo's public block hashing, so that our hashes equal those of
+// Dynamo-style clients and of the engines' KV events (docs/hashing.md).
+
 // HashSeed is the base XXH3 seed of Dynamo's public block hash scheme
 // ("public-xxh3-v1"). Using the same seed makes our block hashes equal to
 // the ones Dynamo-style clients send in block_hashes.
@@ -15,7 +18,8 @@ const HashSeed uint64 = 1337
 
 // SaltedSeed folds a LoRA adapter name and a cache salt into the base seed,
 // as Dynamo's compute_salt_hash does: each non-empty string adds (wrapping)
-// its own XXH3 hash, the LoRA name with seed 0 and the salt with seed 1.
+// its own XXH3 hash, the LoRA name with seed 0 and the salt with seed 1
+// (docs/hashing.md, "Seeds").
 func SaltedSeed(loraName, cacheSalt string) uint64 {
 	seed := HashSeed
 	if loraName != "" {
@@ -69,7 +73,8 @@ type MMObject struct {
 type HashOptions struct {
 	// Seed is the salted seed (SaltedSeed); zero means the unsalted HashSeed.
 	Seed uint64
-	// Eagle hashes each block over block_size+1 tokens (spec §5.2).
+	// Eagle hashes each block over block_size+1 tokens (docs/hashing.md,
+	// "Eagle windows").
 	Eagle bool
 	// MM holds per-block multimodal info; entry i applies to block i.
 	MM []*BlockMMInfo
@@ -131,7 +136,7 @@ func AppendBlockHashes(dst []uint64, tokens []uint32, blockSize int, opt HashOpt
 
 // NextSequenceHash chains a block hash onto the previous sequence hash:
 // XXH3-64 (seed 1337) of the previous hash then the block hash, both as
-// little-endian u64.
+// little-endian u64 (docs/hashing.md, "Sequence hashes").
 func NextSequenceHash(prev, block uint64) uint64 {
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:8], prev)

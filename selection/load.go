@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Load accounting (spec §3.3, §3.9): what bookings add to each rank. All of
+// Load accounting (docs/selection-api.md, "How a rank is chosen" and
+// "Reservations"): what bookings add to each rank. All of
 // it is guarded by the owning partition's mutex.
 //
 // Active prompt blocks live in a compressed prefix trie, as in Dynamo: a

@@ -1,7 +1,7 @@
 package selection
 
 // Tiers is a rank's prefix match for one prompt, in blocks, each block
-// counted once in its highest tier (spec §3.2): Device is the GPU prefix
+// counted once in its highest tier (docs/selection-api.md, "How a rank is chosen"): Device is the GPU prefix
 // depth, Host the host-pinned continuation beyond it, Disk the disk or
 // external continuation beyond that.
 type Tiers struct {
@@ -57,7 +57,8 @@ type ChainRecorder interface {
 	RecordBookingChain(p PartitionKey, r Rank, blocks, chain []uint64)
 }
 
-// RouterEvent is Dynamo's KV event as /dump serializes it (spec §1.4.9).
+// RouterEvent is Dynamo's KV event as /dump serializes it
+// (docs/selection-api.md, "GET /dump").
 type RouterEvent struct {
 	WorkerID    uint64  `json:"worker_id"`
 	StorageTier string  `json:"storage_tier"`

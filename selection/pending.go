@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The pending-selection cache (spec §1.6): /select with a selection_id
+// The pending-selection cache (docs/selection-api.md, "Selecting"): /select with a selection_id
 // remembers its pick so POST /reservations can book it later by id alone.
 
 type pendingKey struct {

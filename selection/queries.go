@@ -51,7 +51,7 @@ func (r *Router) scoreRequest(req *ScoreRequest, fn func(p *partition, w *work, 
 }
 
 // PotentialLoads reports the load every rank would have with this prompt
-// added (spec §1.4.7).
+// added (docs/selection-api.md, "Loads and scores").
 func (r *Router) PotentialLoads(req *ScoreRequest) ([]PotentialLoad, error) {
 	var out []PotentialLoad
 	err := r.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
@@ -71,7 +71,7 @@ func (r *Router) PotentialLoads(req *ScoreRequest) ([]PotentialLoad, error) {
 }
 
 // OverlapScores reports every schedulable rank's tiered overlap and credit
-// (spec §1.4.8).
+// (docs/selection-api.md, "Loads and scores").
 func (r *Router) OverlapScores(req *ScoreRequest) (*OverlapScoresResponse, error) {
 	var out *OverlapScoresResponse
 	err := r.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {

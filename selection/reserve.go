@@ -2,14 +2,15 @@ package selection
 
 import "slices"
 
-// Select picks a rank without booking load (spec §1.4.1). With a
+// Select picks a rank without booking load (docs/selection-api.md,
+// "Selecting"). With a
 // selection_id the pick is cached so CreateReservation can book it by id.
 func (r *Router) Select(req *SelectRequest) (*SelectResponse, error) {
 	return r.selectRequest(req, false, false)
 }
 
 // SelectAndReserve picks a rank and books the request on it atomically
-// (spec §1.4.2). The booking is keyed by selection_id, a UUIDv4 if absent.
+// (docs/selection-api.md, "Selecting"). The booking is keyed by selection_id, a UUIDv4 if absent.
 func (r *Router) SelectAndReserve(req *SelectRequest) (*SelectResponse, error) {
 	return r.selectRequest(req, true, false)
 }
@@ -113,7 +114,8 @@ func (r *Router) bookLocked(p *partition, rs *rankState, id, session, client str
 	return b, nil
 }
 
-// CreateReservation books a request (spec §1.4.3): from the pending cache
+// CreateReservation books a request (docs/selection-api.md,
+// "Reservations"): from the pending cache
 // when only selection_id is given, or explicitly on worker_id/dp_rank.
 func (r *Router) CreateReservation(req *ReservationRequest) (*ReservationResponse, error) {
 	if req.SelectionID == nil {

@@ -73,7 +73,7 @@ func book(t *testing.T, r *Router, id string, w uint64, dp uint32, seq []uint64,
 }
 
 // TestSlotTrackerVectors mirrors Dynamo's standalone slot tracker test
-// (spec §1.4.7): decode blocks are deduplicated by sequence hash per rank.
+// (docs/selection-api.md, "Loads and scores"): decode blocks are deduplicated by sequence hash per rank.
 func TestSlotTrackerVectors(t *testing.T) {
 	r := newTestRouter(t, nil)
 	addWorker(t, r, 7, func(w *WorkerRequest) { w.DataParallelSize = ptr(uint32(2)) })

@@ -7,7 +7,7 @@ import (
 	"sync"
 )
 
-// The selection pipeline (spec §3.1): normalise the prompt, filter
+// The selection pipeline (docs/selection-api.md, "How a rank is chosen"): normalise the prompt, filter
 // candidates, read overlaps, score, pick, and optionally book.
 
 // work is the per-call scratch space, pooled so a selection allocates
@@ -64,7 +64,8 @@ type normPrompt struct {
 	isl       uint64
 }
 
-// normalize fills w.blocks and w.tracking from pr (spec §1.3.1). needBlocks
+// normalize fills w.blocks and w.tracking from pr (docs/selection-api.md, "The
+// prompt"; docs/hashing.md). needBlocks
 // is false only for explicit bookings, which do not look up the index.
 func (r *Router) normalize(pr *Prompt, p *partition, s *scoring, w *work, needBlocks bool) (normPrompt, error) {
 	tokens := pr.TokenIDs

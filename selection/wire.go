@@ -1,6 +1,6 @@
 package selection
 
-// Wire types of the selection API (spec §1.3–1.4). Every prompt-carrying
+// Wire types of the selection API (docs/selection-api.md). Every prompt-carrying
 // request embeds Prompt, so its fields sit at the top level of the JSON body.
 // Pointers mark fields whose absence means something different from zero.
 
@@ -41,7 +41,8 @@ type MMRoutingInfo struct {
 	BlockMMInfos []*BlockMMInfo `json:"block_mm_infos,omitempty"`
 }
 
-// RouterConfigOverride overrides scheduler knobs for one request (spec §1.3.2).
+// RouterConfigOverride overrides scheduler knobs for one request
+// (docs/selection-api.md, "The prompt").
 type RouterConfigOverride struct {
 	OverlapScoreCredit    *float64 `json:"overlap_score_credit,omitempty"`
 	PrefillLoadScale      *float64 `json:"prefill_load_scale,omitempty"`
@@ -169,7 +170,8 @@ type OutputBlockRequest struct {
 	DecayFraction *float64 `json:"decay_fraction,omitempty"`
 }
 
-// Overlap summarises the cache hit of a selection, in tokens (spec §1.4.1a).
+// Overlap summarises the cache hit of a selection, in tokens
+// (docs/selection-api.md, "Selecting").
 type Overlap struct {
 	LongestMatched uint64            `json:"longest_matched"`
 	GPU            uint64            `json:"gpu"`
