@@ -109,6 +109,8 @@ func (Admin) workers(w http.ResponseWriter, r *http.Request) error {
 	return writeAdminJSON(w, out)
 }
 
+// stats answers GET /kv_router/stats: the catalog's and reservations'
+// figures and, in event mode, the KV-event listeners' and the index's.
 func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("method not allowed")}
@@ -125,19 +127,24 @@ func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 		"use_kv_events":       state.events != nil,
 	}
 	if m := state.events; m != nil {
-		snap := m.Snapshot()
-		sections := map[string]map[string]uint64{}
-		for _, f := range indexer.Figures {
-			if sections[f.Section] == nil {
-				sections[f.Section] = map[string]uint64{}
-			}
-			sections[f.Section][f.Key] = f.Value(&snap)
-		}
-		for name, sec := range sections {
+		for name, sec := range statsSections(m.Snapshot()) {
 			out[name] = sec
 		}
 	}
 	return writeAdminJSON(w, out)
+}
+
+// statsSections renders a snapshot as the kv_events and index objects of
+// /kv_router/stats, from the same table as the kvrouter_* metrics.
+func statsSections(snap indexer.Snapshot) map[string]map[string]uint64 {
+	out := map[string]map[string]uint64{}
+	for _, f := range indexer.Figures {
+		if out[f.Section] == nil {
+			out[f.Section] = map[string]uint64{}
+		}
+		out[f.Section][f.Key] = f.Value(&snap)
+	}
+	return out
 }
 
 func writeAdminJSON(w http.ResponseWriter, v any) error {

@@ -64,8 +64,9 @@ func TestMetricNamesAndStatsKeys(t *testing.T) {
 	}
 }
 
-// TestStatsFiguresReadTheSnapshot: each figure reads its own field of a
-// snapshot (a table row wired to the wrong field would show here).
+// TestStatsFiguresReadTheSnapshot: each /kv_router/stats figure reads its
+// own field of a snapshot (a table row wired to the wrong field would show
+// here).
 func TestStatsFiguresReadTheSnapshot(t *testing.T) {
 	s := indexer.Snapshot{Listeners: 1,
 		Events: indexer.EventCounts{Messages: 2, Batches: 3, Malformed: 4, Stale: 5, Gaps: 6, Replays: 7, Replayed: 8,
@@ -80,8 +81,10 @@ func TestStatsFiguresReadTheSnapshot(t *testing.T) {
 		"index.unknown_parent": 19, "index.unknown_block": 20, "index.token_count_mismatch": 21,
 		"index.full": 22, "index.evicted": 23}
 	got := map[string]uint64{}
-	for _, f := range indexer.Figures {
-		got[f.Section+"."+f.Key] = f.Value(&s)
+	for sec, figures := range statsSections(s) {
+		for k, v := range figures {
+			got[sec+"."+k] = v
+		}
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("figures %v, want %v", got, want)
