@@ -137,7 +137,7 @@ type SelectRequest struct {
 	// path sets it to save allocations on every request.
 	Lean bool `json:"-"`
 	// Client identifies who books, for Config.MaxReservationsPerClient.
-	// Not part of the wire format: Handler sets the remote IP; empty (the
+	// Not part of the wire format: api.Handler sets the remote IP; empty (the
 	// proxy path) is exempt from the bound.
 	Client string `json:"-"`
 }
