@@ -13,8 +13,7 @@ import (
 // Router is the selection engine: catalog, load accounting, cost function,
 // reservations, pending selections and session affinity. It is safe for
 // concurrent use. Go programs embed it directly; api.Handler (package
-// selection/api) serves it over
-// HTTP with Dynamo's wire format.
+// selection/api) serves it over HTTP with Dynamo's wire format.
 type Router struct {
 	cfg      Config
 	now      func() time.Time
