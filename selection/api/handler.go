@@ -87,21 +87,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, h.router.Loads(q.Get("model_name"), q.Get("routing_group")))
 		})
 	case path == "/potential_loads":
-		h.method(w, r, http.MethodPost, func() {
-			var req selection.ScoreRequest
-			if h.decode(w, r, func(b []byte) error { return selection.DecodeJSON(b, &req) }) {
-				res, err := h.router.PotentialLoads(&req)
-				reply(w, http.StatusOK, res, err)
-			}
-		})
+		h.method(w, r, http.MethodPost, func() { handleScore(h, w, r, h.router.PotentialLoads) })
 	case path == "/overlap_scores":
-		h.method(w, r, http.MethodPost, func() {
-			var req selection.ScoreRequest
-			if h.decode(w, r, func(b []byte) error { return selection.DecodeJSON(b, &req) }) {
-				res, err := h.router.OverlapScores(&req)
-				reply(w, http.StatusOK, res, err)
-			}
-		})
+		h.method(w, r, http.MethodPost, func() { handleScore(h, w, r, h.router.OverlapScores) })
 	case path == "/dump":
 		h.method(w, r, http.MethodGet, func() { h.serveDump(w) })
 	case path == "/replica_sync/register_peer" || path == "/replica_sync/deregister_peer":
@@ -201,6 +189,16 @@ func (h *Handler) handleSelect(w http.ResponseWriter, r *http.Request, book bool
 		res, err = h.router.Select(req)
 	}
 	reply(w, http.StatusOK, res, err)
+}
+
+// handleScore answers a scoring query (POST /potential_loads,
+// /overlap_scores) from its decoded body.
+func handleScore[T any](h *Handler, w http.ResponseWriter, r *http.Request, query func(*selection.ScoreRequest) (T, error)) {
+	var req selection.ScoreRequest
+	if h.decode(w, r, func(b []byte) error { return selection.DecodeJSON(b, &req) }) {
+		res, err := query(&req)
+		reply(w, http.StatusOK, res, err)
+	}
 }
 
 func (h *Handler) handleReservation(w http.ResponseWriter, r *http.Request) {
