@@ -38,7 +38,7 @@ func (r *Router) Loads(model, group string) []ModelLoadResponse {
 // scoreRequest runs the shared part of PotentialLoads and OverlapScores and
 // calls fn with the partition locked and w filled.
 func (r *Router) scoreRequest(req *ScoreRequest, fn func(p *partition, w *work, s *scoring, np normPrompt)) error {
-	q, err := r.prepare(&req.Partition, req.RouterConfigOverride, &req.Prompt, "")
+	q, err := r.setupRequest(&req.Partition, req.RouterConfigOverride, &req.Prompt, "")
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func checkSession(id string) error {
 
 func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectResponse, error) {
 	session := req.Placement.session()
-	q, err := r.prepare(&req.Partition, req.RouterConfigOverride, &req.Prompt, session)
+	q, err := r.setupRequest(&req.Partition, req.RouterConfigOverride, &req.Prompt, session)
 	if err != nil {
 		return nil, err
 	}

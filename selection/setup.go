@@ -1,10 +1,10 @@
 package selection
 
-// prepared is the setup that selecting (Select, SelectAndReserve) and
+// requestSetup is the setup that selecting (Select, SelectAndReserve) and
 // scoring (PotentialLoads, OverlapScores) share: the request's partition
 // and scoring knobs, its normalised prompt, and the index's matches for
 // it, in w. w is pooled: the caller gives it back with putWork.
-type prepared struct {
+type requestSetup struct {
 	key PartitionKey
 	p   *partition
 	s   scoring
@@ -12,29 +12,29 @@ type prepared struct {
 	np  normPrompt
 }
 
-// prepare checks a prompt-carrying request and does that shared setup.
+// setupRequest checks a prompt-carrying request and does that shared setup.
 // The checks run in a fixed order, so a request wrong in several ways
 // always gets the same error: the override, the session id (empty for a
 // request without one), the partition, then the prompt.
-func (r *Router) prepare(part *Partition, override *RouterConfigOverride, pr *Prompt, session string) (prepared, error) {
+func (r *Router) setupRequest(part *Partition, override *RouterConfigOverride, pr *Prompt, session string) (requestSetup, error) {
 	key := part.Key()
 	s, err := r.cfg.scoring(override)
 	if err != nil {
-		return prepared{}, err
+		return requestSetup{}, err
 	}
 	if err := checkSession(session); err != nil {
-		return prepared{}, err
+		return requestSetup{}, err
 	}
 	p, err := r.schedulablePartition(key)
 	if err != nil {
-		return prepared{}, err
+		return requestSetup{}, err
 	}
 	w := getWork()
 	np, err := r.normalize(pr, p, &s, w, true)
 	if err != nil {
 		putWork(w)
-		return prepared{}, err
+		return requestSetup{}, err
 	}
 	r.findMatches(key, w)
-	return prepared{key: key, p: p, s: s, w: w, np: np}, nil
+	return requestSetup{key: key, p: p, s: s, w: w, np: np}, nil
 }
