@@ -54,7 +54,8 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	if err != nil {
 		return nil, err
 	}
-	if err := setupSub(sub, lim.maxMessageBytes); err == nil {
+	// One err for both steps: a failed bind must not go unnoticed.
+	if err = setupSub(sub, lim.maxMessageBytes); err == nil {
 		err = sub.Bind(endpoint)
 	}
 	if err != nil {

@@ -120,7 +120,8 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 	if err != nil {
 		return nil, err
 	}
-	if err := setupSub(sub, cfg.MaxMessageBytes); err == nil {
+	// One err for both steps: a failed connect must not go unnoticed.
+	if err = setupSub(sub, cfg.MaxMessageBytes); err == nil {
 		err = sub.Connect(cfg.Endpoint)
 	}
 	if err != nil {

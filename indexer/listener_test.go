@@ -278,3 +278,19 @@ func TestListenerConnectsLate(t *testing.T) {
 	pub.Close()
 	_ = zctx.Term()
 }
+
+// A listener whose endpoint cannot be connected to is an error at start,
+// not a listener that silently hears nothing (the connect error was
+// shadowed and dropped).
+func TestStartListenerReportsConnectError(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	l, err := StartListener(zctx, New(), new(Stats), nil, ListenerConfig{Endpoint: "tcp://no port here", Partition: part})
+	if err == nil {
+		l.Stop()
+		t.Fatal("a listener started on an endpoint libzmq cannot connect to")
+	}
+}

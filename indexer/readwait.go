@@ -61,17 +61,13 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 	return &readWait{sock: s, f: f, rc: rc}, nil
 }
 
-// wait returns true once the socket may have a message, false once
-// interrupt was called (or the descriptor failed). ZMQ_FD is edge
-// triggered and only says that commands reached the socket: ZMQ_EVENTS
-// processes them and tells whether a message waits, so it is checked
-// before every sleep. An edge that comes after that check wakes the
-// poller, which remembers it even if the goroutine has not parked yet.
-func (w *readWait) wait() bool { return w.waitErr() == nil }
-
-// waitErr is wait with the reason: nil when the socket may have a
-// message, an error wrapping os.ErrDeadlineExceeded after interrupt, any
-// other error when the descriptor failed.
+// waitErr returns nil once the socket may have a message, an error
+// wrapping os.ErrDeadlineExceeded once interrupt was called, any other
+// error when the descriptor failed. ZMQ_FD is edge triggered and only
+// says that commands reached the socket: ZMQ_EVENTS processes them and
+// tells whether a message waits, so it is checked before every sleep. An
+// edge that comes after that check wakes the poller, which remembers it
+// even if the goroutine has not parked yet.
 func (w *readWait) waitErr() error {
 	return w.rc.Read(func(uintptr) bool {
 		ev, err := w.sock.GetEvents()

@@ -106,7 +106,7 @@ func TestRunTraceMeasures(t *testing.T) {
 		t.Fatalf("plot: %.200s", svg)
 	}
 	// A failing gateway is counted, not hidden.
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", 503) }))
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusServiceUnavailable) }))
 	defer bad.Close()
 	s = summarize("bad", bad.URL, runTrace(context.Background(), bad.URL, "m", trace[:1], 1, time.Minute), time.Second, 0, trace, 4)
 	if s.Errors != 4 || !strings.Contains(s.FirstError, "503") {
