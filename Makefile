@@ -34,10 +34,15 @@ bin/kvbench: $(shell find cmd/kvbench selection -name '*.go') go.mod
 bin/kvmock: $(shell find cmd/kvmock indexer selection -name '*.go') go.mod
 	$(GO) build -o bin/kvmock ./cmd/kvmock
 
-# test: vet, every package's tests (the Caddy integration tests included),
-# then the race detector over the concurrent packages.
+# staticcheck, pinned, fetched from the Go module proxy on first use.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+# test: vet and staticcheck, every package's tests (the Caddy integration
+# tests and make hostile's attacks included), then the race detector over
+# the concurrent packages.
 test: deps build
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 ./selection/ ./indexer/ ./caddymodule/
 	$(MAKE) fuzz-ci

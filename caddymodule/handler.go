@@ -179,7 +179,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// Sent on, it would reach a worker of another model through the
 		// fallback policy.
 		requestsTotal.WithLabelValues("unknown_model", "none").Inc()
-		return h.refuse(w, http.StatusNotFound, fmt.Errorf("The model `%s` does not exist.", oai.Model))
+		// vLLM's own words for a model it does not serve.
+		return h.refuse(w, http.StatusNotFound, errorText("The model `"+oai.Model+"` does not exist."))
 	}
 	req := &selection.SelectRequest{
 		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},
@@ -235,6 +236,12 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 	writeOpenAIError(w, status, err.Error())
 	return nil
 }
+
+// errorText is an error whose text is shown to clients as it is, for the
+// messages that follow an engine's wording rather than Go's conventions.
+type errorText string
+
+func (e errorText) Error() string { return string(e) }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on
 // /v1/completions, or the workers' /tokenize. Nil means none could be had.

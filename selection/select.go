@@ -145,16 +145,15 @@ func resize[T any](s []T, n int) []T {
 
 // selection is the outcome of choose.
 type selection struct {
-	rs       *rankState
-	tiers    Tiers
-	cached   uint64
-	prefill  uint64 // effective prefill tokens
-	newBlks  uint64
-	longest  uint32
-	potDec   uint64
-	explain  []Candidate
-	isl      uint64
-	tracking []uint64
+	rs      *rankState
+	tiers   Tiers
+	cached  uint64
+	prefill uint64 // effective prefill tokens
+	newBlks uint64
+	longest uint32
+	potDec  uint64
+	explain []Candidate
+	isl     uint64
 }
 
 // choice is what choose needs to know of the request besides its prompt:
