@@ -129,22 +129,6 @@ func probeTimeout(grace time.Duration) time.Duration {
 	return min(max(grace/10, 100*time.Millisecond), probeMaxTimeout)
 }
 
-// healthSweeper sweeps health on its own ticker, so probes never delay
-// the reservation sweep.
-func (r *Router) healthSweeper() {
-	defer r.wg.Done()
-	t := time.NewTicker(healthSweepEvery(r.cfg.WorkerDownAfter))
-	defer t.Stop()
-	for {
-		select {
-		case <-r.stop:
-			return
-		case <-t.C:
-			r.sweepHealth()
-		}
-	}
-}
-
 // sweepHealth takes out workers failing for longer than WorkerDownAfter
 // and brings back the down ones whose /health answers 2xx.
 func (r *Router) sweepHealth() {

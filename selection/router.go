@@ -109,10 +109,12 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 		r.affinity = newAffinityTable(cfg.SessionAffinityTTL, cfg.SessionAffinitySoft, cfg.SessionTableCap, r.now)
 	}
 	r.wg.Add(1)
-	go r.sweeper()
+	go r.repeat(bookingSweepEvery(cfg.ReservationTTL), func() { r.sweepBookings() })
 	if cfg.WorkerDownAfter > 0 {
+		// Health has its own ticker, so probes never delay the
+		// reservation sweep.
 		r.wg.Add(1)
-		go r.healthSweeper()
+		go r.repeat(healthSweepEvery(cfg.WorkerDownAfter), r.sweepHealth)
 	}
 	return r, nil
 }
@@ -130,12 +132,20 @@ func (r *Router) Close() {
 	r.wg.Wait()
 }
 
-func (r *Router) sweeper() {
-	defer r.wg.Done()
+// bookingSweepEvery is how often stale bookings are swept: every 30
+// seconds, or twice per ReservationTTL when that is shorter.
+func bookingSweepEvery(ttl time.Duration) time.Duration {
 	every := 30 * time.Second
-	if r.cfg.ReservationTTL > 0 && r.cfg.ReservationTTL/2 < every {
-		every = max(r.cfg.ReservationTTL/2, 10*time.Millisecond)
+	if ttl > 0 && ttl/2 < every {
+		every = max(ttl/2, 10*time.Millisecond)
 	}
+	return every
+}
+
+// repeat calls fn every interval until Close; it is one of the router's
+// goroutines (r.wg).
+func (r *Router) repeat(every time.Duration, fn func()) {
+	defer r.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -143,7 +153,7 @@ func (r *Router) sweeper() {
 		case <-r.stop:
 			return
 		case <-t.C:
-			r.sweepBookings()
+			fn()
 		}
 	}
 }
