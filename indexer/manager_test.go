@@ -3,6 +3,7 @@ package indexer
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 
 	zmq "github.com/pebbe/zmq4"
 
@@ -99,26 +100,36 @@ func TestManagerFollowsCatalog(t *testing.T) {
 	}
 }
 
-// TestBindMode: the gateway binds; a publisher connects to it with the
-// topic kv@<worker>@<model>; events of a worker not in the catalog are
-// rejected.
-func TestBindMode(t *testing.T) {
-	r, m := eventRouter(t, true)
+// bindPublisher binds m's listener, registers worker in r and returns a
+// PUB connected to the bound endpoint (reconnecting every 50 ms, so a
+// publisher whose connection was dropped is back soon).
+func bindPublisher(t *testing.T, r *selection.Router, m *Manager, worker *selection.WorkerRequest) *zmq.Socket {
+	t.Helper()
 	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
-		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))}); err != nil {
+	if _, err := r.UpsertWorker(worker); err != nil {
 		t.Fatal(err)
 	}
 	pctx, _ := zmq.NewContext()
 	pub, _ := pctx.NewSocket(zmq.PUB)
 	_ = pub.SetLinger(0)
+	_ = pub.SetReconnectIvl(50 * time.Millisecond)
 	t.Cleanup(func() { pub.Close(); _ = pctx.Term() })
 	if err := pub.Connect(b.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
+	return pub
+}
+
+// TestBindMode: the gateway binds; a publisher connects to it with the
+// topic kv@<worker>@<model>; events of a worker not in the catalog are
+// rejected.
+func TestBindMode(t *testing.T) {
+	r, m := eventRouter(t, true)
+	pub := bindPublisher(t, r, m, &selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
+		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))})
 	prompt := testPrompt(12)
 	send := func(topic string, seq uint64, payload []byte) {
 		var s [8]byte

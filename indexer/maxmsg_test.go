@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
-
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -75,22 +73,8 @@ func TestListenerOversizedMessage(t *testing.T) {
 func TestBindListenerOversizedMessage(t *testing.T) {
 	const frame = 64 << 20
 	r, m := eventRouter(t, true, WithMaxMessageBytes(1<<20))
-	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
-		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))}); err != nil {
-		t.Fatal(err)
-	}
-	pctx, _ := zmq.NewContext()
-	pub, _ := pctx.NewSocket(zmq.PUB)
-	_ = pub.SetLinger(0)
-	_ = pub.SetReconnectIvl(50 * time.Millisecond)
-	t.Cleanup(func() { pub.Close(); _ = pctx.Term() })
-	if err := pub.Connect(b.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
+	pub := bindPublisher(t, r, m, &selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
+		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))})
 	// Sends repeat until one lands (the connections are asynchronous),
 	// each under the next sequence: a repeated one would be a restart.
 	var seq uint64

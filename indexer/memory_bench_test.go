@@ -83,14 +83,20 @@ func BenchmarkIndexMemory(b *testing.B) {
 // floodIndex stores times × bound single-rank entries, in chains of 64
 // blocks, into an index bounded to bound entries.
 func floodIndex(tb testing.TB, bound, times int) *Index {
-	const bs, chain = 4, 64
 	x := New()
 	x.MaxEntries = int64(bound)
-	x.ConfigurePartition(part, bs, false)
+	x.ConfigurePartition(part, 4, false)
+	storeChains(tb, x, selection.Rank{WorkerID: 1}, bound*times/64)
+	return x
+}
+
+// storeChains stores chains distinct chains of 64 blocks (block size 4)
+// for rank r, as an engine stores long prompts.
+func storeChains(tb testing.TB, x *Index, r selection.Rank, chains int) {
+	const bs, chain = 4, 64
 	tokens := make([]uint32, chain*bs)
 	ev := &Event{Kind: Stored, BlockSize: bs, TokenIDs: tokens, BlockHashes: make([]uint64, chain)}
-	r := selection.Rank{WorkerID: 1}
-	for c := range bound * times / chain {
+	for c := range chains {
 		for i := range tokens {
 			tokens[i] = uint32(c*len(tokens) + i)
 		}
@@ -101,5 +107,4 @@ func floodIndex(tb testing.TB, bound, times int) *Index {
 			tb.Fatal(err)
 		}
 	}
-	return x
 }

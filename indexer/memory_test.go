@@ -105,19 +105,7 @@ func TestBoundedIndexReleasesMemory(t *testing.T) {
 	x.MaxEntries = 40_000
 	x.ConfigurePartition(part, 4, false)
 	r := selection.Rank{WorkerID: 1}
-	tokens := make([]uint32, 64*4)
-	ev := &Event{Kind: Stored, BlockSize: 4, TokenIDs: tokens, BlockHashes: make([]uint64, 64)}
-	for c := range 500 {
-		for i := range tokens {
-			tokens[i] = uint32(c*len(tokens) + i)
-		}
-		for b := range ev.BlockHashes {
-			ev.BlockHashes[b] = uint64(c)<<20 | uint64(b)
-		}
-		if err := x.Apply(part, r, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	storeChains(t, x, r, 500) // 32,000 entries
 	x.RemoveWorker(part, r.WorkerID)
 	if lastRelease.Load() == 0 {
 		t.Fatalf("dropping %d of a %d-entry bound handed nothing back", 32_000, x.MaxEntries)

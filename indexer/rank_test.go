@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"testing"
 
-	zmq "github.com/pebbe/zmq4"
-
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -42,22 +40,9 @@ func TestListenerDropsUnknownRank(t *testing.T) {
 // restarts, rank 5's blocks go as well as rank 4's.
 func TestBindModeDropsUnknownRank(t *testing.T) {
 	r, m := eventRouter(t, true)
-	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
+	pub := bindPublisher(t, r, m, &selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
 		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs)),
-		DataParallelStartRank: ptr(uint32(4)), DataParallelSize: ptr(uint32(2))}); err != nil {
-		t.Fatal(err)
-	}
-	pctx, _ := zmq.NewContext()
-	pub, _ := pctx.NewSocket(zmq.PUB)
-	_ = pub.SetLinger(0)
-	t.Cleanup(func() { pub.Close(); _ = pctx.Term() })
-	if err := pub.Connect(b.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
+		DataParallelStartRank: ptr(uint32(4)), DataParallelSize: ptr(uint32(2))})
 	send := func(seq uint64, payload []byte) {
 		var s [8]byte
 		binary.BigEndian.PutUint64(s[:], seq)
