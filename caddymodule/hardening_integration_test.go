@@ -172,20 +172,7 @@ func TestProxyBoundsResponseHeaders(t *testing.T) {
 // selectionAPICaddyfile serves the selection API on the test port with the
 // given kv_selection block body.
 func selectionAPICaddyfile(selectionBlock string) string {
-	return fmt.Sprintf(`{
-%s	kv_router {
-		block_size 4
-		use_kv_events off
-	}
-}
-
-:%d {
-	bind 127.0.0.1
-	kv_selection {
-%s
-	}
-}
-`, testGlobals, testHTTPPort, selectionBlock)
+	return approxCaddyfile("", "\tkv_selection {\n"+selectionBlock+"\n\t}")
 }
 
 func TestSelectionAPIRefusesEndpointsOfTheGatewayItself(t *testing.T) {

@@ -55,6 +55,20 @@ var testGlobals = fmt.Sprintf(`	admin localhost:%d
 // copy under /small/ that accepts bodies of at most 64 bytes. The workers
 // block goes into the kv_router global option.
 func testCaddyfile(workers string) string {
+	return approxCaddyfile(workers, `	handle_path /small/* {
+		kv_selection {
+			max_body_size 64
+		}
+	}
+	handle {
+		kv_selection
+	}`)
+}
+
+// approxCaddyfile is a config in approximate mode (no KV events) with the
+// workers block in the kv_router global option and site as the body of
+// the site on the test port.
+func approxCaddyfile(workers, site string) string {
 	return fmt.Sprintf(`{
 %s	kv_router {
 		block_size 4
@@ -65,16 +79,9 @@ func testCaddyfile(workers string) string {
 
 :%d {
 	bind 127.0.0.1
-	handle_path /small/* {
-		kv_selection {
-			max_body_size 64
-		}
-	}
-	handle {
-		kv_selection
-	}
+%s
 }
-`, testGlobals, workers, testHTTPPort)
+`, testGlobals, workers, testHTTPPort, site)
 }
 
 const worker1 = `		worker 1 {
