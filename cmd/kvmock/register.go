@@ -13,7 +13,7 @@ import (
 )
 
 // registration is the body of the selection API's POST /workers for one
-// worker (spec selection-service.md, WorkerRequest).
+// worker (docs/selection-api.md, "Workers").
 type registration struct {
 	WorkerID            int               `json:"worker_id"`
 	ModelName           string            `json:"model_name"`

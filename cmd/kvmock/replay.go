@@ -12,7 +12,7 @@ import (
 var endMarker = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
 // serveReplay is the replay server goroutine (vLLM's ROUTER protocol,
-// spec kv-events.md §1.4). It creates, uses and closes every rank's
+// docs/kv-events.md §2). It creates, uses and closes every rank's
 // ROUTER socket and the control PULL socket, and sleeps in zmq_poll
 // without a timeout until a request or a control message arrives.
 func (p *publisher) serveReplay(cfg *Config, ready chan<- error) {
