@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
@@ -17,22 +16,16 @@ import (
 // leaves its decision for lb_policy kv_router.
 const decisionVar = "kv_router.decision"
 
-// decision is one request's routing: the reservation it holds on a worker,
-// and what reverse_proxy has tried. The handler creates it, the selection
-// policy moves it on a failed attempt, and the handler's deferred release
-// frees it exactly once, whatever way the request ends.
+// decision is one request's routing, as lb_policy kv_router sees it: the
+// reservation the handler made (selection.Reservation keeps its lifecycle:
+// failovers, prefill, release, each once) and how many upstreams
+// reverse_proxy has asked for.
 type decision struct {
-	router  *selection.Router
-	req     *selection.SelectRequest // kept for failover re-selection
+	res     *selection.Reservation
 	explain bool
-
-	mu       sync.Mutex
-	resp     *selection.SelectResponse // nil when no worker was reserved
-	tried    []selection.Rank
-	attempts int
-
-	prefilled atomic.Bool
-	released  atomic.Bool
+	// attempts counts the policy's Select calls for the request; past the
+	// first, reverse_proxy is retrying because an attempt failed.
+	attempts atomic.Int32
 }
 
 func decisionFrom(r *http.Request) *decision {
@@ -40,91 +33,23 @@ func decisionFrom(r *http.Request) *decision {
 	return d
 }
 
-// target is the endpoint the request should go to now.
-func (d *decision) target() (string, *selection.SelectResponse) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.resp == nil {
-		return "", nil
-	}
-	return selection.HostPort(d.resp.Endpoint), d.resp
-}
+// retrying counts an attempt and reports whether one came before it.
+func (d *decision) retrying() bool { return d.attempts.Add(1) > 1 }
 
-// failover frees the current reservation, which reverse_proxy could not
-// use, and reserves the best worker not tried yet. It returns false when
-// none is left.
+// failover gives up the current worker, which reverse_proxy could not use,
+// for the best one not tried yet; false when none is left.
 func (d *decision) failover() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.resp == nil || d.released.Load() {
-		return false
-	}
-	d.tried = append(d.tried, selection.Rank{WorkerID: d.resp.WorkerID, DPRank: d.resp.DPRank})
-	d.router.ReportFailure(d.resp.WorkerID)
-	_ = d.router.Free(d.resp.SelectionID)
-	d.req.SelectionID = ""
-	d.req.Placement.ExcludeRanks = d.tried
-	resp, err := d.reserve()
-	if err != nil {
-		d.resp = nil
+	if !d.res.Failed() {
 		return false
 	}
 	failoversTotal.Inc()
-	d.resp = resp
 	return true
-}
-
-func (d *decision) reserve() (*selection.SelectResponse, error) {
-	if d.explain {
-		return d.router.SelectAndReserveExplained(d.req)
-	}
-	return d.router.SelectAndReserve(d.req)
-}
-
-// prefillDone marks the end of prefill (the first response byte), once.
-func (d *decision) prefillDone() {
-	if d.prefilled.Swap(true) {
-		return
-	}
-	if _, resp := d.target(); resp != nil {
-		_ = d.router.PrefillComplete(resp.SelectionID)
-	}
-}
-
-// observeStatus tells the router's health what the worker's answer says
-// about it (selection.Router.ReportStatus: 502/503/504 fail it, so a
-// worker that answers only 503 is taken out; 429 is a full worker and
-// counts neither way).
-func (d *decision) observeStatus(status int) {
-	if _, resp := d.target(); resp != nil {
-		d.router.ReportStatus(resp.WorkerID, status)
-	}
-}
-
-// upstreamFailed records that the proxy got no answer from the current
-// worker (reverse_proxy's own 502, 503 or 504).
-func (d *decision) upstreamFailed() {
-	if _, resp := d.target(); resp != nil {
-		d.router.ReportFailure(resp.WorkerID)
-	}
-}
-
-// release frees the reservation, exactly once.
-func (d *decision) release() {
-	if d.released.Swap(true) {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.resp != nil {
-		_ = d.router.Free(d.resp.SelectionID)
-	}
 }
 
 // annotate sets the response headers and placeholders for the current
 // worker, before reverse_proxy writes the response.
 func (d *decision) annotate(w http.ResponseWriter, r *http.Request) {
-	_, resp := d.target()
+	resp := d.res.Response()
 	if resp == nil {
 		return
 	}

@@ -173,7 +173,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		putRequest(oai)
 		return h.refuse(w, selection.StatusOf(err), err)
 	}
-	// The decision refers to oai's token buffers until the request is done.
+	// The reservation refers to oai's token buffers until it is released.
 	defer putRequest(oai)
 	if !h.models.serves(oai.Model) {
 		// Sent on, it would reach a worker of another model through the
@@ -196,9 +196,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// No tokens: book the request by load alone (an empty prompt).
 		mode, req.TokenIDs = "load", []uint32{}
 	}
-	d := &decision{router: h.router, req: req, explain: h.Explain}
 	start := time.Now()
-	resp, err := d.reserve()
+	res, err := h.router.Reserve(req, h.Explain)
 	if err != nil {
 		// The model is served, but no worker of its group can take the
 		// request now (none schedulable, a hard session binding refused
@@ -206,15 +205,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		requestsTotal.WithLabelValues("refused", mode).Inc()
 		return h.refuse(w, selection.StatusOf(err), err)
 	}
-	d.resp = resp
-	observeSelection(resp, len(req.TokenIDs), mode, time.Since(start))
+	defer res.Release() // runs on return, on panic(http.ErrAbortHandler) and after a client cancel
+	observeSelection(res.Response(), len(req.TokenIDs), mode, time.Since(start))
+	d := &decision{res: res, explain: h.Explain}
 	caddyhttp.SetVar(r.Context(), decisionVar, d)
-	defer d.release() // runs on return, on panic(http.ErrAbortHandler) and after a client cancel
 	d.annotate(w, r)
-	pw := &prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, d: d}
+	pw := &prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, res: res}
 	err = next.ServeHTTP(pw, r)
 	if status, failed := proxyFailure(err); failed {
-		d.upstreamFailed()
+		// reverse_proxy got no answer from the worker (or none in time):
+		// its own 502, 503 or 504 stands for the worker's, a failure to
+		// the router's health.
+		res.Answered(status)
 		if !pw.wroteHeader {
 			if c := h.logger.Check(zap.InfoLevel, "worker failed"); c != nil {
 				c.Write(zap.Int("status", status), zap.Error(err))
@@ -301,18 +303,18 @@ func readAndRestore(r *http.Request, limit int64, buf []byte) ([]byte, int, erro
 }
 
 // prefillWriter follows the worker's answer: its status tells the
-// router's health whether the worker works (see observeStatus), and its
-// first body byte marks prefill complete.
+// router's health whether the worker works (Reservation.Answered), and its
+// first body byte marks prefill complete (Reservation.PrefillDone).
 type prefillWriter struct {
 	*caddyhttp.ResponseWriterWrapper
-	d           *decision
+	res         *selection.Reservation
 	wroteHeader bool
 }
 
 func (w *prefillWriter) WriteHeader(status int) {
 	if !w.wroteHeader && status >= 200 {
 		w.wroteHeader = true
-		w.d.observeStatus(status)
+		w.res.Answered(status)
 	}
 	w.ResponseWriterWrapper.WriteHeader(status)
 }
@@ -322,7 +324,7 @@ func (w *prefillWriter) Write(b []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	if len(b) > 0 {
-		w.d.prefillDone()
+		w.res.PrefillDone()
 	}
 	return w.ResponseWriterWrapper.Write(b)
 }

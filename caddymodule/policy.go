@@ -11,7 +11,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 func init() {
@@ -124,22 +123,21 @@ func (p *Policy) Select(pool reverseproxy.UpstreamPool, r *http.Request, w http.
 	if d == nil {
 		return p.fallback.Select(pool, r, w)
 	}
-	d.mu.Lock()
-	d.attempts++
-	retry := d.attempts > 1
-	d.mu.Unlock()
 	// A second call for the same request means the previous attempt failed
 	// (reverse_proxy retries only then): that worker is done for.
-	if retry && !d.failover() {
+	if d.retrying() && !d.failover() {
 		return nil
 	}
 	for range len(pool) + 1 {
-		ep, resp := d.target()
-		if resp == nil {
+		target := d.res.Target()
+		if target == "" {
 			return nil
 		}
 		for _, u := range pool {
-			if selection.HostPort(u.Dial) == ep && u.Available() {
+			// Dial addresses are host:port, as Target is: Caddy parses a
+			// "to" URL into one, and dynamic kv_router makes them with
+			// selection.HostPort from the same endpoints.
+			if u.Dial == target && u.Available() {
 				if w != nil {
 					d.annotate(w, r)
 				}
