@@ -437,3 +437,49 @@ func TestReservationPropertyConcurrent(t *testing.T) {
 	}
 	t.Logf("%d failovers", failovers)
 }
+
+// BenchmarkReservation is a proxied request's lifecycle through the handle
+// against the same calls made on the router directly.
+func BenchmarkReservation(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	r, err := NewRouter(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	for id := uint64(1); id <= 8; id++ {
+		if _, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(id), Endpoint: ptr(fmt.Sprintf("http://127.0.0.1:%d", 9000+id)), BlockSize: ptr(uint32(16))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	prompt := promptOf(rand.New(rand.NewPCG(1, 2)))
+	b.Run("handle", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h, err := r.Reserve(&SelectRequest{Prompt: prompt, Lean: true}, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = h.Target()
+			h.Answered(200)
+			h.PrefillDone()
+			h.PrefillDone()
+			h.Release()
+		}
+	})
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			req := &SelectRequest{Prompt: prompt, Lean: true}
+			resp, err := r.SelectAndReserve(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = HostPort(resp.Endpoint)
+			r.Health().ReportStatus(resp.WorkerID, 200)
+			_ = r.PrefillComplete(resp.SelectionID)
+			_ = r.Free(resp.SelectionID)
+		}
+	})
+}
