@@ -86,12 +86,12 @@ func (Admin) workers(w http.ResponseWriter, r *http.Request) error {
 		return errNoRouter
 	}
 	loads := map[selection.Rank]selection.PotentialLoad{}
-	for _, m := range state.router.Loads("", "") {
+	for _, m := range state.router.Queries().Loads("", "") {
 		for _, l := range m.Loads {
 			loads[selection.Rank{WorkerID: l.WorkerID, DPRank: l.DPRank}] = l
 		}
 	}
-	recs := state.router.ListWorkers("", "")
+	recs := state.router.Catalog().ListWorkers("", "")
 	out := make([]adminWorker, 0, len(recs))
 	for _, rec := range recs {
 		aw := adminWorker{WorkerRecord: rec, Ranks: []adminRank{}}
@@ -119,7 +119,7 @@ func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 	if state == nil {
 		return errNoRouter
 	}
-	ready := state.router.Ready()
+	ready := state.router.Catalog().Ready()
 	out := map[string]any{
 		"workers":             len(ready.Workers),
 		"schedulable_workers": ready.SchedulableWorkers,

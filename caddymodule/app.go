@@ -237,7 +237,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		zap.Bool("reused", loaded),
 		zap.Int("generation", gen),
 		zap.Int("config_workers", len(workers)),
-		zap.Int("workers", len(a.state.router.ListWorkers("", ""))),
+		zap.Int("workers", len(a.state.router.Catalog().ListWorkers("", ""))),
 		zap.Int("active_reservations", a.state.router.ActiveReservations()))
 	return nil
 }

@@ -208,7 +208,7 @@ func TestSyncWorkers(t *testing.T) {
 	}
 	ids := func() []uint64 {
 		var out []uint64
-		for _, w := range r.ListWorkers("", "") {
+		for _, w := range r.Catalog().ListWorkers("", "") {
 			out = append(out, w.WorkerID)
 		}
 		return out
@@ -218,7 +218,7 @@ func TestSyncWorkers(t *testing.T) {
 		t.Fatalf("first sync: generation %d, error %v", gen, err)
 	}
 	// A worker registered through the API is not the config's to delete.
-	if _, err := r.UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(9)), Endpoint: ptr("127.0.0.1:9"), BlockSize: ptr(uint32(16))}); err != nil {
+	if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(9)), Endpoint: ptr("127.0.0.1:9"), BlockSize: ptr(uint32(16))}); err != nil {
 		t.Fatal(err)
 	}
 	if gen, err := s.syncWorkers(workers(2, 3), log); err != nil || gen != 2 {

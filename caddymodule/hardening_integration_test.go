@@ -66,7 +66,7 @@ func TestProxyRefusesWhatItCannotRoute(t *testing.T) {
 
 	// A served model with no schedulable worker is a 503 from the gateway,
 	// not a request sent to whatever upstream the fallback picks.
-	if _, err := pooledState(t).router.UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(9)), ModelName: ptr("half")}); err != nil {
+	if _, err := pooledState(t).router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(9)), ModelName: ptr("half")}); err != nil {
 		t.Fatal(err)
 	}
 	res, body := post(t, tester, "/v1/completions", `{"model":"half","prompt":[1,2,3]}`)
@@ -92,7 +92,7 @@ func TestProxyTakesOutWorkerAnsweringOnly503(t *testing.T) {
 	// after worker_down_after it is out, though it accepts connections.
 	state := pooledState(t)
 	deadline := time.Now().Add(10 * time.Second)
-	for !state.router.WorkerDown(1) {
+	for !state.router.Health().WorkerDown(1) {
 		if time.Now().After(deadline) {
 			t.Fatal("a worker answering only 503 was never taken out")
 		}
@@ -107,13 +107,13 @@ func TestProxyTakesOutWorkerAnsweringOnly503(t *testing.T) {
 	// (Sweeps run one after another, so once the fifth probe arrives the
 	// fourth one's 503 has been acted on.)
 	broken.waitHealthProbes(broken.healthHit.Load(), 5)
-	if !state.router.WorkerDown(1) {
+	if !state.router.Health().WorkerDown(1) {
 		t.Fatal("a worker whose /health answers 503 was brought back")
 	}
 	// ...until it is well again.
 	broken.status.Store(0)
 	deadline = time.Now().Add(10 * time.Second)
-	for state.router.WorkerDown(1) {
+	for state.router.Health().WorkerDown(1) {
 		if time.Now().After(deadline) {
 			t.Fatal("the mended worker never came back")
 		}
@@ -137,7 +137,7 @@ func TestProxyFullWorkerIsNotAFailedOne(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if state.router.WorkerDown(1) {
+	if state.router.Health().WorkerDown(1) {
 		t.Fatal("a worker answering 429 was taken out as failed")
 	}
 	waitNoReservations(t)

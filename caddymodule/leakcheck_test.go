@@ -127,7 +127,7 @@ func listeningSockets(t *testing.T, port int) int {
 // twice would show here as a count that wrapped below zero.
 func checkIdleLoads(t *testing.T, r *selection.Router) {
 	t.Helper()
-	for _, m := range r.Loads("m", "") {
+	for _, m := range r.Queries().Loads("m", "") {
 		for _, l := range m.Loads {
 			if l.ActiveRequests != 0 || l.PotentialPrefillTokens != 0 || l.PotentialDecodeBlocks != 0 {
 				t.Errorf("worker %d/%d still loaded: %+v", l.WorkerID, l.DPRank, l)

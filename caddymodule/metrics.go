@@ -64,7 +64,7 @@ func (eventCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range eventMetrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, float64(m.figure.Value(&snap)))
 	}
-	for _, rec := range state.router.ListWorkers("", "") {
+	for _, rec := range state.router.Catalog().ListWorkers("", "") {
 		for _, rk := range rec.Ranks() {
 			n := state.events.Index.Blocks(rec.Partition(), rk)
 			ch <- prometheus.MustNewConstMetric(workerIndexBlocks, prometheus.GaugeValue, float64(n),

@@ -29,7 +29,7 @@ func (m *modelSet) serves(model string) bool {
 	if model == "" {
 		model = "default"
 	}
-	v := m.router.CatalogVersion()
+	v := m.router.Catalog().Version()
 	m.mu.RLock()
 	if m.version == v {
 		_, ok := m.models[model]
@@ -41,7 +41,7 @@ func (m *modelSet) serves(model string) bool {
 	defer m.mu.Unlock()
 	if m.version != v {
 		models := map[string]struct{}{}
-		for _, w := range m.router.ListWorkers("", "") {
+		for _, w := range m.router.Catalog().ListWorkers("", "") {
 			models[w.ModelName] = struct{}{}
 		}
 		m.models, m.version = models, v

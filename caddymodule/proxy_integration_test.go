@@ -142,7 +142,7 @@ func TestProxyRoutesByPrefix(t *testing.T) {
 	}
 	// A worker registered at runtime receives traffic without a reload.
 	w3 := newTestWorker(t, 3)
-	if _, err := pooledState(t).router.UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(3)), ModelName: ptr("m"),
+	if _, err := pooledState(t).router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(3)), ModelName: ptr("m"),
 		Endpoint: ptr(w3.addr), BlockSize: ptr(uint32(4)), KVEventsEndpoint: ptr(w3.pubEP)}); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestProxyStreamingAndRelease(t *testing.T) {
 	if err != nil || !strings.Contains(first, `"chunk":0`) {
 		t.Fatalf("first chunk %q, %v", first, err)
 	}
-	loads := router.Loads("m", "")
+	loads := router.Queries().Loads("m", "")
 	if router.ActiveReservations() != 1 || loads[0].Loads[0].PotentialPrefillTokens != 0 {
 		t.Fatalf("mid-stream: %d reservations, prefill %d", router.ActiveReservations(), loads[0].Loads[0].PotentialPrefillTokens)
 	}
@@ -283,7 +283,7 @@ func TestProxyFailsOverFromDeadWorker(t *testing.T) {
 	// and its index entries are dropped; new requests go straight to 1.
 	state := pooledState(t)
 	deadline := time.Now().Add(10 * time.Second)
-	for !state.router.WorkerDown(2) || state.events.Index.Blocks(selection.PartitionKey{Model: "m", Group: "default"}, selection.Rank{WorkerID: 2}) != 0 {
+	for !state.router.Health().WorkerDown(2) || state.events.Index.Blocks(selection.PartitionKey{Model: "m", Group: "default"}, selection.Rank{WorkerID: 2}) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the dead worker was not taken out")
 		}

@@ -49,7 +49,7 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 	s.generation++
 	next := make(map[uint64]struct{}, len(reqs))
 	for _, req := range reqs {
-		if _, err := s.router.UpsertWorker(req); err != nil {
+		if _, err := s.router.Catalog().UpsertWorker(req); err != nil {
 			for id := range next {
 				s.fromConfig[id] = struct{}{}
 			}
@@ -62,7 +62,7 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 			continue
 		}
 		// Not found means the worker was already deleted through the API.
-		if _, err := s.router.DeleteWorker(id); err == nil {
+		if _, err := s.router.Catalog().DeleteWorker(id); err == nil {
 			logger.Info("deleted worker removed from the config", zap.Uint64("worker_id", id))
 		}
 	}

@@ -36,7 +36,7 @@ type tokenizeResponse struct {
 // tokenize sends {"model": model, field: raw} to a worker of part.
 func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, model, field string, raw []byte) ([]uint32, error) {
 	var endpoints []string
-	for _, w := range t.router.ListWorkers(part.Model, part.Group) {
+	for _, w := range t.router.Catalog().ListWorkers(part.Model, part.Group) {
 		if w.Schedulable() && w.Endpoint != nil {
 			endpoints = append(endpoints, *w.Endpoint)
 		}

@@ -57,10 +57,10 @@ func (u *Upstreams) GetUpstreams(*http.Request) ([]*reverseproxy.Upstream, error
 	c := u.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v := u.router.CatalogVersion(); v != c.version {
+	if v := u.router.Catalog().Version(); v != c.version {
 		seen := map[string]bool{}
 		c.dials = c.dials[:0]
-		for _, w := range u.router.ListWorkers("", "") {
+		for _, w := range u.router.Catalog().ListWorkers("", "") {
 			if !w.Schedulable() || w.Endpoint == nil {
 				continue
 			}

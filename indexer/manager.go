@@ -190,7 +190,7 @@ func (m *Manager) Close() error {
 // ResolverFor builds a bind-mode resolver over a router's catalog.
 func ResolverFor(r *selection.Router) Resolver {
 	return func(workerID uint64, model string) (ListenerConfig, bool) {
-		rec, ok := r.Worker(workerID)
+		rec, ok := r.Catalog().Worker(workerID)
 		if !ok || rec.ModelName != model || rec.BlockSize == nil {
 			return ListenerConfig{}, false
 		}

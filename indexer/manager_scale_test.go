@@ -72,7 +72,7 @@ func TestManagerFollowsMoreRanksThanZMQDefault(t *testing.T) {
 		if id == workers {
 			req.ReplayEndpoint = ptr(pub.replay)
 		}
-		rec, err := r.UpsertWorker(req)
+		rec, err := r.Catalog().UpsertWorker(req)
 		if err != nil {
 			t.Fatalf("worker %d: %v", id, err)
 		}

@@ -51,7 +51,7 @@ func TestManagerFollowsCatalog(t *testing.T) {
 		if replay != "" {
 			req.ReplayEndpoint = ptr(replay)
 		}
-		rec, err := r.UpsertWorker(req)
+		rec, err := r.Catalog().UpsertWorker(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestManagerFollowsCatalog(t *testing.T) {
 		t.Fatal("a changed endpoint did not replace the listener")
 	}
 	// Delete: the listener stops and the blocks go.
-	if _, err := r.DeleteWorker(1); err != nil {
+	if _, err := r.Catalog().DeleteWorker(1); err != nil {
 		t.Fatal(err)
 	}
 	if m.Listeners() != 1 || m.Index.Blocks(selection.PartitionKey{Model: "m", Group: "g"}, selection.Rank{WorkerID: 1}) != 0 {
@@ -109,7 +109,7 @@ func bindPublisher(t *testing.T, r *selection.Router, m *Manager, worker *select
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.UpsertWorker(worker); err != nil {
+	if _, err := r.Catalog().UpsertWorker(worker); err != nil {
 		t.Fatal(err)
 	}
 	pctx, _ := zmq.NewContext()

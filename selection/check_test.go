@@ -113,7 +113,7 @@ func agreesWithCatalog(t *testing.T, cfg Config, reqs []*WorkerRequest, want str
 	defer r.Close()
 	_, reason, _ := strings.Cut(want, ": ")
 	for _, req := range reqs {
-		rec, err := r.UpsertWorker(req)
+		rec, err := r.Catalog().UpsertWorker(req)
 		switch {
 		case err != nil:
 			if err.Error() != reason {

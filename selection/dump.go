@@ -36,9 +36,9 @@ type DumpPartition struct {
 // Dump returns every partition's index as replayable events, keyed
 // "model:group", at most MaxDumpEvents of them in all.
 // WriteDump streams the same without holding every partition at once.
-func (r *Router) Dump() map[string]DumpPartition {
+func (q *Queries) Dump() map[string]DumpPartition {
 	out := map[string]DumpPartition{}
-	_ = r.dumpEach(func(key string, d DumpPartition) error {
+	_ = q.dumpEach(func(key string, d DumpPartition) error {
 		out[key] = d
 		return nil
 	})
@@ -48,12 +48,12 @@ func (r *Router) Dump() map[string]DumpPartition {
 // WriteDump writes the JSON body of GET /dump to w: Dump's object, one
 // partition (in key order) and one event at a time. It stops at the first
 // write error.
-func (r *Router) WriteDump(w io.Writer) error {
+func (q *Queries) WriteDump(w io.Writer) error {
 	if _, err := io.WriteString(w, "{"); err != nil {
 		return err
 	}
 	first := true
-	err := r.dumpEach(func(key string, d DumpPartition) error {
+	err := q.dumpEach(func(key string, d DumpPartition) error {
 		if !first {
 			if _, err := io.WriteString(w, ","); err != nil {
 				return err
@@ -106,15 +106,10 @@ func writePartition(w io.Writer, key string, d *DumpPartition) error {
 // dumpEach calls fn on every partition in key order, with its events
 // under the remaining share of MaxDumpEvents. Only one partition's events
 // are held at a time.
-func (r *Router) dumpEach(fn func(key string, d DumpPartition) error) error {
-	r.mu.RLock()
-	parts := make([]*partition, 0, len(r.parts))
-	for _, p := range r.parts {
-		parts = append(parts, p)
-	}
-	r.mu.RUnlock()
+func (q *Queries) dumpEach(fn func(key string, d DumpPartition) error) error {
+	parts := q.catalog.partitions("", "")
 	slices.SortFunc(parts, func(a, b *partition) int { return cmp.Compare(a.key.String(), b.key.String()) })
-	limit := r.cfg.MaxDumpEvents
+	limit := q.maxDumpEvents
 	remaining := limit
 	for _, p := range parts {
 		p.mu.Lock()
@@ -122,13 +117,13 @@ func (r *Router) dumpEach(fn func(key string, d DumpPartition) error) error {
 		p.mu.Unlock()
 		switch {
 		case limit <= 0:
-			d.Events = r.index.Dump(p.key)
+			d.Events = q.index.Dump(p.key)
 		case remaining == 0:
 			// The cap is spent: say only whether there was more.
-			some, _ := r.dumpLimit(p.key, 1)
+			some, _ := q.dumpLimit(p.key, 1)
 			d.Truncated = len(some) > 0
 		default:
-			d.Events, d.Truncated = r.dumpLimit(p.key, remaining)
+			d.Events, d.Truncated = q.dumpLimit(p.key, remaining)
 			remaining -= len(d.Events)
 		}
 		if d.Events == nil {
@@ -142,15 +137,15 @@ func (r *Router) dumpEach(fn func(key string, d DumpPartition) error) error {
 }
 
 // dumpLimit dumps at most limit (> 0) events of a partition.
-func (r *Router) dumpLimit(k PartitionKey, limit int) ([]RouterEvent, bool) {
-	if dl, ok := r.index.(DumpLimiter); ok {
+func (q *Queries) dumpLimit(k PartitionKey, limit int) ([]RouterEvent, bool) {
+	if dl, ok := q.index.(DumpLimiter); ok {
 		ev, truncated := dl.DumpLimit(k, limit)
 		if len(ev) > limit { // an index that overshot
 			ev, truncated = ev[:limit], true
 		}
 		return ev, truncated
 	}
-	ev := r.index.Dump(k)
+	ev := q.index.Dump(k)
 	if len(ev) > limit {
 		return ev[:limit:limit], true
 	}

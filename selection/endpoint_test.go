@@ -16,7 +16,7 @@ func TestEndpointCheck(t *testing.T) {
 	var seen []string
 	var r *Router
 	check := func(ep string) error {
-		_ = r.ListWorkers("", "") // would deadlock under the router's locks
+		_ = r.Catalog().ListWorkers("", "") // would deadlock under the router's locks
 		mu.Lock()
 		seen = append(seen, ep)
 		mu.Unlock()
@@ -41,35 +41,35 @@ func TestEndpointCheck(t *testing.T) {
 		calls  []string
 	}{
 		{"new worker", func() error {
-			_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("10.0.0.1:8000"), BlockSize: ptr(uint32(16))})
+			_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("10.0.0.1:8000"), BlockSize: ptr(uint32(16))})
 			return err
 		}, 0, []string{"10.0.0.1:8000"}},
 		{"same endpoint again", func() error {
-			_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("10.0.0.1:8000"), BlockSize: ptr(uint32(16))})
+			_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("10.0.0.1:8000"), BlockSize: ptr(uint32(16))})
 			return err
 		}, 0, nil},
 		{"patch without endpoint", func() error {
-			_, err := r.PatchWorker(1, &WorkerRequest{TotalKVBlocks: ptr(uint64(9))})
+			_, err := r.Catalog().PatchWorker(1, &WorkerRequest{TotalKVBlocks: ptr(uint64(9))})
 			return err
 		}, 0, nil},
 		{"no endpoint at all", func() error {
-			_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(2)), BlockSize: ptr(uint32(16))})
+			_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(2)), BlockSize: ptr(uint32(16))})
 			return err
 		}, 0, nil},
 		{"refused on a new worker", func() error {
-			_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(3)), Endpoint: ptr("127.0.0.1:2019"), BlockSize: ptr(uint32(16))})
+			_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(3)), Endpoint: ptr("127.0.0.1:2019"), BlockSize: ptr(uint32(16))})
 			return err
 		}, 422, []string{"127.0.0.1:2019"}},
 		{"refused on a patch", func() error {
-			_, err := r.PatchWorker(1, &WorkerRequest{Endpoint: ptr("127.0.0.1:2019")})
+			_, err := r.Catalog().PatchWorker(1, &WorkerRequest{Endpoint: ptr("127.0.0.1:2019")})
 			return err
 		}, 422, []string{"127.0.0.1:2019"}},
 		{"refused on an upsert", func() error {
-			_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("127.0.0.1:2019"), BlockSize: ptr(uint32(16))})
+			_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("127.0.0.1:2019"), BlockSize: ptr(uint32(16))})
 			return err
 		}, 422, []string{"127.0.0.1:2019"}},
 		{"a changed endpoint", func() error {
-			_, err := r.PatchWorker(1, &WorkerRequest{Endpoint: ptr("10.0.0.2:8000")})
+			_, err := r.Catalog().PatchWorker(1, &WorkerRequest{Endpoint: ptr("10.0.0.2:8000")})
 			return err
 		}, 0, []string{"10.0.0.2:8000"}},
 	}
@@ -85,10 +85,10 @@ func TestEndpointCheck(t *testing.T) {
 			t.Fatalf("%s: checked %q, want %q", s.name, got, s.calls)
 		}
 	}
-	if _, ok := r.Worker(3); ok {
+	if _, ok := r.Catalog().Worker(3); ok {
 		t.Fatal("a refused worker was stored")
 	}
-	if w, _ := r.Worker(1); *w.Endpoint != "10.0.0.2:8000" {
+	if w, _ := r.Catalog().Worker(1); *w.Endpoint != "10.0.0.2:8000" {
 		t.Fatalf("endpoint %s", *w.Endpoint)
 	}
 }
@@ -112,9 +112,9 @@ func TestChangedEndpointIsANewServer(t *testing.T) {
 				Placement: Placement{PinnedWorker: &PinnedWorker{WorkerID: 1}}}); err != nil {
 				t.Fatal(err)
 			}
-			r.ReportFailure(1)
+			r.Health().ReportFailure(1)
 			cached := func() uint32 {
-				sc, err := r.OverlapScores(&ScoreRequest{Prompt: Prompt{TokenIDs: tokens}})
+				sc, err := r.Queries().OverlapScores(&ScoreRequest{Prompt: Prompt{TokenIDs: tokens}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -133,7 +133,7 @@ func TestChangedEndpointIsANewServer(t *testing.T) {
 
 			if via == "upsert" {
 				addWorker(t, r, 1, func(w *WorkerRequest) { w.Endpoint = ptr("127.0.0.1:10") })
-			} else if _, err := r.PatchWorker(1, &WorkerRequest{Endpoint: ptr("127.0.0.1:10")}); err != nil {
+			} else if _, err := r.Catalog().PatchWorker(1, &WorkerRequest{Endpoint: ptr("127.0.0.1:10")}); err != nil {
 				t.Fatal(err)
 			}
 

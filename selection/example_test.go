@@ -20,7 +20,7 @@ func ExampleNewRouter() {
 	for id := uint64(1); id <= 2; id++ {
 		ep := fmt.Sprintf("10.0.0.%d:8000", id)
 		bs := uint32(4)
-		if _, err := r.UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}); err != nil {
+		if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}); err != nil {
 			panic(err)
 		}
 	}

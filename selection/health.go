@@ -50,15 +50,21 @@ type workerHealth struct {
 	down         bool
 }
 
-type healthTable struct {
+// Health tracks the failures callers report (ReportStatus) and takes
+// workers out of the candidates, and back, on its sweep. It reads the
+// catalog for the workers' endpoints and partitions.
+type Health struct {
+	grace   time.Duration // Config.WorkerDownAfter; 0 turns the sweep off
+	now     func() time.Time
+	catalog *Catalog
+
 	mu      sync.Mutex
 	workers map[uint64]*workerHealth
 }
 
 // ReportFailure records that a worker failed a request: a dial error, or
 // a 502, 503 or 504 answer. ReportStatus sorts answers this way.
-func (r *Router) ReportFailure(workerID uint64) {
-	h := &r.health
+func (h *Health) ReportFailure(workerID uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.workers == nil {
@@ -70,15 +76,14 @@ func (r *Router) ReportFailure(workerID uint64) {
 		h.workers[workerID] = w
 	}
 	if w.failingSince.IsZero() {
-		w.failingSince = r.now()
+		w.failingSince = h.now()
 	}
 }
 
 // ReportSuccess records that a worker answered (any status but 429, 502,
 // 503 and 504); it clears its failures. It does not bring back a worker
 // that is down: only its health probe does.
-func (r *Router) ReportSuccess(workerID uint64) {
-	h := &r.health
+func (h *Health) ReportSuccess(workerID uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w := h.workers[workerID]; w != nil && !w.down {
@@ -90,18 +95,18 @@ func (r *Router) ReportSuccess(workerID uint64) {
 // failures (the engine is gone, or answers nothing useful), 429 is neither
 // (a full worker is not a failed one: its load accounting already steers
 // requests away), anything else is a success.
-func (r *Router) ReportStatus(workerID uint64, status int) {
+func (h *Health) ReportStatus(workerID uint64, status int) {
 	switch status {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		r.ReportFailure(workerID)
+		h.ReportFailure(workerID)
 	case http.StatusTooManyRequests:
 	default:
-		r.ReportSuccess(workerID)
+		h.ReportSuccess(workerID)
 	}
 }
 
 // forget drops a worker's failure history.
-func (h *healthTable) forget(id uint64) {
+func (h *Health) forget(id uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.workers, id)
@@ -109,8 +114,7 @@ func (h *healthTable) forget(id uint64) {
 
 // WorkerDown reports whether the router has taken a worker out as
 // unreachable.
-func (r *Router) WorkerDown(workerID uint64) bool {
-	h := &r.health
+func (h *Health) WorkerDown(workerID uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := h.workers[workerID]
@@ -129,17 +133,16 @@ func probeTimeout(grace time.Duration) time.Duration {
 	return min(max(grace/10, 100*time.Millisecond), probeMaxTimeout)
 }
 
-// sweepHealth takes out workers failing for longer than WorkerDownAfter
+// sweep takes out workers failing for longer than WorkerDownAfter
 // and brings back the down ones whose /health answers 2xx.
-func (r *Router) sweepHealth() {
-	grace := r.cfg.WorkerDownAfter
+func (h *Health) sweep() {
+	grace := h.grace
 	if grace <= 0 {
 		return
 	}
-	now := r.now()
+	now := h.now()
 	var takeOut []uint64
 	probe := map[uint64]*workerHealth{}
-	h := &r.health
 	h.mu.Lock()
 	for id, w := range h.workers {
 		switch {
@@ -152,12 +155,12 @@ func (r *Router) sweepHealth() {
 	}
 	h.mu.Unlock()
 	for _, id := range takeOut {
-		r.setDown(id, true)
+		h.setDown(id, true)
 	}
 	sem := make(chan struct{}, probeParallel)
 	var wg sync.WaitGroup
 	for id, w := range probe {
-		rec, ok := r.Worker(id)
+		rec, ok := h.catalog.Worker(id)
 		if !ok {
 			h.mu.Lock()
 			if h.workers[id] == w {
@@ -184,7 +187,7 @@ func (r *Router) sweepHealth() {
 			}
 			h.mu.Unlock()
 			if back {
-				r.setDown(id, false)
+				h.setDown(id, false)
 			}
 		}(id, w, *rec.Endpoint)
 	}
@@ -193,13 +196,13 @@ func (r *Router) sweepHealth() {
 
 // setDown marks a worker's ranks down (out of the candidates, index
 // entries dropped) or up again.
-func (r *Router) setDown(id uint64, down bool) {
-	rec, ok := r.Worker(id)
+func (h *Health) setDown(id uint64, down bool) {
+	rec, ok := h.catalog.Worker(id)
 	if !ok {
 		return
 	}
 	key := rec.Partition()
-	if p := r.partition(key); p != nil {
+	if p := h.catalog.partition(key); p != nil {
 		p.mu.Lock()
 		for _, rs := range p.ranks {
 			if rs.rank.WorkerID == id {
@@ -209,7 +212,7 @@ func (r *Router) setDown(id uint64, down bool) {
 		p.mu.Unlock()
 	}
 	if down {
-		r.index.RemoveWorker(key, id)
+		h.catalog.index.RemoveWorker(key, id)
 	}
 }
 

@@ -51,25 +51,25 @@ func TestWorkerDownAndBack(t *testing.T) {
 	}
 
 	// Failing, but within the grace: still a candidate.
-	r.ReportFailure(1)
+	r.Health().ReportFailure(1)
 	advance(5 * time.Second)
 	r.Sweep()
-	if r.WorkerDown(1) {
+	if r.Health().WorkerDown(1) {
 		t.Fatal("down before the grace passed")
 	}
 	// A success clears the failures.
-	r.ReportSuccess(1)
+	r.Health().ReportSuccess(1)
 	advance(10 * time.Second)
 	r.Sweep()
-	if r.WorkerDown(1) {
+	if r.Health().WorkerDown(1) {
 		t.Fatal("down after a success")
 	}
 
 	// Failing for longer than the grace: out, and its index entries gone.
-	r.ReportFailure(1)
+	r.Health().ReportFailure(1)
 	advance(11 * time.Second)
 	r.Sweep()
-	if !r.WorkerDown(1) {
+	if !r.Health().WorkerDown(1) {
 		t.Fatal("not down after the grace")
 	}
 	if _, err := r.Select(prompt); StatusOf(err) != 503 {
@@ -85,9 +85,9 @@ func TestWorkerDownAndBack(t *testing.T) {
 		t.Fatal("the down worker's index entries were kept")
 	}
 	// A reported success does not bring it back; a healthy answer does.
-	r.ReportSuccess(1)
+	r.Health().ReportSuccess(1)
 	r.Sweep()
-	if !r.WorkerDown(1) {
+	if !r.Health().WorkerDown(1) {
 		t.Fatal("up again without a connection")
 	}
 	back, err := net.Listen("tcp", addr)
@@ -100,7 +100,7 @@ func TestWorkerDownAndBack(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 	r.Sweep()
-	if r.WorkerDown(1) {
+	if r.Health().WorkerDown(1) {
 		t.Fatal("still down though its endpoint accepts connections")
 	}
 	if _, err := r.Select(prompt); err != nil {
@@ -172,21 +172,21 @@ func TestHealthProbe(t *testing.T) {
 			}
 			defer r.Close()
 			addWorker(t, r, 1, func(w *WorkerRequest) { w.Endpoint = ptr(tc.endpoint) })
-			r.ReportFailure(1)
+			r.Health().ReportFailure(1)
 			mu.Lock()
 			now = now.Add(cfg.WorkerDownAfter)
 			mu.Unlock()
 			r.Sweep()
-			if !r.WorkerDown(1) {
+			if !r.Health().WorkerDown(1) {
 				t.Fatal("not down after WorkerDownAfter")
 			}
 			r.Sweep()
-			if up := !r.WorkerDown(1); up != tc.backFirst {
+			if up := !r.Health().WorkerDown(1); up != tc.backFirst {
 				t.Fatalf("up %v after the first probe, want %v", up, tc.backFirst)
 			}
 			healthy.Store(true)
 			r.Sweep()
-			if up := !r.WorkerDown(1); up != tc.backThen {
+			if up := !r.Health().WorkerDown(1); up != tc.backThen {
 				t.Fatalf("up %v after a probe of the healthy worker, want %v", up, tc.backThen)
 			}
 		})
@@ -208,15 +208,15 @@ func TestReportStatus(t *testing.T) {
 	for _, tc := range tests {
 		r := newTestRouter(t, nil)
 		addWorker(t, r, 1, nil)
-		r.ReportStatus(1, tc.status)
+		r.Health().ReportStatus(1, tc.status)
 		r.health.mu.Lock()
 		_, failing := r.health.workers[1]
 		r.health.mu.Unlock()
 		if failing != tc.failing {
 			t.Errorf("%d: failing %v, want %v", tc.status, failing, tc.failing)
 		}
-		r.ReportFailure(1)
-		r.ReportStatus(1, tc.status)
+		r.Health().ReportFailure(1)
+		r.Health().ReportStatus(1, tc.status)
 		r.health.mu.Lock()
 		_, failing = r.health.workers[1]
 		r.health.mu.Unlock()

@@ -73,7 +73,7 @@ func TestRegistrationBounds(t *testing.T) {
 			r := newTestRouter(t, nil)
 			req := &WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("127.0.0.1:9"), BlockSize: ptr(uint32(16))}
 			tc.req(req)
-			_, err := r.UpsertWorker(req)
+			_, err := r.Catalog().UpsertWorker(req)
 			if tc.status == 0 {
 				if err != nil {
 					t.Fatal(err)
@@ -81,14 +81,14 @@ func TestRegistrationBounds(t *testing.T) {
 				return
 			}
 			mustStatus(t, err, tc.status, tc.errSub)
-			if len(r.ListWorkers("", "")) != 0 {
+			if len(r.Catalog().ListWorkers("", "")) != 0 {
 				t.Fatal("a refused worker is in the catalog")
 			}
 			// The same fields through a patch of a valid worker.
 			addWorker(t, r, 1, nil)
-			_, err = r.PatchWorker(1, req)
+			_, err = r.Catalog().PatchWorker(1, req)
 			mustStatus(t, err, tc.status, tc.errSub)
-			if rec, _ := r.Worker(1); rec.DataParallelSize != 1 || *rec.Endpoint != "127.0.0.1:9" {
+			if rec, _ := r.Catalog().Worker(1); rec.DataParallelSize != 1 || *rec.Endpoint != "127.0.0.1:9" {
 				t.Fatalf("a refused patch changed the worker: %+v", rec)
 			}
 		})
@@ -104,11 +104,11 @@ func TestPatchCannotRaiseRanks(t *testing.T) {
 		w.DataParallelSize = ptr(uint32(2))
 		w.KVEventsEndpoints = map[string]string{"0": "tcp://a:1", "1": "tcp://a:2"}
 	})
-	_, err := r.PatchWorker(1, &WorkerRequest{DataParallelSize: ptr(uint32(1 << 20))})
+	_, err := r.Catalog().PatchWorker(1, &WorkerRequest{DataParallelSize: ptr(uint32(1 << 20))})
 	mustStatus(t, err, 422, "data_parallel_size 1048576 exceeds the bound of 256")
-	_, err = r.PatchWorker(1, &WorkerRequest{DataParallelSize: ptr(uint32(1))})
+	_, err = r.Catalog().PatchWorker(1, &WorkerRequest{DataParallelSize: ptr(uint32(1))})
 	mustStatus(t, err, 422, "kv_events_endpoints has 2 entries, more than data_parallel_size 1")
-	if _, err := r.PatchWorker(1, &WorkerRequest{DataParallelSize: ptr(uint32(4))}); err != nil {
+	if _, err := r.Catalog().PatchWorker(1, &WorkerRequest{DataParallelSize: ptr(uint32(4))}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -119,14 +119,14 @@ func TestTotalRankBound(t *testing.T) {
 	r := newTestRouter(t, func(c *Config) { c.MaxRanks = 8; c.MaxRanksPerWorker = 4 })
 	addWorker(t, r, 1, func(w *WorkerRequest) { w.DataParallelSize = ptr(uint32(4)) })
 	addWorker(t, r, 2, func(w *WorkerRequest) { w.DataParallelSize = ptr(uint32(3)); w.Endpoint = nil }) // incomplete counts too
-	_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(3)), DataParallelSize: ptr(uint32(2))})
+	_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(3)), DataParallelSize: ptr(uint32(2))})
 	mustStatus(t, err, 409, "worker catalog is full: 9 data-parallel ranks with this worker, more than max_ranks 8")
 	addWorker(t, r, 3, nil) // exactly 8
-	_, err = r.PatchWorker(2, &WorkerRequest{DataParallelSize: ptr(uint32(4))})
+	_, err = r.Catalog().PatchWorker(2, &WorkerRequest{DataParallelSize: ptr(uint32(4))})
 	mustStatus(t, err, 409, "max_ranks 8")
 	addWorker(t, r, 1, func(w *WorkerRequest) { w.DataParallelSize = ptr(uint32(2)) })
 	addWorker(t, r, 4, func(w *WorkerRequest) { w.DataParallelSize = ptr(uint32(2)) })
-	if _, err := r.DeleteWorker(2); err != nil {
+	if _, err := r.Catalog().DeleteWorker(2); err != nil {
 		t.Fatal(err)
 	}
 	addWorker(t, r, 5, func(w *WorkerRequest) { w.DataParallelSize = ptr(uint32(3)) })

@@ -264,7 +264,7 @@ func TestReservationCountsMatchModel(t *testing.T) {
 		case op < 11: // a new endpoint: the worker's bookings go
 			w := uint64(1 + rng.IntN(3))
 			endpoints[w] = "127.0.0.1:" + strconv.Itoa(100+step)
-			if _, err := r.PatchWorker(w, &WorkerRequest{Endpoint: ptr(endpoints[w])}); err != nil {
+			if _, err := r.Catalog().PatchWorker(w, &WorkerRequest{Endpoint: ptr(endpoints[w])}); err != nil {
 				t.Fatal(err)
 			}
 			maps.DeleteFunc(model, func(_ string, l live) bool { return l.rank.WorkerID == w })
@@ -274,9 +274,9 @@ func TestReservationCountsMatchModel(t *testing.T) {
 			maps.DeleteFunc(model, func(_ string, l live) bool { return l.created.Before(now.Add(-cfg.ReservationTTL)) })
 		}
 
-		r.resMu.Lock()
-		counted := maps.Clone(r.clients)
-		r.resMu.Unlock()
+		r.book.mu.Lock()
+		counted := maps.Clone(r.book.clients)
+		r.book.mu.Unlock()
 		for _, c := range clients[1:] {
 			if want := count(func(l live) bool { return l.client == c }); counted[c] != want {
 				t.Fatalf("step %d: client %s counted %d, model %d", step, c, counted[c], want)
@@ -310,9 +310,9 @@ func TestReservationCountsConcurrent(t *testing.T) {
 		addWorker(t, r, id, nil)
 	}
 	overBound := func() string {
-		r.resMu.Lock()
-		defer r.resMu.Unlock()
-		for c, n := range r.clients {
+		r.book.mu.Lock()
+		defer r.book.mu.Unlock()
+		for c, n := range r.book.clients {
 			if n > perClient {
 				return c
 			}
@@ -355,12 +355,12 @@ func TestReservationCountsConcurrent(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := range 100 {
-			if _, err := r.PatchWorker(uint64(1+i%3), &WorkerRequest{Endpoint: ptr("127.0.0.1:" + strconv.Itoa(100+i))}); err != nil {
+			if _, err := r.Catalog().PatchWorker(uint64(1+i%3), &WorkerRequest{Endpoint: ptr("127.0.0.1:" + strconv.Itoa(100+i))}); err != nil {
 				t.Error(err)
 				return
 			}
 			r.Sweep()
-			for _, m := range r.Loads("", "") {
+			for _, m := range r.Queries().Loads("", "") {
 				for _, l := range m.Loads {
 					if l.ActiveRequests > perRank {
 						t.Errorf("rank %d/%d holds %d bookings", l.WorkerID, l.DPRank, l.ActiveRequests)
@@ -371,13 +371,13 @@ func TestReservationCountsConcurrent(t *testing.T) {
 		}
 	}()
 	wg.Wait()
-	r.resMu.Lock()
-	left := len(r.clients)
-	r.resMu.Unlock()
+	r.book.mu.Lock()
+	left := len(r.book.clients)
+	r.book.mu.Unlock()
 	if left != 0 || r.ActiveReservations() != 0 {
 		t.Fatalf("after every free: %d clients counted, %d reservations", left, r.ActiveReservations())
 	}
-	for _, m := range r.Loads("", "") {
+	for _, m := range r.Queries().Loads("", "") {
 		for _, l := range m.Loads {
 			if l.ActiveRequests != 0 || l.PotentialPrefillTokens != 0 {
 				t.Fatalf("load left behind: %+v", l)

@@ -6,17 +6,20 @@ import "sort"
 // POST /potential_loads and POST /overlap_scores (docs/selection-api.md).
 // They book nothing.
 
+// Queries answers the read-only questions about a router: its loads, the
+// loads and overlaps a prompt would have, and the index dump. Scoring a
+// prompt goes through the same setup as selecting it (selector).
+type Queries struct {
+	catalog       *Catalog
+	sel           *selector
+	index         Indexer
+	maxDumpEvents int // Config.MaxDumpEvents
+}
+
 // Loads reports every rank's current load, per partition, sorted by
 // (model, group); empty filters match everything.
-func (r *Router) Loads(model, group string) []ModelLoadResponse {
-	r.mu.RLock()
-	parts := make([]*partition, 0, len(r.parts))
-	for k, p := range r.parts {
-		if (model == "" || k.Model == model) && (group == "" || k.Group == group) {
-			parts = append(parts, p)
-		}
-	}
-	r.mu.RUnlock()
+func (q *Queries) Loads(model, group string) []ModelLoadResponse {
+	parts := q.catalog.partitions(model, group)
 	sort.Slice(parts, func(i, j int) bool {
 		a, b := parts[i].key, parts[j].key
 		return a.Model < b.Model || a.Model == b.Model && a.Group < b.Group
@@ -37,24 +40,24 @@ func (r *Router) Loads(model, group string) []ModelLoadResponse {
 
 // scoreRequest runs the shared part of PotentialLoads and OverlapScores and
 // calls fn with the partition locked and w filled.
-func (r *Router) scoreRequest(req *ScoreRequest, fn func(p *partition, w *work, s *scoring, np normPrompt)) error {
-	q, err := r.setupRequest(&req.Partition, req.RouterConfigOverride, &req.Prompt, "")
+func (q *Queries) scoreRequest(req *ScoreRequest, fn func(p *partition, w *work, s *scoring, np normPrompt)) error {
+	su, err := q.sel.setupRequest(&req.Partition, req.RouterConfigOverride, &req.Prompt, "")
 	if err != nil {
 		return err
 	}
-	defer putWork(q.w)
-	q.p.mu.Lock()
-	defer q.p.mu.Unlock()
-	q.p.scoreInputs(q.w)
-	fn(q.p, q.w, &q.s, q.np)
+	defer putWork(su.w)
+	su.p.mu.Lock()
+	defer su.p.mu.Unlock()
+	su.p.scoreInputs(su.w)
+	fn(su.p, su.w, &su.s, su.np)
 	return nil
 }
 
 // PotentialLoads reports the load every rank would have with this prompt
 // added (docs/selection-api.md, "Loads and scores").
-func (r *Router) PotentialLoads(req *ScoreRequest) ([]PotentialLoad, error) {
+func (q *Queries) PotentialLoads(req *ScoreRequest) ([]PotentialLoad, error) {
 	var out []PotentialLoad
-	err := r.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
+	err := q.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
 		out = make([]PotentialLoad, len(p.ranks))
 		for i, rs := range p.ranks {
 			prefill := rs.prefillTokens
@@ -72,9 +75,9 @@ func (r *Router) PotentialLoads(req *ScoreRequest) ([]PotentialLoad, error) {
 
 // OverlapScores reports every schedulable rank's tiered overlap and credit
 // (docs/selection-api.md, "Loads and scores").
-func (r *Router) OverlapScores(req *ScoreRequest) (*OverlapScoresResponse, error) {
+func (q *Queries) OverlapScores(req *ScoreRequest) (*OverlapScoresResponse, error) {
 	var out *OverlapScoresResponse
-	err := r.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
+	err := q.scoreRequest(req, func(p *partition, w *work, s *scoring, np normPrompt) {
 		out = &OverlapScoresResponse{BlockSize: p.blockSize, NumBlocks: uint64(len(w.blocks)),
 			Workers: make([]OverlapScore, len(p.ranks)), SharedCache: SharedCache{Ranges: [][2]uint64{}}}
 		for i, rs := range p.ranks {

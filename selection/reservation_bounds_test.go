@@ -47,7 +47,7 @@ func TestReservationsPerRank(t *testing.T) {
 	}
 	var freed uint64
 	for _, id := range ids {
-		if b, _ := r.lookupBooking(id); b.rs.rank.WorkerID == 1 {
+		if b, _ := r.book.lookup(id); b.rs.rank.WorkerID == 1 {
 			freed = 1
 			_ = r.Free(id)
 			break
@@ -140,9 +140,9 @@ func TestReservationsPerClient(t *testing.T) {
 	now = now.Add(2 * cfg.ReservationTTL)
 	mu.Unlock()
 	r.Sweep()
-	r.resMu.Lock()
-	left := len(r.clients)
-	r.resMu.Unlock()
+	r.book.mu.Lock()
+	left := len(r.book.clients)
+	r.book.mu.Unlock()
 	if left != 0 || r.ActiveReservations() != 0 {
 		t.Fatalf("after the sweep: %d clients counted, %d reservations", left, r.ActiveReservations())
 	}

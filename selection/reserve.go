@@ -1,243 +1,254 @@
 package selection
 
-import "slices"
+import (
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
 
-// Select picks a rank without booking load (docs/selection-api.md,
-// "Selecting"). With a
-// selection_id the pick is cached so CreateReservation can book it by id.
-func (r *Router) Select(req *SelectRequest) (*SelectResponse, error) {
-	return r.selectRequest(req, false, false)
+// bookings is the reservation table: every booking by selection id, and
+// the live bookings per client (Config.MaxReservationsPerClient). An id
+// goes through claim (reserved, booking in flight), then commit (the
+// booking stored) or unclaim (the booking failed); take removes a
+// committed booking exactly once, so a booking's load is released
+// exactly once whoever frees it (Free, the stale sweep, forgetServer).
+type bookings struct {
+	cfg      *Config
+	now      func() time.Time
+	affinity *affinityTable // session leases held by bookings; nil when off
+
+	mu           sync.Mutex
+	reservations map[string]*booking // nil value: claimed, booking in flight
+	clients      map[string]int      // live and claimed bookings per client
 }
 
-// SelectAndReserve picks a rank and books the request on it atomically
-// (docs/selection-api.md, "Selecting"). The booking is keyed by selection_id, a UUIDv4 if absent.
-func (r *Router) SelectAndReserve(req *SelectRequest) (*SelectResponse, error) {
-	return r.selectRequest(req, true, false)
+func newBookings(cfg *Config, now func() time.Time, affinity *affinityTable) *bookings {
+	return &bookings{cfg: cfg, now: now, affinity: affinity,
+		reservations: make(map[string]*booking), clients: make(map[string]int)}
 }
 
-// SelectAndReserveExplained is SelectAndReserve with the per-candidate
-// breakdown filled in resp.Candidates (for the proxy's explain output).
-func (r *Router) SelectAndReserveExplained(req *SelectRequest) (*SelectResponse, error) {
-	return r.selectRequest(req, true, true)
-}
-
-func checkSession(id string) error {
-	if len(id) > maxSessionIDBytes {
-		return errorf(KindBadRequest, "session_id must be at most %d bytes", maxSessionIDBytes)
+// bookingSweepEvery is how often stale bookings are swept: every 30
+// seconds, or twice per ReservationTTL when that is shorter.
+func bookingSweepEvery(ttl time.Duration) time.Duration {
+	every := 30 * time.Second
+	if ttl > 0 && ttl/2 < every {
+		every = max(ttl/2, 10*time.Millisecond)
 	}
+	return every
+}
+
+// sweep frees stale bookings and drops idle session bindings. It returns
+// the number of bookings freed.
+func (t *bookings) sweep() int {
+	var stale []string
+	if t.cfg.ReservationTTL > 0 {
+		cutoff := t.now().Add(-t.cfg.ReservationTTL)
+		t.mu.Lock()
+		for id, b := range t.reservations {
+			if b != nil && b.createdAt.Before(cutoff) {
+				stale = append(stale, id)
+			}
+		}
+		t.mu.Unlock()
+	}
+	for _, id := range stale {
+		_ = t.free(id)
+	}
+	if t.affinity.enabled() {
+		t.affinity.sweep()
+	}
+	return len(stale)
+}
+
+// active is the number of live bookings.
+func (t *bookings) active() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, b := range t.reservations {
+		if b != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// newSelectionID returns a random UUIDv4.
+func newSelectionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// claim reserves a selection id globally (ids are unique across
+// partitions) and counts it against client's bound.
+func (t *bookings) claim(id, client string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.reservations[id]; ok {
+		return errorf(KindConflict, "selection %s is already reserved or being reserved", id)
+	}
+	if limit := t.cfg.MaxReservationsPerClient; client != "" && limit > 0 {
+		if t.clients[client] >= limit {
+			return errorf(KindOverloaded, "client %s holds %d reservations, the most max_reservations_per_client allows; free them (DELETE /reservations/{id}) or wait for them to expire",
+				client, limit)
+		}
+		t.clients[client]++
+	}
+	t.reservations[id] = nil
 	return nil
 }
 
-func (r *Router) selectRequest(req *SelectRequest, book, explain bool) (*SelectResponse, error) {
-	session := req.Placement.session()
-	q, err := r.setupRequest(&req.Partition, req.RouterConfigOverride, &req.Prompt, session)
+// commit stores the booking under its claimed id. b.client must be the
+// client the id was claimed for.
+func (t *bookings) commit(id string, b *booking) {
+	t.mu.Lock()
+	t.reservations[id] = b
+	t.mu.Unlock()
+}
+
+// unclaim gives back a claim whose booking failed.
+func (t *bookings) unclaim(id, client string) {
+	t.mu.Lock()
+	if b, ok := t.reservations[id]; ok && b == nil {
+		delete(t.reservations, id)
+		t.uncountLocked(client)
+	}
+	t.mu.Unlock()
+}
+
+// takeLocked removes a committed booking from the table and its client's
+// count; t.mu must be held. The caller releases its load.
+func (t *bookings) takeLocked(id string) *booking {
+	b := t.reservations[id]
+	if b != nil {
+		delete(t.reservations, id)
+		t.uncountLocked(b.client)
+	}
+	return b
+}
+
+func (t *bookings) uncountLocked(client string) {
+	if client == "" || t.cfg.MaxReservationsPerClient <= 0 {
+		return
+	}
+	if t.clients[client]--; t.clients[client] <= 0 {
+		delete(t.clients, client)
+	}
+}
+
+// lookup returns a committed booking; in-flight and unknown ids are not
+// found.
+func (t *bookings) lookup(id string) (*booking, error) {
+	t.mu.Lock()
+	b := t.reservations[id]
+	t.mu.Unlock()
+	if b == nil {
+		return nil, errorf(KindNotFound, "reservation %s not found", id)
+	}
+	return b, nil
+}
+
+// prefillComplete marks the booking's prefill done (idempotent).
+func (t *bookings) prefillComplete(id string) error {
+	b, err := t.lookup(id)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer putWork(q.w)
-	key, p, s, w, np := q.key, q.p, &q.s, q.w, q.np
-	id := req.SelectionID
-	if book {
-		if id == "" {
-			id = newSelectionID()
-		}
-		if err := r.claim(id, req.Client); err != nil {
-			return nil, err
-		}
-	}
+	p := b.part
 	p.mu.Lock()
-	sel, err := r.choose(p, w, s, np, choice{placement: &req.Placement, session: session, explain: explain, book: book})
-	if err != nil {
-		p.mu.Unlock()
-		if book {
-			r.unclaim(id, req.Client)
-		}
-		return nil, err
+	if !b.freed {
+		p.load.prefillComplete(b)
 	}
-	resp := r.response(p, &sel, id)
-	if !req.Lean {
-		fillDP(p, w, resp)
-	}
-	if !book {
-		r.busy(&sel, resp, req.Advisory)
-		p.mu.Unlock()
-		if id != "" {
-			r.pending.insert(&pendingEntry{
-				key: pendingKey{key, id}, rank: sel.rs.rank,
-				blocks: slices.Clone(w.blocks), hashes: slices.Clone(w.tracking),
-				isl: np.isl, prefill: sel.prefill, track: s.trackPrefill,
-				expected: req.ExpectedOutputTokens, lora: req.LoraName, session: session,
-			})
-		}
-		return resp, nil
-	}
-	b, err := r.bookLocked(p, sel.rs, id, session, req.Client, w.tracking, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
-	if err != nil {
-		p.mu.Unlock()
-		r.unclaim(id, req.Client)
-		return nil, err
-	}
-	r.busy(&sel, resp, false)
 	p.mu.Unlock()
-	r.commit(id, b)
-	r.recordBooking(key, sel.rs.rank, w)
-	isl, track := np.isl, s.trackPrefill
-	resp.SequenceHashes, resp.ISLTokens, resp.TrackPrefillTokens = b.hashes, &isl, &track
-	return resp, nil
+	return nil
+}
+
+// outputBlock adds one output block to the booking's rank.
+func (t *bookings) outputBlock(id string, decayFraction *float64) error {
+	if d := decayFraction; d != nil && !(*d >= 0 && *d <= 1) {
+		return errorf(KindBadRequest, "decay_fraction must be between 0.0 and 1.0")
+	}
+	b, err := t.lookup(id)
+	if err != nil {
+		return err
+	}
+	p := b.part
+	p.mu.Lock()
+	if !b.freed {
+		p.load.outputBlock(b, decayFraction, t.cfg.TrackActiveBlocks)
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// free releases a booking: prefill tokens, blocks and the request count.
+func (t *bookings) free(id string) error {
+	t.mu.Lock()
+	b := t.takeLocked(id)
+	t.mu.Unlock()
+	if b == nil {
+		return errorf(KindNotFound, "reservation %s not found", id)
+	}
+	t.release(b)
+	return nil
+}
+
+// forgetWorker takes out and releases every booking on a worker's ranks.
+func (t *bookings) forgetWorker(id uint64) {
+	var gone []*booking
+	t.mu.Lock()
+	for sid, b := range t.reservations {
+		if b != nil && b.rs.rank.WorkerID == id {
+			gone = append(gone, t.takeLocked(sid))
+		}
+	}
+	t.mu.Unlock()
+	for _, b := range gone {
+		t.release(b)
+	}
+}
+
+// release gives back the load and session lease of a booking already taken
+// out of t.reservations.
+func (t *bookings) release(b *booking) {
+	p := b.part
+	p.mu.Lock()
+	p.load.free(b, t.cfg.TrackActiveBlocks)
+	p.mu.Unlock()
+	if b.session != "" && t.affinity.enabled() {
+		t.affinity.release(sessionKey{b.key, b.session})
+	}
 }
 
 // bookLocked books a request on rs; p.mu must be held. A rank at
 // MaxReservationsPerRank is refused. With a session and affinity on, it
 // takes the session's lease first (and may refuse).
-func (r *Router) bookLocked(p *partition, rs *rankState, id, session, client string, tracking []uint64,
+func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client string, tracking []uint64,
 	isl, prefill uint64, track bool, expected *uint32) (*booking, error) {
-	if rs.full(&r.cfg) {
+	if rs.full(t.cfg) {
 		return nil, errorf(KindNotReady, "worker %d dp_rank %d holds %d reservations, the most max_reservations_per_rank allows",
-			rs.rank.WorkerID, rs.rank.DPRank, r.cfg.MaxReservationsPerRank)
+			rs.rank.WorkerID, rs.rank.DPRank, t.cfg.MaxReservationsPerRank)
 	}
 	leased := false
-	if session != "" && r.affinity.enabled() {
+	if session != "" && t.affinity.enabled() {
 		var err error
-		if leased, err = r.affinity.acquire(sessionKey{p.key, session}, rs.rank); err != nil {
+		if leased, err = t.affinity.acquire(sessionKey{p.key, session}, rs.rank); err != nil {
 			return nil, err
 		}
 	}
 	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: slices.Clone(tracking),
-		isl: isl, expected: expected, client: client, createdAt: r.now()}
+		isl: isl, expected: expected, client: client, createdAt: t.now()}
 	if leased {
 		b.session = session
 	}
 	if track {
 		b.prefill = prefill
 	}
-	p.load.add(b, r.cfg.TrackActiveBlocks)
+	p.load.add(b, t.cfg.TrackActiveBlocks)
 	return b, nil
-}
-
-// CreateReservation books a request (docs/selection-api.md,
-// "Reservations"): from the pending cache
-// when only selection_id is given, or explicitly on worker_id/dp_rank.
-func (r *Router) CreateReservation(req *ReservationRequest) (*ReservationResponse, error) {
-	if req.SelectionID == nil {
-		return nil, errorf(KindUnprocessable, "missing field `selection_id`")
-	}
-	session := req.Placement.session()
-	if err := checkSession(session); err != nil {
-		return nil, err
-	}
-	if req.WorkerID != nil {
-		return r.explicitReservation(req, session)
-	}
-	return r.cachedReservation(req, session)
-}
-
-func (r *Router) cachedReservation(req *ReservationRequest, session string) (*ReservationResponse, error) {
-	id, key := *req.SelectionID, req.Partition.Key()
-	pk := pendingKey{key, id}
-	e := r.pending.peek(pk)
-	if e == nil {
-		return nil, errorf(KindNotFound, "no pending selection %s for %s (expired, already used, or never selected)", id, key)
-	}
-	if session == "" {
-		session = e.session
-	}
-	if err := r.claim(id, req.Client); err != nil {
-		return nil, err
-	}
-	p := r.partition(key)
-	if p == nil {
-		r.unclaim(id, req.Client)
-		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, e.rank.WorkerID, e.rank.DPRank)
-	}
-	p.mu.Lock()
-	rs := p.byRank[e.rank]
-	if rs == nil {
-		p.mu.Unlock()
-		r.unclaim(id, req.Client)
-		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, e.rank.WorkerID, e.rank.DPRank)
-	}
-	b, err := r.bookLocked(p, rs, id, session, req.Client, e.hashes, e.isl, e.prefill, e.track, e.expected)
-	endpoint := rs.endpoint
-	p.mu.Unlock()
-	if err != nil {
-		r.unclaim(id, req.Client)
-		if StatusOf(err) == 400 {
-			r.pending.discard(pk) // a hard-affinity refusal consumes the entry
-		}
-		return nil, err
-	}
-	r.commit(id, b)
-	r.pending.remove(pk, e.generation)
-	if r.recorder != nil {
-		r.recorder.RecordBooking(key, rs.rank, e.blocks)
-	}
-	return &ReservationResponse{SelectionID: id, ModelName: key.Model, RoutingGroup: key.Group,
-		WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Endpoint: endpoint}, nil
-}
-
-func (r *Router) explicitReservation(req *ReservationRequest, session string) (*ReservationResponse, error) {
-	id, key := *req.SelectionID, req.Partition.Key()
-	s, err := r.cfg.scoring(req.RouterConfigOverride)
-	if err != nil {
-		return nil, err
-	}
-	track := s.trackPrefill
-	if req.TrackPrefillTokens != nil {
-		track = *req.TrackPrefillTokens
-	}
-	rank := Rank{WorkerID: *req.WorkerID}
-	if req.DPRank != nil {
-		rank.DPRank = *req.DPRank
-	} else if wr, ok := r.Worker(rank.WorkerID); ok {
-		rank.DPRank = wr.DataParallelStartRank
-	}
-	notSchedulable := errorf(KindNotFound, "worker %d dp_rank %d is not schedulable in %s", rank.WorkerID, rank.DPRank, key)
-	p := r.partition(key)
-	if p == nil {
-		return nil, notSchedulable
-	}
-	w := getWork()
-	defer putWork(w)
-	np, err := r.normalize(&req.Prompt, p, &s, w, false)
-	if err != nil {
-		return nil, err
-	}
-	if e := req.EffectivePrefillTokens; e != nil && *e > np.isl {
-		return nil, errorf(KindBadRequest, "effective_prefill_tokens (%d) must not exceed isl_tokens (%d)", *e, np.isl)
-	}
-	prefill := np.isl
-	if req.EffectivePrefillTokens != nil {
-		prefill = *req.EffectivePrefillTokens
-	} else if np.hasBlocks {
-		r.index.FindMatches(key, w.blocks, &w.matches)
-		for _, m := range w.matches.List {
-			if m.Rank == rank {
-				prefill = effectivePrefill(np.isl, s.cachedTokens(m.Tiers, p.blockSize))
-			}
-		}
-	}
-	if err := r.claim(id, req.Client); err != nil {
-		return nil, err
-	}
-	r.pending.discard(pendingKey{key, id})
-	p.mu.Lock()
-	rs := p.byRank[rank]
-	if rs == nil {
-		p.mu.Unlock()
-		r.unclaim(id, req.Client)
-		return nil, notSchedulable
-	}
-	b, err := r.bookLocked(p, rs, id, session, req.Client, w.tracking, np.isl, prefill, track, req.ExpectedOutputTokens)
-	endpoint := rs.endpoint
-	p.mu.Unlock()
-	if err != nil {
-		r.unclaim(id, req.Client)
-		return nil, err
-	}
-	r.commit(id, b)
-	if r.recorder != nil && np.hasBlocks {
-		r.recorder.RecordBooking(key, rank, w.blocks)
-	}
-	return &ReservationResponse{SelectionID: id, ModelName: key.Model, RoutingGroup: key.Group,
-		WorkerID: rank.WorkerID, DPRank: rank.DPRank, Endpoint: endpoint}, nil
 }

@@ -1,58 +1,53 @@
 package selection
 
 import (
-	"crypto/rand"
 	"errors"
-	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// Router is the selection engine: catalog, load accounting, cost function,
-// reservations, pending selections and session affinity. It is safe for
-// concurrent use. Go programs embed it directly; api.Handler (package
-// selection/api) serves it over HTTP with Dynamo's wire format.
+// Router is the selection engine. It composes the small types that hold
+// its concerns and keeps the request-facing calls (select, book, free):
+//
+//   - Catalog: workers, partitions, the catalog version, hooks and the
+//     endpoint check (Catalog()).
+//   - Health: failure reports, the down sweep and its probes (Health()).
+//   - bookings: the reservation table, per-client bounds and the stale
+//     sweep.
+//   - selector: normalise, score and choose, and booking the choice; it
+//     holds the pending selections and session affinity with bookings.
+//   - Queries: read-only loads, scores and the index dump (Queries()).
+//
+// It is safe for concurrent use. Go programs embed it directly;
+// api.Handler (package selection/api) serves it over HTTP with Dynamo's
+// wire format.
+//
+// Lock order: a goroutine takes these only in this order, so none waits
+// for a lock held by one that waits for its own:
+//
+//	Catalog.writeMu → Catalog.mu → partition.mu → affinityTable.mu
+//
+// The index's own locks are taken under Catalog.writeMu at most (never
+// under Catalog.mu or partition.mu). bookings.mu, Health.mu and the
+// pending cache's mu are leaves: nothing else is locked while one is
+// held. Catalog hooks run under Catalog.writeMu; the endpoint check runs
+// outside every lock.
 type Router struct {
-	cfg      Config
-	now      func() time.Time
-	index    Indexer
-	recorder BookingRecorder // non-nil when bookings feed the index
-	hooks    []func(old, cur *WorkerRecord)
-	// endpointCheck vets new worker endpoints (WithEndpointCheck).
-	endpointCheck func(endpoint string) error
+	cfg   Config
+	now   func() time.Time
+	index Indexer
 
-	catalogMu sync.Mutex    // serializes catalog updates, so they commit in order
-	version   atomic.Uint64 // bumped on every catalog change
-	mu        sync.RWMutex
-	workers   map[uint64]*WorkerRecord
-	parts     map[PartitionKey]*partition
-	ranks     int // data-parallel ranks over workers, for MaxRanks
-
-	resMu        sync.Mutex
-	reservations map[string]*booking // nil value: claimed, booking in flight
-	clients      map[string]int      // live and claimed bookings per client
-
+	catalog  *Catalog
+	health   *Health
+	queries  *Queries
+	sel      *selector
+	book     *bookings
 	pending  *pendingCache
-	affinity *affinityTable
-	health   healthTable
+	affinity *affinityTable // nil when session affinity is off
 
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
-}
-
-// partition is one (model, group): its settings, ranks and load.
-type partition struct {
-	key       PartitionKey
-	blockSize uint32
-	isEagle   bool
-
-	mu     sync.Mutex
-	ranks  []*rankState // schedulable ranks sorted by (worker, dp_rank)
-	byRank map[Rank]*rankState
-	load   loadTracker
 }
 
 // Option customises a Router.
@@ -70,7 +65,7 @@ func WithClock(now func() time.Time) Option { return func(r *Router) { r.now = n
 // sources use it to follow the catalog. fn must not call back into the
 // catalog methods.
 func WithCatalogHook(fn func(old, cur *WorkerRecord)) Option {
-	return func(r *Router) { r.hooks = append(r.hooks, fn) }
+	return func(r *Router) { r.catalog.hooks = append(r.catalog.hooks, fn) }
 }
 
 // NewRouter builds a router. It starts a goroutine that sweeps stale
@@ -80,15 +75,9 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Router{
-		cfg:          cfg,
-		now:          time.Now,
-		workers:      make(map[uint64]*WorkerRecord),
-		parts:        make(map[PartitionKey]*partition),
-		reservations: make(map[string]*booking),
-		clients:      make(map[string]int),
-		stop:         make(chan struct{}),
-	}
+	r := &Router{cfg: cfg, now: time.Now, stop: make(chan struct{})}
+	// The catalog exists before the options run: two of them configure it.
+	r.catalog = newCatalog(&r.cfg)
 	for _, o := range opts {
 		o(r)
 	}
@@ -98,8 +87,9 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 		}
 		r.index = NewApproxIndex(cfg.ApproxTTL)
 	}
+	var recorder BookingRecorder // non-nil when bookings feed the index
 	if rec, ok := r.index.(BookingRecorder); ok && !cfg.UseKVEvents {
-		r.recorder = rec
+		recorder = rec
 	}
 	if ai, ok := r.index.(*ApproxIndex); ok {
 		ai.now = r.now
@@ -108,20 +98,34 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	if cfg.SessionAffinityTTL > 0 {
 		r.affinity = newAffinityTable(cfg.SessionAffinityTTL, cfg.SessionAffinitySoft, cfg.SessionTableCap, r.now)
 	}
+	r.catalog.index, r.catalog.forget = r.index, r.forgetServer
+	r.health = &Health{grace: cfg.WorkerDownAfter, now: r.now, catalog: r.catalog}
+	r.book = newBookings(&r.cfg, r.now, r.affinity)
+	r.sel = &selector{cfg: &r.cfg, index: r.index, recorder: recorder, catalog: r.catalog,
+		book: r.book, pending: r.pending, affinity: r.affinity}
+	r.queries = &Queries{catalog: r.catalog, sel: r.sel, index: r.index, maxDumpEvents: cfg.MaxDumpEvents}
 	r.wg.Add(1)
-	go r.repeat(bookingSweepEvery(cfg.ReservationTTL), func() { r.sweepBookings() })
+	go r.repeat(bookingSweepEvery(cfg.ReservationTTL), func() { r.book.sweep() })
 	if cfg.WorkerDownAfter > 0 {
 		// Health has its own ticker, so probes never delay the
 		// reservation sweep.
 		r.wg.Add(1)
-		go r.repeat(healthSweepEvery(cfg.WorkerDownAfter), r.sweepHealth)
+		go r.repeat(healthSweepEvery(cfg.WorkerDownAfter), r.health.sweep)
 	}
 	return r, nil
 }
 
-// CatalogVersion changes whenever the catalog does, so callers can cache
-// what they derive from it (reverse_proxy's upstream list).
-func (r *Router) CatalogVersion() uint64 { return r.version.Load() }
+// Catalog is the router's worker catalog: registrations, lookups and
+// readiness (GET/POST/PATCH/DELETE /workers, GET /ready).
+func (r *Router) Catalog() *Catalog { return r.catalog }
+
+// Health is where callers report upstream answers and read which workers
+// are down.
+func (r *Router) Health() *Health { return r.health }
+
+// Queries answers the read-only questions: loads, potential loads,
+// overlap scores and the index dump.
+func (r *Router) Queries() *Queries { return r.queries }
 
 // Config returns the router's configuration.
 func (r *Router) Config() Config { return r.cfg }
@@ -130,16 +134,6 @@ func (r *Router) Config() Config { return r.cfg }
 func (r *Router) Close() {
 	r.stopOnce.Do(func() { close(r.stop) })
 	r.wg.Wait()
-}
-
-// bookingSweepEvery is how often stale bookings are swept: every 30
-// seconds, or twice per ReservationTTL when that is shorter.
-func bookingSweepEvery(ttl time.Duration) time.Duration {
-	every := 30 * time.Second
-	if ttl > 0 && ttl/2 < every {
-		every = max(ttl/2, 10*time.Millisecond)
-	}
-	return every
 }
 
 // repeat calls fn every interval until Close; it is one of the router's
@@ -163,216 +157,68 @@ func (r *Router) repeat(every time.Duration, fn func()) {
 // It runs periodically (health more often: a tenth of WorkerDownAfter);
 // tests call it directly. It returns the number of bookings freed.
 func (r *Router) Sweep() int {
-	n := r.sweepBookings()
-	r.sweepHealth()
+	n := r.book.sweep()
+	r.health.sweep()
 	return n
 }
 
-// sweepBookings frees stale bookings and drops idle session bindings.
-func (r *Router) sweepBookings() int {
-	var stale []string
-	if r.cfg.ReservationTTL > 0 {
-		cutoff := r.now().Add(-r.cfg.ReservationTTL)
-		r.resMu.Lock()
-		for id, b := range r.reservations {
-			if b != nil && b.createdAt.Before(cutoff) {
-				stale = append(stale, id)
-			}
-		}
-		r.resMu.Unlock()
-	}
-	for _, id := range stale {
-		_ = r.Free(id)
-	}
-	if r.affinity.enabled() {
-		r.affinity.sweep()
-	}
-	return len(stale)
+// Select picks a rank without booking load (docs/selection-api.md,
+// "Selecting"). With a selection_id the pick is cached so
+// CreateReservation can book it by id.
+func (r *Router) Select(req *SelectRequest) (*SelectResponse, error) {
+	return r.sel.selectRequest(req, false, false)
 }
 
-// ActiveReservations is the number of live bookings.
-func (r *Router) ActiveReservations() int {
-	r.resMu.Lock()
-	defer r.resMu.Unlock()
-	n := 0
-	for _, b := range r.reservations {
-		if b != nil {
-			n++
-		}
-	}
-	return n
+// SelectAndReserve picks a rank and books the request on it atomically
+// (docs/selection-api.md, "Selecting"). The booking is keyed by
+// selection_id, a UUIDv4 if absent.
+func (r *Router) SelectAndReserve(req *SelectRequest) (*SelectResponse, error) {
+	return r.sel.selectRequest(req, true, false)
 }
 
-// newSelectionID returns a random UUIDv4.
-func newSelectionID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+// SelectAndReserveExplained is SelectAndReserve with the per-candidate
+// breakdown filled in resp.Candidates (for the proxy's explain output).
+func (r *Router) SelectAndReserveExplained(req *SelectRequest) (*SelectResponse, error) {
+	return r.sel.selectRequest(req, true, true)
 }
 
-// claim reserves a selection id globally (ids are unique across
-// partitions) and counts it against client's bound.
-func (r *Router) claim(id, client string) error {
-	r.resMu.Lock()
-	defer r.resMu.Unlock()
-	if _, ok := r.reservations[id]; ok {
-		return errorf(KindConflict, "selection %s is already reserved or being reserved", id)
-	}
-	if limit := r.cfg.MaxReservationsPerClient; client != "" && limit > 0 {
-		if r.clients[client] >= limit {
-			return errorf(KindOverloaded, "client %s holds %d reservations, the most max_reservations_per_client allows; free them (DELETE /reservations/{id}) or wait for them to expire",
-				client, limit)
-		}
-		r.clients[client]++
-	}
-	r.reservations[id] = nil
-	return nil
-}
-
-// commit stores the booking under its claimed id. b.client must be the
-// client the id was claimed for.
-func (r *Router) commit(id string, b *booking) {
-	r.resMu.Lock()
-	r.reservations[id] = b
-	r.resMu.Unlock()
-}
-
-// unclaim gives back a claim whose booking failed.
-func (r *Router) unclaim(id, client string) {
-	r.resMu.Lock()
-	if b, ok := r.reservations[id]; ok && b == nil {
-		delete(r.reservations, id)
-		r.uncountLocked(client)
-	}
-	r.resMu.Unlock()
-}
-
-// takeLocked removes a committed booking from the table and its client's
-// count; r.resMu must be held. The caller releases its load.
-func (r *Router) takeLocked(id string) *booking {
-	b := r.reservations[id]
-	if b != nil {
-		delete(r.reservations, id)
-		r.uncountLocked(b.client)
-	}
-	return b
-}
-
-func (r *Router) uncountLocked(client string) {
-	if client == "" || r.cfg.MaxReservationsPerClient <= 0 {
-		return
-	}
-	if r.clients[client]--; r.clients[client] <= 0 {
-		delete(r.clients, client)
-	}
-}
-
-// lookupBooking returns a committed booking; in-flight and unknown ids are
-// not found.
-func (r *Router) lookupBooking(id string) (*booking, error) {
-	r.resMu.Lock()
-	b := r.reservations[id]
-	r.resMu.Unlock()
-	if b == nil {
-		return nil, errorf(KindNotFound, "reservation %s not found", id)
-	}
-	return b, nil
+// CreateReservation books a request (docs/selection-api.md,
+// "Reservations"): from the pending cache when only selection_id is
+// given, or explicitly on worker_id/dp_rank.
+func (r *Router) CreateReservation(req *ReservationRequest) (*ReservationResponse, error) {
+	return r.sel.reserve(req)
 }
 
 // PrefillComplete marks the booking's prefill done (idempotent).
-func (r *Router) PrefillComplete(id string) error {
-	b, err := r.lookupBooking(id)
-	if err != nil {
-		return err
-	}
-	p := b.part
-	p.mu.Lock()
-	if !b.freed {
-		p.load.prefillComplete(b)
-	}
-	p.mu.Unlock()
-	return nil
-}
+func (r *Router) PrefillComplete(id string) error { return r.book.prefillComplete(id) }
 
 // AddOutputBlock adds one output block to the booking's rank; a decay
 // fraction in [0, 1] re-weights the blocks the booking holds alone.
 func (r *Router) AddOutputBlock(id string, decayFraction *float64) error {
-	if d := decayFraction; d != nil && !(*d >= 0 && *d <= 1) {
-		return errorf(KindBadRequest, "decay_fraction must be between 0.0 and 1.0")
-	}
-	b, err := r.lookupBooking(id)
-	if err != nil {
-		return err
-	}
-	p := b.part
-	p.mu.Lock()
-	if !b.freed {
-		p.load.outputBlock(b, decayFraction, r.cfg.TrackActiveBlocks)
-	}
-	p.mu.Unlock()
-	return nil
+	return r.book.outputBlock(id, decayFraction)
 }
 
 // Free releases a booking: prefill tokens, blocks and the request count.
-func (r *Router) Free(id string) error {
-	r.resMu.Lock()
-	b := r.takeLocked(id)
-	r.resMu.Unlock()
-	if b == nil {
-		return errorf(KindNotFound, "reservation %s not found", id)
-	}
-	r.release(b)
-	return nil
-}
+func (r *Router) Free(id string) error { return r.book.free(id) }
 
-// release gives back the load and session lease of a booking already taken
-// out of r.reservations.
-func (r *Router) release(b *booking) {
-	p := b.part
-	p.mu.Lock()
-	p.load.free(b, r.cfg.TrackActiveBlocks)
-	p.mu.Unlock()
-	if b.session != "" && r.affinity.enabled() {
-		r.affinity.release(sessionKey{b.key, b.session})
-	}
-}
+// ActiveReservations is the number of live bookings.
+func (r *Router) ActiveReservations() int { return r.book.active() }
 
-// partition returns the partition for k, or nil.
-func (r *Router) partition(k PartitionKey) *partition {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.parts[k]
-}
-
-// schedulablePartition returns k's partition if it has a schedulable rank.
-func (r *Router) schedulablePartition(k PartitionKey) (*partition, error) {
-	p := r.partition(k)
-	if p == nil {
-		return nil, errNoSchedulable(k.Model, k.Group)
+// forgetServer drops what the router knows of the server behind old's
+// endpoint, as if the worker had been deleted: its index entries, its
+// bookings (their load and their ids), its sessions' bindings, the
+// selections pending on it and its failure history. A worker whose
+// endpoint changes is another server: none of this is true of it, and
+// keeping its cached prefixes would send its sessions' next turns (and
+// their context) to whoever registered the new endpoint. The catalog
+// calls it (Catalog.forget) under its write lock.
+func (r *Router) forgetServer(old *WorkerRecord) {
+	id := old.WorkerID
+	r.index.RemoveWorker(old.Partition(), id)
+	r.book.forgetWorker(id)
+	if r.affinity.enabled() {
+		r.affinity.forgetWorker(id)
 	}
-	p.mu.Lock()
-	n := len(p.ranks)
-	p.mu.Unlock()
-	if n == 0 {
-		return nil, errNoSchedulable(k.Model, k.Group)
-	}
-	return p, nil
-}
-
-// sortRanks orders ranks by (worker_id, dp_rank) and renumbers them.
-func sortRanks(ranks []*rankState) {
-	slices.SortFunc(ranks, func(a, b *rankState) int {
-		if a.rank.WorkerID != b.rank.WorkerID {
-			if a.rank.WorkerID < b.rank.WorkerID {
-				return -1
-			}
-			return 1
-		}
-		return int(a.rank.DPRank) - int(b.rank.DPRank)
-	})
-	for i, rs := range ranks {
-		rs.idx = i
-	}
+	r.pending.dropWorker(id)
+	r.health.forget(id)
 }

@@ -28,7 +28,7 @@ func benchSelectAndReserve(b *testing.B, fresh bool) {
 	defer r.Close()
 	for id := uint64(1); id <= 1024; id++ {
 		ep := "10.0.0.1:" + strconv.Itoa(int(8000+id))
-		if _, err := r.UpsertWorker(&WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: ptr(uint32(16))}); err != nil {
+		if _, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: ptr(uint32(16))}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -34,7 +34,7 @@ func addWorker(t *testing.T, r *Router, id uint64, mutate func(*WorkerRequest)) 
 	if mutate != nil {
 		mutate(req)
 	}
-	rec, err := r.UpsertWorker(req)
+	rec, err := r.Catalog().UpsertWorker(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func mustStatus(t *testing.T, err error, status int, substr string) {
 }
 
 func loadOf(r *Router, w uint64, dp uint32) PotentialLoad {
-	for _, m := range r.Loads("", "") {
+	for _, m := range r.Queries().Loads("", "") {
 		for _, l := range m.Loads {
 			if l.WorkerID == w && l.DPRank == dp {
 				return l
@@ -92,7 +92,7 @@ func TestSlotTrackerVectors(t *testing.T) {
 			t.Fatalf("active decode (%d,%d) = %d, want %d", c.w, c.dp, got, c.want)
 		}
 	}
-	pl, err := r.PotentialLoads(&ScoreRequest{Prompt: Prompt{BlockHashes: Hashes{1, 2, 3, 4},
+	pl, err := r.Queries().PotentialLoads(&ScoreRequest{Prompt: Prompt{BlockHashes: Hashes{1, 2, 3, 4},
 		SequenceHashes: Hashes{11, neg22, 33, 66}, ISLTokens: ptr(uint64(64))}})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestReadinessAndIncompleteWorkers(t *testing.T) {
 		rec.NotSchedulableReasons[0] != "endpoint is required" || rec.NotSchedulableReasons[1] != "block_size must be greater than 0" {
 		t.Fatalf("incomplete record %+v", rec)
 	}
-	if r.Ready().Ready {
+	if r.Catalog().Ready().Ready {
 		t.Fatal("ready with only an incomplete worker")
 	}
 	rec = addWorker(t, r, 4, func(w *WorkerRequest) {
@@ -195,7 +195,7 @@ func TestReadinessAndIncompleteWorkers(t *testing.T) {
 		t.Fatalf("multi-rank replay record %+v", rec)
 	}
 	addWorker(t, r, 5, nil)
-	if rr := r.Ready(); !rr.Ready || rr.SchedulableWorkers != 1 || len(rr.Workers) != 3 {
+	if rr := r.Catalog().Ready(); !rr.Ready || rr.SchedulableWorkers != 1 || len(rr.Workers) != 3 {
 		t.Fatalf("ready %+v", rr)
 	}
 }
@@ -218,9 +218,9 @@ func TestEventModeReasons(t *testing.T) {
 func TestPartitionConflictsAndMoves(t *testing.T) {
 	r := newTestRouter(t, nil)
 	addWorker(t, r, 1, nil)
-	_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(2)), Endpoint: ptr("b:1"), BlockSize: ptr(uint32(32))})
+	_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(2)), Endpoint: ptr("b:1"), BlockSize: ptr(uint32(32))})
 	mustStatus(t, err, 409, "block_size 32 conflicts")
-	_, err = r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(2)), Endpoint: ptr("b:1"), BlockSize: ptr(uint32(16)), IsEagle: ptr(true)})
+	_, err = r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(2)), Endpoint: ptr("b:1"), BlockSize: ptr(uint32(16)), IsEagle: ptr(true)})
 	mustStatus(t, err, 409, "is_eagle true conflicts")
 	// Re-upserting the only worker with a new block size is allowed.
 	addWorker(t, r, 1, func(w *WorkerRequest) { w.BlockSize = ptr(uint32(32)) })
@@ -237,13 +237,13 @@ func TestPartitionConflictsAndMoves(t *testing.T) {
 	if _, err := r.Select(&SelectRequest{Partition: Partition{TenantID: "g2"}, Prompt: Prompt{TokenIDs: []uint32{1}}}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := r.DeleteWorker(1)
+	rec, err := r.Catalog().DeleteWorker(1)
 	if err != nil || rec.Lifecycle != LifecycleUnschedulable {
 		t.Fatalf("delete: %+v %v", rec, err)
 	}
-	_, err = r.DeleteWorker(1)
+	_, err = r.Catalog().DeleteWorker(1)
 	mustStatus(t, err, 404, "worker 1 not found")
-	_, err = r.PatchWorker(9, &WorkerRequest{})
+	_, err = r.Catalog().PatchWorker(9, &WorkerRequest{})
 	mustStatus(t, err, 404, "worker 9 not found")
 }
 
@@ -251,7 +251,7 @@ func TestPatchKeepsBookings(t *testing.T) {
 	r := newTestRouter(t, nil)
 	addWorker(t, r, 1, nil)
 	book(t, r, "a", 1, 0, []uint64{1, 2}, 32, 32)
-	rec, err := r.PatchWorker(1, &WorkerRequest{TotalKVBlocks: ptr(uint64(100))})
+	rec, err := r.Catalog().PatchWorker(1, &WorkerRequest{TotalKVBlocks: ptr(uint64(100))})
 	if err != nil || *rec.TotalKVBlocks != 100 || *rec.Endpoint != "127.0.0.1:9" {
 		t.Fatalf("patch: %+v %v", rec, err)
 	}
@@ -297,7 +297,7 @@ func TestApproximateIndexRoutesSharedPrefixes(t *testing.T) {
 	if res.Overlap.LongestMatched != 0 {
 		t.Fatal("salted prompt matched an unsalted prefix")
 	}
-	dump := r.Dump()["default:default"]
+	dump := r.Queries().Dump()["default:default"]
 	if dump.BlockSize != 4 || len(dump.Events) != 16 || dump.Events[0].Event.Data.Stored.ParentHash != nil {
 		t.Fatalf("dump: %d events", len(dump.Events))
 	}
@@ -542,7 +542,7 @@ func TestSessionAffinity(t *testing.T) {
 		t.Fatalf("soft binding did not follow: %d, want %d", got.WorkerID, other)
 	}
 	// A departed bound worker re-initialises the session.
-	if _, err := r.DeleteWorker(other); err != nil {
+	if _, err := r.Catalog().DeleteWorker(other); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := r.Select(&SelectRequest{Placement: Placement{SessionID: "s"}, Prompt: Prompt{TokenIDs: []uint32{1}}}); err != nil || got.WorkerID == other {
@@ -551,10 +551,10 @@ func TestSessionAffinity(t *testing.T) {
 }
 
 func (r *Router) liveIDs() []string {
-	r.resMu.Lock()
-	defer r.resMu.Unlock()
+	r.book.mu.Lock()
+	defer r.book.mu.Unlock()
 	var ids []string
-	for id, b := range r.reservations {
+	for id, b := range r.book.reservations {
 		if b != nil {
 			ids = append(ids, id)
 		}
@@ -620,7 +620,7 @@ func TestOverlapScoresTiersAndOverride(t *testing.T) {
 			q.DataParallelStartRank, q.DataParallelSize, q.KVEventsEndpoints = ptr(w.start), ptr(w.sz), eps
 		})
 	}
-	res, err := r.OverlapScores(&ScoreRequest{Prompt: Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5}},
+	res, err := r.Queries().OverlapScores(&ScoreRequest{Prompt: Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5}},
 		RouterConfigOverride: &RouterConfigOverride{OverlapScoreCredit: ptr(0.5)}})
 	if err != nil {
 		t.Fatal(err)
@@ -704,11 +704,11 @@ func TestConcurrentBookings(t *testing.T) {
 		defer wg.Done()
 		for i := range 50 {
 			addWorker(t, r, 9, func(w *WorkerRequest) { w.TotalKVBlocks = ptr(uint64(i)) })
-			_ = r.Loads("", "")
+			_ = r.Queries().Loads("", "")
 		}
 	}()
 	wg.Wait()
-	for _, m := range r.Loads("", "") {
+	for _, m := range r.Queries().Loads("", "") {
 		for _, l := range m.Loads {
 			if l.ActiveRequests != 0 || l.PotentialPrefillTokens != 0 || l.PotentialDecodeBlocks != 0 {
 				t.Fatalf("load left behind: %+v", l)
@@ -721,11 +721,11 @@ func TestCatalogCap(t *testing.T) {
 	r := newTestRouter(t, func(c *Config) { c.MaxWorkers = 2 })
 	addWorker(t, r, 1, nil)
 	addWorker(t, r, 2, nil)
-	_, err := r.UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(3)), Endpoint: ptr("c:1"), BlockSize: ptr(uint32(16))})
+	_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(3)), Endpoint: ptr("c:1"), BlockSize: ptr(uint32(16))})
 	mustStatus(t, err, 409, "worker catalog is full (2 workers)")
 	// Updating a worker already in the catalog is not refused.
 	addWorker(t, r, 2, func(w *WorkerRequest) { w.TotalKVBlocks = ptr(uint64(5)) })
-	if _, err := r.DeleteWorker(1); err != nil {
+	if _, err := r.Catalog().DeleteWorker(1); err != nil {
 		t.Fatal(err)
 	}
 	addWorker(t, r, 3, nil)

@@ -10,6 +10,20 @@ import (
 // The selection pipeline (docs/selection-api.md, "How a rank is chosen"): normalise the prompt, filter
 // candidates, read overlaps, score, pick, and optionally book.
 
+// selector is the selection pipeline and what it books into: it reads
+// the catalog's partitions and the index, scores, chooses, and books the
+// choice (bookings) or remembers it (pending). It owns no state of its
+// own; Router builds it from the parts it shares with them.
+type selector struct {
+	cfg      *Config
+	index    Indexer
+	recorder BookingRecorder // non-nil when bookings feed the index
+	catalog  *Catalog
+	book     *bookings
+	pending  *pendingCache
+	affinity *affinityTable // nil when session affinity is off
+}
+
 // work is the per-call scratch space, pooled so a selection allocates
 // nothing per token or per block.
 type work struct {
@@ -30,24 +44,24 @@ var workPool = sync.Pool{New: func() any { return new(work) }}
 func getWork() *work { return workPool.Get().(*work) }
 
 // findMatches reads the index, handing over the chain when it has one.
-func (r *Router) findMatches(key PartitionKey, w *work) {
-	if ci, ok := r.index.(ChainIndexer); ok && w.chained {
+func (e *selector) findMatches(key PartitionKey, w *work) {
+	if ci, ok := e.index.(ChainIndexer); ok && w.chained {
 		ci.FindMatchesChain(key, w.tracking, &w.matches)
 		return
 	}
-	r.index.FindMatches(key, w.blocks, &w.matches)
+	e.index.FindMatches(key, w.blocks, &w.matches)
 }
 
 // recordBooking feeds a booking to an index that learns from them.
-func (r *Router) recordBooking(key PartitionKey, rank Rank, w *work) {
-	if r.recorder == nil {
+func (e *selector) recordBooking(key PartitionKey, rank Rank, w *work) {
+	if e.recorder == nil {
 		return
 	}
-	if cr, ok := r.recorder.(ChainRecorder); ok && w.chained {
+	if cr, ok := e.recorder.(ChainRecorder); ok && w.chained {
 		cr.RecordBookingChain(key, rank, w.blocks, w.tracking)
 		return
 	}
-	r.recorder.RecordBooking(key, rank, w.blocks)
+	e.recorder.RecordBooking(key, rank, w.blocks)
 }
 
 func putWork(w *work) {
@@ -67,7 +81,7 @@ type normPrompt struct {
 // normalize fills w.blocks and w.tracking from pr (docs/selection-api.md, "The
 // prompt"; docs/hashing.md). needBlocks
 // is false only for explicit bookings, which do not look up the index.
-func (r *Router) normalize(pr *Prompt, p *partition, s *scoring, w *work, needBlocks bool) (normPrompt, error) {
+func normalize(pr *Prompt, p *partition, s *scoring, w *work, needBlocks bool) (normPrompt, error) {
 	tokens := pr.TokenIDs
 	mm := pr.BlockMMInfos
 	if pr.MMRoutingInfo != nil && len(pr.MMRoutingInfo.RoutingTokenIDs) > 0 {
@@ -166,7 +180,7 @@ type choice struct {
 }
 
 // choose scores the candidate ranks of p and picks one. p.mu must be held.
-func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choice) (selection, error) {
+func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c choice) (selection, error) {
 	p.scoreInputs(w)
 	pl := c.placement
 	w.cands = w.cands[:0]
@@ -193,7 +207,7 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 		if !hasAll(rs.taints, required) {
 			continue
 		}
-		if c.book && rs.full(&r.cfg) {
+		if c.book && rs.full(e.cfg) {
 			full++
 			continue
 		}
@@ -201,7 +215,7 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 	}
 	if len(w.cands) == 0 && full > 0 {
 		return selection{}, errorf(KindNotReady, "every eligible worker of %s holds %d reservations, the most max_reservations_per_rank allows; free reservations or wait for them to expire",
-			p.key, r.cfg.MaxReservationsPerRank)
+			p.key, e.cfg.MaxReservationsPerRank)
 	}
 	if len(w.cands) == 0 {
 		if len(p.ranks) > 0 && (allowed != nil || len(required) > 0 || pl != nil && len(pl.ExcludeRanks) > 0) {
@@ -232,7 +246,7 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 			activeRequests: rs.requests,
 			taintMult:      preferredTaintMultiplier(rs.taints, preferred),
 		}
-		if !r.cfg.TrackActiveBlocks {
+		if !e.cfg.TrackActiveBlocks {
 			in.potentialDec = 0
 		}
 		w.costs[k] = s.cost(&in, np.isl, p.blockSize, minPrefill)
@@ -253,8 +267,8 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 	// Preferred: the session's bound rank, else the affinity target (its
 	// cheapest rank when no dp_rank is given). An ineligible preference is
 	// ignored and the request is scored normally.
-	if chosen < 0 && c.session != "" && r.affinity.enabled() {
-		if bound, ok := r.affinity.bound(sessionKey{p.key, c.session}); ok {
+	if chosen < 0 && c.session != "" && e.affinity.enabled() {
+		if bound, ok := e.affinity.bound(sessionKey{p.key, c.session}); ok {
 			for k, i := range w.cands {
 				if p.ranks[i].rank == bound {
 					chosen = k
@@ -262,7 +276,7 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 			}
 			if chosen < 0 {
 				// The bound worker departed: start the session afresh.
-				r.affinity.forget(sessionKey{p.key, c.session})
+				e.affinity.forget(sessionKey{p.key, c.session})
 			}
 		}
 	}
@@ -277,7 +291,7 @@ func (r *Router) choose(p *partition, w *work, s *scoring, np normPrompt, c choi
 		}
 	}
 	if chosen < 0 {
-		chosen = pick(w.costs, s.temperature, r.cfg.rand)
+		chosen = pick(w.costs, s.temperature, e.cfg.rand)
 	}
 	i := w.cands[chosen]
 	rs := p.ranks[i]
@@ -314,7 +328,7 @@ func hasAll(have, want []string) bool {
 }
 
 // response builds the SelectResponse for a selection.
-func (r *Router) response(p *partition, sel *selection, id string) *SelectResponse {
+func response(p *partition, sel *selection, id string) *SelectResponse {
 	bs := uint64(p.blockSize)
 	resp := &SelectResponse{
 		SelectionID:            id,
@@ -352,9 +366,9 @@ func fillDP(p *partition, w *work, resp *SelectResponse) {
 
 // busy fills decode_busy (and the advisory worker_load) when the
 // thresholds and capacities are known.
-func (r *Router) busy(sel *selection, resp *SelectResponse, advisory bool) {
+func (e *selector) busy(sel *selection, resp *SelectResponse, advisory bool) {
 	rs := sel.rs
-	if t := r.cfg.DecodeBusyThreshold; t != nil && rs.totalKV > 0 {
+	if t := e.cfg.DecodeBusyThreshold; t != nil && rs.totalKV > 0 {
 		b := float64(resp.PotentialDecodeBlocks) > *t*float64(rs.totalKV)
 		resp.DecodeBusy = &b
 	}
@@ -365,7 +379,7 @@ func (r *Router) busy(sel *selection, resp *SelectResponse, advisory bool) {
 	if rs.maxBatched > 0 {
 		v := rs.maxBatched
 		wl.PrefillTokenCapacity = &v
-		if t := r.cfg.PrefillBusyThreshold; t != nil {
+		if t := e.cfg.PrefillBusyThreshold; t != nil {
 			b := float64(rs.prefillTokens) > *t*float64(rs.maxBatched)
 			wl.PrefillBusy = &b
 		}

@@ -16,25 +16,25 @@ type requestSetup struct {
 // The checks run in a fixed order, so a request wrong in several ways
 // always gets the same error: the override, the session id (empty for a
 // request without one), the partition, then the prompt.
-func (r *Router) setupRequest(part *Partition, override *RouterConfigOverride, pr *Prompt, session string) (requestSetup, error) {
+func (e *selector) setupRequest(part *Partition, override *RouterConfigOverride, pr *Prompt, session string) (requestSetup, error) {
 	key := part.Key()
-	s, err := r.cfg.scoring(override)
+	s, err := e.cfg.scoring(override)
 	if err != nil {
 		return requestSetup{}, err
 	}
 	if err := checkSession(session); err != nil {
 		return requestSetup{}, err
 	}
-	p, err := r.schedulablePartition(key)
+	p, err := e.catalog.schedulablePartition(key)
 	if err != nil {
 		return requestSetup{}, err
 	}
 	w := getWork()
-	np, err := r.normalize(pr, p, &s, w, true)
+	np, err := normalize(pr, p, &s, w, true)
 	if err != nil {
 		putWork(w)
 		return requestSetup{}, err
 	}
-	r.findMatches(key, w)
+	e.findMatches(key, w)
 	return requestSetup{key: key, p: p, s: s, w: w, np: np}, nil
 }

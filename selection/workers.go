@@ -2,9 +2,79 @@ package selection
 
 import (
 	"slices"
+	"sync"
+	"sync/atomic"
 )
 
-// Catalog operations (spec §1.4.5). Updates are serialized by catalogMu.
+// Catalog is the worker catalog: the registered workers, the partitions
+// their schedulable ranks form, and a version that changes with every
+// write. Writes are serialized by writeMu, so they commit (and reach the
+// hooks) in order; reads take only mu. The catalog bounds (max_workers,
+// max_ranks, field sizes) and the endpoint check are applied here.
+type Catalog struct {
+	cfg   *Config
+	index Indexer // loses a worker's entries when it leaves or moves
+	hooks []func(old, cur *WorkerRecord)
+	// endpointCheck vets new worker endpoints (WithEndpointCheck).
+	endpointCheck func(endpoint string) error
+	// forget drops what the rest of the router knows of a replaced
+	// server (Router.forgetServer); it runs under writeMu.
+	forget func(old *WorkerRecord)
+
+	writeMu sync.Mutex    // serializes catalog updates, so they commit in order
+	version atomic.Uint64 // bumped on every catalog change
+	mu      sync.RWMutex
+	workers map[uint64]*WorkerRecord
+	parts   map[PartitionKey]*partition
+	ranks   int // data-parallel ranks over workers, for MaxRanks
+}
+
+func newCatalog(cfg *Config) *Catalog {
+	return &Catalog{cfg: cfg, workers: make(map[uint64]*WorkerRecord), parts: make(map[PartitionKey]*partition)}
+}
+
+// Version changes whenever the catalog does, so callers can cache what
+// they derive from it (reverse_proxy's upstream list).
+func (c *Catalog) Version() uint64 { return c.version.Load() }
+
+// partition returns the partition for k, or nil.
+func (c *Catalog) partition(k PartitionKey) *partition {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.parts[k]
+}
+
+// partitions returns the partitions of model and group (all of them when
+// a filter is empty), in no particular order.
+func (c *Catalog) partitions(model, group string) []*partition {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	parts := make([]*partition, 0, len(c.parts))
+	for k, p := range c.parts {
+		if (model == "" || k.Model == model) && (group == "" || k.Group == group) {
+			parts = append(parts, p)
+		}
+	}
+	return parts
+}
+
+// schedulablePartition returns k's partition if it has a schedulable rank.
+func (c *Catalog) schedulablePartition(k PartitionKey) (*partition, error) {
+	p := c.partition(k)
+	if p == nil {
+		return nil, errNoSchedulable(k.Model, k.Group)
+	}
+	p.mu.Lock()
+	n := len(p.ranks)
+	p.mu.Unlock()
+	if n == 0 {
+		return nil, errNoSchedulable(k.Model, k.Group)
+	}
+	return p, nil
+}
+
+// Catalog operations (docs/selection-api.md, "Workers"). Updates are
+// serialized by writeMu.
 
 // UpsertWorker creates or replaces a worker from req. An incomplete worker
 // is accepted (not schedulable, with reasons). A block size or Eagle setting
@@ -12,12 +82,12 @@ import (
 // a worker's endpoint (here or in PatchWorker) replaces the server: its
 // cached prefixes, bookings, session bindings, pending selections and
 // failure history are dropped before the new record commits.
-func (r *Router) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
-	rec, err := r.cfg.recordFor(req)
+func (c *Catalog) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
+	rec, err := c.cfg.recordFor(req)
 	if err != nil {
 		return WorkerRecord{}, err
 	}
-	return r.writeWorker(&rec, true)
+	return c.writeWorker(&rec, true)
 }
 
 // recordFor is the record an upsert of req creates: the catalog's defaults
@@ -37,46 +107,46 @@ func (c *Config) recordFor(req *WorkerRequest) (WorkerRecord, error) {
 // PatchWorker changes only the fields present in patch. The merged record
 // is checked as a whole, so a patch can neither raise data_parallel_size
 // past its bounds nor leave kv_events_endpoints naming ranks it dropped.
-func (r *Router) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, error) {
+func (c *Catalog) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, error) {
 	if err := patch.checkBounds(); err != nil {
 		return WorkerRecord{}, err
 	}
-	r.catalogMu.Lock()
-	r.mu.RLock()
-	old := r.workers[id]
-	r.mu.RUnlock()
+	c.writeMu.Lock()
+	c.mu.RLock()
+	old := c.workers[id]
+	c.mu.RUnlock()
 	if old == nil {
-		r.catalogMu.Unlock()
+		c.writeMu.Unlock()
 		return WorkerRecord{}, errorf(KindNotFound, "worker %d not found", id)
 	}
 	rec := old.clone()
-	r.catalogMu.Unlock()
+	c.writeMu.Unlock()
 	rec.applyRequest(patch)
-	return r.writeWorker(&rec, false)
+	return c.writeWorker(&rec, false)
 }
 
 // writeWorker checks rec, runs the endpoint check (outside the locks: it
 // may resolve names) when the endpoint is new, and commits.
-func (r *Router) writeWorker(rec *WorkerRecord, create bool) (WorkerRecord, error) {
-	if err := rec.prepare(&r.cfg); err != nil {
+func (c *Catalog) writeWorker(rec *WorkerRecord, create bool) (WorkerRecord, error) {
+	if err := rec.prepare(c.cfg); err != nil {
 		return WorkerRecord{}, err
 	}
 	checked := ""
 	force := false
 	for {
-		if ep := endpointOf(rec); r.endpointCheck != nil && ep != "" && ep != checked {
+		if ep := endpointOf(rec); c.endpointCheck != nil && ep != "" && ep != checked {
 			var old *WorkerRecord
-			if w, ok := r.Worker(rec.WorkerID); ok {
+			if w, ok := c.Worker(rec.WorkerID); ok {
 				old = &w
 			}
-			if force || r.needsEndpointCheck(old, rec, checked) {
-				if err := r.checkEndpoint(ep); err != nil {
+			if force || c.needsEndpointCheck(old, rec, checked) {
+				if err := c.checkEndpoint(ep); err != nil {
 					return WorkerRecord{}, err
 				}
 				checked = ep
 			}
 		}
-		out, err := r.commitWorker(rec, create, checked)
+		out, err := c.commitWorker(rec, create, checked)
 		if err != errEndpointUnchecked {
 			return out, err
 		}
@@ -84,27 +154,27 @@ func (r *Router) writeWorker(rec *WorkerRecord, create bool) (WorkerRecord, erro
 	}
 }
 
-func (r *Router) commitWorker(rec *WorkerRecord, create bool, checked string) (WorkerRecord, error) {
-	r.catalogMu.Lock()
-	defer r.catalogMu.Unlock()
-	r.mu.Lock()
-	old := r.workers[rec.WorkerID]
+func (c *Catalog) commitWorker(rec *WorkerRecord, create bool, checked string) (WorkerRecord, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.mu.Lock()
+	old := c.workers[rec.WorkerID]
 	if !create && old == nil {
-		r.mu.Unlock()
+		c.mu.Unlock()
 		return WorkerRecord{}, errorf(KindNotFound, "worker %d not found", rec.WorkerID)
 	}
-	ranks, err := r.cfg.checkCapacity(len(r.workers), r.ranks, old, rec)
+	ranks, err := c.cfg.checkCapacity(len(c.workers), c.ranks, old, rec)
 	if err != nil {
-		r.mu.Unlock()
+		c.mu.Unlock()
 		return WorkerRecord{}, err
 	}
-	if r.needsEndpointCheck(old, rec, checked) {
-		r.mu.Unlock()
+	if c.needsEndpointCheck(old, rec, checked) {
+		c.mu.Unlock()
 		return WorkerRecord{}, errEndpointUnchecked
 	}
 	key := rec.Partition()
-	if err := r.checkPartitionLocked(key, rec); err != nil {
-		r.mu.Unlock()
+	if err := c.checkPartitionLocked(key, rec); err != nil {
+		c.mu.Unlock()
 		return WorkerRecord{}, err
 	}
 	moved := old != nil && old.Partition() != key
@@ -112,12 +182,12 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool, checked string) (W
 	switch {
 	case renewed:
 		// Another server: take the old ranks out, forget everything about
-		// them (outside r.mu, which the index and bookings do not need;
+		// them (outside c.mu, which the index and bookings do not need;
 		// catalogMu keeps the checks above valid), then add fresh ranks.
-		r.dropRanksLocked(old, nil)
-		r.mu.Unlock()
-		r.forgetServer(old)
-		r.mu.Lock()
+		c.dropRanksLocked(old, nil)
+		c.mu.Unlock()
+		c.forget(old)
+		c.mu.Lock()
 	case old != nil:
 		keep := map[Rank]bool{}
 		if !moved && rec.Schedulable() {
@@ -125,19 +195,19 @@ func (r *Router) commitWorker(rec *WorkerRecord, create bool, checked string) (W
 				keep[rk] = true
 			}
 		}
-		r.dropRanksLocked(old, keep)
+		c.dropRanksLocked(old, keep)
 	}
 	if rec.Schedulable() {
-		r.addRanksLocked(key, rec)
+		c.addRanksLocked(key, rec)
 	}
 	stored := rec.clone()
-	r.workers[rec.WorkerID] = &stored
-	r.ranks = ranks
-	r.mu.Unlock()
+	c.workers[rec.WorkerID] = &stored
+	c.ranks = ranks
+	c.mu.Unlock()
 	if moved && !renewed {
-		r.index.RemoveWorker(old.Partition(), old.WorkerID)
+		c.index.RemoveWorker(old.Partition(), old.WorkerID)
 	}
-	r.notify(old, &stored)
+	c.notify(old, &stored)
 	return stored.clone(), nil
 }
 
@@ -163,13 +233,13 @@ func (c *Config) checkCapacity(workers, ranks int, old, rec *WorkerRecord) (int,
 
 // checkPartitionLocked enforces one block size and one Eagle setting per
 // partition; the first worker sets them.
-func (r *Router) checkPartitionLocked(key PartitionKey, rec *WorkerRecord) error {
-	p := r.parts[key]
+func (c *Catalog) checkPartitionLocked(key PartitionKey, rec *WorkerRecord) error {
+	p := c.parts[key]
 	if p == nil || rec.BlockSize == nil {
 		return nil
 	}
 	others := false
-	for _, w := range r.workers {
+	for _, w := range c.workers {
 		if w.WorkerID != rec.WorkerID && w.Partition() == key && w.Schedulable() {
 			others = true
 			break
@@ -196,13 +266,13 @@ func partitionConflict(key PartitionKey, blockSize uint32, isEagle bool, rec *Wo
 
 // addRanksLocked makes rec's ranks schedulable in its partition, keeping
 // the live state of ranks that were already there.
-func (r *Router) addRanksLocked(key PartitionKey, rec *WorkerRecord) {
-	p := r.parts[key]
+func (c *Catalog) addRanksLocked(key PartitionKey, rec *WorkerRecord) {
+	p := c.parts[key]
 	eagle := rec.eagle()
 	if p == nil {
 		p = &partition{key: key, blockSize: *rec.BlockSize, isEagle: eagle,
 			byRank: make(map[Rank]*rankState), load: newLoadTracker()}
-		r.parts[key] = p
+		c.parts[key] = p
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -229,8 +299,8 @@ func (r *Router) addRanksLocked(key PartitionKey, rec *WorkerRecord) {
 }
 
 // dropRanksLocked removes old's ranks from its partition, except keep.
-func (r *Router) dropRanksLocked(old *WorkerRecord, keep map[Rank]bool) {
-	p := r.parts[old.Partition()]
+func (c *Catalog) dropRanksLocked(old *WorkerRecord, keep map[Rank]bool) {
+	p := c.parts[old.Partition()]
 	if p == nil {
 		return
 	}
@@ -256,54 +326,54 @@ func deref(p *uint64) uint64 {
 
 // DeleteWorker drains a worker: it leaves the candidate set, its index
 // entries are dropped, and its record is returned as unschedulable.
-func (r *Router) DeleteWorker(id uint64) (WorkerRecord, error) {
-	r.catalogMu.Lock()
-	defer r.catalogMu.Unlock()
-	r.mu.Lock()
-	old := r.workers[id]
+func (c *Catalog) DeleteWorker(id uint64) (WorkerRecord, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.mu.Lock()
+	old := c.workers[id]
 	if old == nil {
-		r.mu.Unlock()
+		c.mu.Unlock()
 		return WorkerRecord{}, errorf(KindNotFound, "worker %d not found", id)
 	}
 	old.Lifecycle = LifecycleDraining
-	r.dropRanksLocked(old, nil)
-	delete(r.workers, id)
-	r.ranks -= int(old.DataParallelSize)
-	r.mu.Unlock()
-	r.index.RemoveWorker(old.Partition(), id)
+	c.dropRanksLocked(old, nil)
+	delete(c.workers, id)
+	c.ranks -= int(old.DataParallelSize)
+	c.mu.Unlock()
+	c.index.RemoveWorker(old.Partition(), id)
 	old.Lifecycle = LifecycleUnschedulable
 	old.NotSchedulableReasons = []string{"worker deleted"}
-	r.notify(old, nil)
+	c.notify(old, nil)
 	return old.clone(), nil
 }
 
-func (r *Router) notify(old, cur *WorkerRecord) {
-	r.version.Add(1)
-	for _, h := range r.hooks {
+func (c *Catalog) notify(old, cur *WorkerRecord) {
+	c.version.Add(1)
+	for _, h := range c.hooks {
 		h(old, cur)
 	}
 }
 
 // ListWorkers returns the catalog sorted by worker id, filtered by model
 // and group when they are non-empty.
-func (r *Router) ListWorkers(model, group string) []WorkerRecord {
-	r.mu.RLock()
-	out := make([]WorkerRecord, 0, len(r.workers))
-	for _, w := range r.workers {
+func (c *Catalog) ListWorkers(model, group string) []WorkerRecord {
+	c.mu.RLock()
+	out := make([]WorkerRecord, 0, len(c.workers))
+	for _, w := range c.workers {
 		if (model == "" || w.ModelName == model) && (group == "" || w.RoutingGroup == group) {
 			out = append(out, w.clone())
 		}
 	}
-	r.mu.RUnlock()
+	c.mu.RUnlock()
 	sortRecords(out)
 	return out
 }
 
 // Worker returns one catalog record.
-func (r *Router) Worker(id uint64) (WorkerRecord, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	w := r.workers[id]
+func (c *Catalog) Worker(id uint64) (WorkerRecord, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	w := c.workers[id]
 	if w == nil {
 		return WorkerRecord{}, false
 	}
@@ -311,8 +381,8 @@ func (r *Router) Worker(id uint64) (WorkerRecord, bool) {
 }
 
 // Ready reports readiness: at least one schedulable worker.
-func (r *Router) Ready() ReadyResponse {
-	ws := r.ListWorkers("", "")
+func (c *Catalog) Ready() ReadyResponse {
+	ws := c.ListWorkers("", "")
 	n := 0
 	for i := range ws {
 		if ws[i].Schedulable() {

@@ -13,7 +13,7 @@ func (h *Handler) serveDump(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 32<<10)
-	if err := h.router.WriteDump(bw); err == nil {
+	if err := h.router.Queries().WriteDump(bw); err == nil {
 		_ = bw.Flush()
 	}
 }

@@ -64,7 +64,7 @@ func TestDumpCap(t *testing.T) {
 			srv := httptest.NewServer(NewHandler(r, 0))
 			defer srv.Close()
 			got, _ := getDump(t, srv)
-			for name, d := range map[string]map[string]selection.DumpPartition{"http": got, "Dump": r.Dump()} {
+			for name, d := range map[string]map[string]selection.DumpPartition{"http": got, "Dump": r.Queries().Dump()} {
 				if len(d) != 4 {
 					t.Fatalf("%s: %d partitions", name, len(d))
 				}

@@ -64,7 +64,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		case http.MethodGet:
 			q := r.URL.Query()
-			writeJSON(w, http.StatusOK, h.router.ListWorkers(q.Get("model_name"), q.Get("routing_group")))
+			writeJSON(w, http.StatusOK, h.router.Catalog().ListWorkers(q.Get("model_name"), q.Get("routing_group")))
 		default:
 			writeError(w, errMethod)
 		}
@@ -74,7 +74,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.method(w, r, http.MethodGet, func() { writeJSON(w, http.StatusOK, statusOK) })
 	case path == "/ready":
 		h.method(w, r, http.MethodGet, func() {
-			rr := h.router.Ready()
+			rr := h.router.Catalog().Ready()
 			code := http.StatusOK
 			if !rr.Ready {
 				code = http.StatusServiceUnavailable
@@ -84,12 +84,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/loads":
 		h.method(w, r, http.MethodGet, func() {
 			q := r.URL.Query()
-			writeJSON(w, http.StatusOK, h.router.Loads(q.Get("model_name"), q.Get("routing_group")))
+			writeJSON(w, http.StatusOK, h.router.Queries().Loads(q.Get("model_name"), q.Get("routing_group")))
 		})
 	case path == "/potential_loads":
-		h.method(w, r, http.MethodPost, func() { handleScore(h, w, r, h.router.PotentialLoads) })
+		h.method(w, r, http.MethodPost, func() { handleScore(h, w, r, h.router.Queries().PotentialLoads) })
 	case path == "/overlap_scores":
-		h.method(w, r, http.MethodPost, func() { handleScore(h, w, r, h.router.OverlapScores) })
+		h.method(w, r, http.MethodPost, func() { handleScore(h, w, r, h.router.Queries().OverlapScores) })
 	case path == "/dump":
 		h.method(w, r, http.MethodGet, func() { h.serveDump(w) })
 	case path == "/replica_sync/register_peer" || path == "/replica_sync/deregister_peer":
@@ -157,11 +157,11 @@ func (h *Handler) routeWorker(w http.ResponseWriter, r *http.Request, rest strin
 	case http.MethodPatch:
 		var req selection.WorkerRequest
 		if h.decodePlain(w, r, &req) {
-			rec, err := h.router.PatchWorker(id, &req)
+			rec, err := h.router.Catalog().PatchWorker(id, &req)
 			reply(w, http.StatusOK, rec, err)
 		}
 	case http.MethodDelete:
-		rec, err := h.router.DeleteWorker(id)
+		rec, err := h.router.Catalog().DeleteWorker(id)
 		reply(w, http.StatusOK, rec, err)
 	default:
 		writeError(w, errMethod)
@@ -224,7 +224,7 @@ func (h *Handler) handleUpsert(w http.ResponseWriter, r *http.Request) {
 		writeError(w, selection.ShapeError("missing field `worker_id`"))
 		return
 	}
-	rec, err := h.router.UpsertWorker(&req)
+	rec, err := h.router.Catalog().UpsertWorker(&req)
 	reply(w, http.StatusCreated, rec, err)
 }
 

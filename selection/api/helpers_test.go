@@ -33,7 +33,7 @@ func addWorker(t *testing.T, r *selection.Router, id uint64, mutate func(*select
 	if mutate != nil {
 		mutate(req)
 	}
-	rec, err := r.UpsertWorker(req)
+	rec, err := r.Catalog().UpsertWorker(req)
 	if err != nil {
 		t.Fatal(err)
 	}

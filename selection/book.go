@@ -1,0 +1,203 @@
+package selection
+
+import "slices"
+
+// Booking a request: selecting and reserving in one step (SelectAndReserve),
+// or reserving a pick made earlier (CreateReservation, from the pending
+// cache or on an explicit rank). Each path claims the selection id first
+// and either commits the booking or unclaims the id, so an id is booked at
+// most once and a failed booking leaves nothing behind.
+
+func checkSession(id string) error {
+	if len(id) > maxSessionIDBytes {
+		return errorf(KindBadRequest, "session_id must be at most %d bytes", maxSessionIDBytes)
+	}
+	return nil
+}
+
+// selectRequest runs a selection, and books it when book is set; without
+// book, a pick with a selection_id is remembered in the pending cache.
+func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*SelectResponse, error) {
+	session := req.Placement.session()
+	q, err := e.setupRequest(&req.Partition, req.RouterConfigOverride, &req.Prompt, session)
+	if err != nil {
+		return nil, err
+	}
+	defer putWork(q.w)
+	key, p, s, w, np := q.key, q.p, &q.s, q.w, q.np
+	id := req.SelectionID
+	if book {
+		if id == "" {
+			id = newSelectionID()
+		}
+		if err := e.book.claim(id, req.Client); err != nil {
+			return nil, err
+		}
+	}
+	p.mu.Lock()
+	sel, err := e.choose(p, w, s, np, choice{placement: &req.Placement, session: session, explain: explain, book: book})
+	if err != nil {
+		p.mu.Unlock()
+		if book {
+			e.book.unclaim(id, req.Client)
+		}
+		return nil, err
+	}
+	resp := response(p, &sel, id)
+	if !req.Lean {
+		fillDP(p, w, resp)
+	}
+	if !book {
+		e.busy(&sel, resp, req.Advisory)
+		p.mu.Unlock()
+		if id != "" {
+			e.pending.insert(&pendingEntry{
+				key: pendingKey{key, id}, rank: sel.rs.rank,
+				blocks: slices.Clone(w.blocks), hashes: slices.Clone(w.tracking),
+				isl: np.isl, prefill: sel.prefill, track: s.trackPrefill,
+				expected: req.ExpectedOutputTokens, lora: req.LoraName, session: session,
+			})
+		}
+		return resp, nil
+	}
+	b, err := e.book.bookLocked(p, sel.rs, id, session, req.Client, w.tracking, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
+	if err != nil {
+		p.mu.Unlock()
+		e.book.unclaim(id, req.Client)
+		return nil, err
+	}
+	e.busy(&sel, resp, false)
+	p.mu.Unlock()
+	e.book.commit(id, b)
+	e.recordBooking(key, sel.rs.rank, w)
+	isl, track := np.isl, s.trackPrefill
+	resp.SequenceHashes, resp.ISLTokens, resp.TrackPrefillTokens = b.hashes, &isl, &track
+	return resp, nil
+}
+
+// reserve is CreateReservation: from the pending cache when only
+// selection_id is given, or explicitly on worker_id/dp_rank.
+func (e *selector) reserve(req *ReservationRequest) (*ReservationResponse, error) {
+	if req.SelectionID == nil {
+		return nil, errorf(KindUnprocessable, "missing field `selection_id`")
+	}
+	session := req.Placement.session()
+	if err := checkSession(session); err != nil {
+		return nil, err
+	}
+	if req.WorkerID != nil {
+		return e.explicitReservation(req, session)
+	}
+	return e.cachedReservation(req, session)
+}
+
+func (e *selector) cachedReservation(req *ReservationRequest, session string) (*ReservationResponse, error) {
+	id, key := *req.SelectionID, req.Partition.Key()
+	pk := pendingKey{key, id}
+	pe := e.pending.peek(pk)
+	if pe == nil {
+		return nil, errorf(KindNotFound, "no pending selection %s for %s (expired, already used, or never selected)", id, key)
+	}
+	if session == "" {
+		session = pe.session
+	}
+	if err := e.book.claim(id, req.Client); err != nil {
+		return nil, err
+	}
+	p := e.catalog.partition(key)
+	if p == nil {
+		e.book.unclaim(id, req.Client)
+		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, pe.rank.WorkerID, pe.rank.DPRank)
+	}
+	p.mu.Lock()
+	rs := p.byRank[pe.rank]
+	if rs == nil {
+		p.mu.Unlock()
+		e.book.unclaim(id, req.Client)
+		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, pe.rank.WorkerID, pe.rank.DPRank)
+	}
+	b, err := e.book.bookLocked(p, rs, id, session, req.Client, pe.hashes, pe.isl, pe.prefill, pe.track, pe.expected)
+	endpoint := rs.endpoint
+	p.mu.Unlock()
+	if err != nil {
+		e.book.unclaim(id, req.Client)
+		if StatusOf(err) == 400 {
+			e.pending.discard(pk) // a hard-affinity refusal consumes the entry
+		}
+		return nil, err
+	}
+	e.book.commit(id, b)
+	e.pending.remove(pk, pe.generation)
+	if e.recorder != nil {
+		e.recorder.RecordBooking(key, rs.rank, pe.blocks)
+	}
+	return &ReservationResponse{SelectionID: id, ModelName: key.Model, RoutingGroup: key.Group,
+		WorkerID: rs.rank.WorkerID, DPRank: rs.rank.DPRank, Endpoint: endpoint}, nil
+}
+
+func (e *selector) explicitReservation(req *ReservationRequest, session string) (*ReservationResponse, error) {
+	id, key := *req.SelectionID, req.Partition.Key()
+	s, err := e.cfg.scoring(req.RouterConfigOverride)
+	if err != nil {
+		return nil, err
+	}
+	track := s.trackPrefill
+	if req.TrackPrefillTokens != nil {
+		track = *req.TrackPrefillTokens
+	}
+	rank := Rank{WorkerID: *req.WorkerID}
+	if req.DPRank != nil {
+		rank.DPRank = *req.DPRank
+	} else if wr, ok := e.catalog.Worker(rank.WorkerID); ok {
+		rank.DPRank = wr.DataParallelStartRank
+	}
+	notSchedulable := errorf(KindNotFound, "worker %d dp_rank %d is not schedulable in %s", rank.WorkerID, rank.DPRank, key)
+	p := e.catalog.partition(key)
+	if p == nil {
+		return nil, notSchedulable
+	}
+	w := getWork()
+	defer putWork(w)
+	np, err := normalize(&req.Prompt, p, &s, w, false)
+	if err != nil {
+		return nil, err
+	}
+	if ep := req.EffectivePrefillTokens; ep != nil && *ep > np.isl {
+		return nil, errorf(KindBadRequest, "effective_prefill_tokens (%d) must not exceed isl_tokens (%d)", *ep, np.isl)
+	}
+	prefill := np.isl
+	if req.EffectivePrefillTokens != nil {
+		prefill = *req.EffectivePrefillTokens
+	} else if np.hasBlocks {
+		e.index.FindMatches(key, w.blocks, &w.matches)
+		for _, m := range w.matches.List {
+			if m.Rank == rank {
+				prefill = effectivePrefill(np.isl, s.cachedTokens(m.Tiers, p.blockSize))
+			}
+		}
+	}
+	if err := e.book.claim(id, req.Client); err != nil {
+		return nil, err
+	}
+	e.pending.discard(pendingKey{key, id})
+	p.mu.Lock()
+	rs := p.byRank[rank]
+	if rs == nil {
+		p.mu.Unlock()
+		e.book.unclaim(id, req.Client)
+		return nil, notSchedulable
+	}
+	b, err := e.book.bookLocked(p, rs, id, session, req.Client, w.tracking, np.isl, prefill, track, req.ExpectedOutputTokens)
+	endpoint := rs.endpoint
+	p.mu.Unlock()
+	if err != nil {
+		e.book.unclaim(id, req.Client)
+		return nil, err
+	}
+	e.book.commit(id, b)
+	if e.recorder != nil && np.hasBlocks {
+		e.recorder.RecordBooking(key, rank, w.blocks)
+	}
+	return &ReservationResponse{SelectionID: id, ModelName: key.Model, RoutingGroup: key.Group,
+		WorkerID: rank.WorkerID, DPRank: rank.DPRank, Endpoint: endpoint}, nil
+}
