@@ -17,17 +17,20 @@ func ExampleNewRouter() {
 	}
 	defer r.Close()
 
+	// Workers are registered in the router's catalog, as POST /workers does.
+	catalog := r.Catalog()
 	for id := uint64(1); id <= 2; id++ {
 		ep := fmt.Sprintf("10.0.0.%d:8000", id)
 		bs := uint32(4)
-		if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}); err != nil {
+		if _, err := catalog.UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}); err != nil {
 			panic(err)
 		}
 	}
 	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
 	first, _ := r.SelectAndReserve(&selection.SelectRequest{SelectionID: "req-1", Prompt: selection.Prompt{TokenIDs: prompt}})
-	_ = r.PrefillComplete("req-1") // first token streamed
-	_ = r.Free("req-1")            // response finished
+	r.Health().ReportStatus(first.WorkerID, 200) // the worker answered
+	_ = r.PrefillComplete("req-1")               // first token streamed
+	_ = r.Free("req-1")                          // response finished
 
 	// The same prefix, longer: it goes where the prefix is cached.
 	next, _ := r.Select(&selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: append(prompt, 9, 10, 11, 12)}})

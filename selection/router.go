@@ -104,13 +104,11 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	r.sel = &selector{cfg: &r.cfg, index: r.index, recorder: recorder, catalog: r.catalog,
 		book: r.book, pending: r.pending, affinity: r.affinity}
 	r.queries = &Queries{catalog: r.catalog, sel: r.sel, index: r.index, maxDumpEvents: cfg.MaxDumpEvents}
-	r.wg.Add(1)
-	go r.repeat(bookingSweepEvery(cfg.ReservationTTL), func() { r.book.sweep() })
+	r.wg.Go(func() { repeat(r.stop, bookingSweepEvery(cfg.ReservationTTL), func() { r.book.sweep() }) })
 	if cfg.WorkerDownAfter > 0 {
 		// Health has its own ticker, so probes never delay the
 		// reservation sweep.
-		r.wg.Add(1)
-		go r.repeat(healthSweepEvery(cfg.WorkerDownAfter), r.health.sweep)
+		r.wg.Go(func() { repeat(r.stop, healthSweepEvery(cfg.WorkerDownAfter), r.health.sweep) })
 	}
 	return r, nil
 }
@@ -136,15 +134,14 @@ func (r *Router) Close() {
 	r.wg.Wait()
 }
 
-// repeat calls fn every interval until Close; it is one of the router's
-// goroutines (r.wg).
-func (r *Router) repeat(every time.Duration, fn func()) {
-	defer r.wg.Done()
+// repeat calls fn every interval until stop closes (Close); the router
+// runs it on its own goroutines (r.wg).
+func repeat(stop <-chan struct{}, every time.Duration, fn func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-r.stop:
+		case <-stop:
 			return
 		case <-t.C:
 			fn()

@@ -175,91 +175,6 @@ func TestSelectAndReserveConflictsAndFreesOnce(t *testing.T) {
 	}
 }
 
-func TestReadinessAndIncompleteWorkers(t *testing.T) {
-	r := newTestRouter(t, nil)
-	_, err := r.Select(&SelectRequest{Prompt: Prompt{TokenIDs: []uint32{1}}})
-	mustStatus(t, err, 503, "no schedulable workers for default:default")
-	rec := addWorker(t, r, 3, func(w *WorkerRequest) { w.Endpoint = nil; w.BlockSize = ptr(uint32(0)) })
-	if rec.Lifecycle != LifecycleIncomplete || len(rec.NotSchedulableReasons) != 2 ||
-		rec.NotSchedulableReasons[0] != "endpoint is required" || rec.NotSchedulableReasons[1] != "block_size must be greater than 0" {
-		t.Fatalf("incomplete record %+v", rec)
-	}
-	if r.Catalog().Ready().Ready {
-		t.Fatal("ready with only an incomplete worker")
-	}
-	rec = addWorker(t, r, 4, func(w *WorkerRequest) {
-		w.DataParallelSize = ptr(uint32(2))
-		w.ReplayEndpoint = ptr("tcp://127.0.0.1:5558")
-	})
-	if rec.Lifecycle != LifecycleIncomplete || rec.NotSchedulableReasons[0] != "replay_endpoint is supported only for data_parallel_size 1" {
-		t.Fatalf("multi-rank replay record %+v", rec)
-	}
-	addWorker(t, r, 5, nil)
-	if rr := r.Catalog().Ready(); !rr.Ready || rr.SchedulableWorkers != 1 || len(rr.Workers) != 3 {
-		t.Fatalf("ready %+v", rr)
-	}
-}
-
-func TestEventModeReasons(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.UseKVEvents = true
-	rec := newWorkerRecord(1, &cfg)
-	rec.applyRequest(&WorkerRequest{Endpoint: ptr("a:1"), BlockSize: ptr(uint32(16)), DataParallelSize: ptr(uint32(2)),
-		KVEventsEndpoints: map[string]string{"0": "tcp://127.0.0.1:5557"}})
-	rec.validate(&cfg)
-	if rec.Schedulable() || len(rec.NotSchedulableReasons) != 1 || rec.NotSchedulableReasons[0] != "kv_events endpoint is required for dp_rank 1" {
-		t.Fatalf("%+v", rec.NotSchedulableReasons)
-	}
-	if _, err := NewRouter(cfg); err == nil {
-		t.Fatal("event mode without an indexer must be refused")
-	}
-}
-
-func TestPartitionConflictsAndMoves(t *testing.T) {
-	r := newTestRouter(t, nil)
-	addWorker(t, r, 1, nil)
-	_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(2)), Endpoint: ptr("b:1"), BlockSize: ptr(uint32(32))})
-	mustStatus(t, err, 409, "block_size 32 conflicts")
-	_, err = r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(2)), Endpoint: ptr("b:1"), BlockSize: ptr(uint32(16)), IsEagle: ptr(true)})
-	mustStatus(t, err, 409, "is_eagle true conflicts")
-	// Re-upserting the only worker with a new block size is allowed.
-	addWorker(t, r, 1, func(w *WorkerRequest) { w.BlockSize = ptr(uint32(32)) })
-	// Moving a worker to another routing group moves it.
-	addWorker(t, r, 1, func(w *WorkerRequest) { w.RoutingGroup = ptr("g2") })
-	if _, err := r.Select(&SelectRequest{Prompt: Prompt{TokenIDs: []uint32{1}}}); StatusOf(err) != 503 {
-		t.Fatalf("old partition still schedulable: %v", err)
-	}
-	res, err := r.Select(&SelectRequest{Partition: Partition{RoutingGroup: "g2"}, Prompt: Prompt{TokenIDs: []uint32{1}}})
-	if err != nil || res.WorkerID != 1 || res.RoutingGroup != "g2" {
-		t.Fatalf("moved worker: %+v %v", res, err)
-	}
-	// tenant_id is read as the older name of routing_group.
-	if _, err := r.Select(&SelectRequest{Partition: Partition{TenantID: "g2"}, Prompt: Prompt{TokenIDs: []uint32{1}}}); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := r.Catalog().DeleteWorker(1)
-	if err != nil || rec.Lifecycle != LifecycleUnschedulable {
-		t.Fatalf("delete: %+v %v", rec, err)
-	}
-	_, err = r.Catalog().DeleteWorker(1)
-	mustStatus(t, err, 404, "worker 1 not found")
-	_, err = r.Catalog().PatchWorker(9, &WorkerRequest{})
-	mustStatus(t, err, 404, "worker 9 not found")
-}
-
-func TestPatchKeepsBookings(t *testing.T) {
-	r := newTestRouter(t, nil)
-	addWorker(t, r, 1, nil)
-	book(t, r, "a", 1, 0, []uint64{1, 2}, 32, 32)
-	rec, err := r.Catalog().PatchWorker(1, &WorkerRequest{TotalKVBlocks: ptr(uint64(100))})
-	if err != nil || *rec.TotalKVBlocks != 100 || *rec.Endpoint != "127.0.0.1:9" {
-		t.Fatalf("patch: %+v %v", rec, err)
-	}
-	if l := loadOf(r, 1, 0); l.ActiveRequests != 1 || l.PotentialDecodeBlocks != 2 {
-		t.Fatalf("patch lost bookings: %+v", l)
-	}
-}
-
 func TestApproximateIndexRoutesSharedPrefixes(t *testing.T) {
 	r := newTestRouter(t, nil)
 	for id := uint64(1); id <= 4; id++ {
@@ -401,34 +316,6 @@ func TestExplicitReservationValidation(t *testing.T) {
 	mustStatus(t, err, 400, "prefill_load_scale must be finite and non-negative")
 }
 
-func TestOutputBlockAndDecay(t *testing.T) {
-	r := newTestRouter(t, nil)
-	addWorker(t, r, 1, nil)
-	book(t, r, "a", 1, 0, []uint64{1, 2, 3, 4}, 64, 64)
-	book(t, r, "b", 1, 0, []uint64{1, 2}, 32, 32)
-	if err := r.AddOutputBlock("a", nil); err != nil {
-		t.Fatal(err)
-	}
-	if got := loadOf(r, 1, 0).PotentialDecodeBlocks; got != 5 {
-		t.Fatalf("after one output block: %d, want 5", got)
-	}
-	mustStatus(t, r.AddOutputBlock("a", ptr(1.5)), 400, "decay_fraction must be between 0.0 and 1.0")
-	// Decay 0: a's exclusive blocks (3, 4, two outputs) stop counting; the
-	// shared prefix (1, 2) still counts once.
-	if err := r.AddOutputBlock("a", ptr(0.0)); err != nil {
-		t.Fatal(err)
-	}
-	if got := loadOf(r, 1, 0).PotentialDecodeBlocks; got != 2 {
-		t.Fatalf("after decay: %d, want 2", got)
-	}
-	mustStatus(t, r.AddOutputBlock("zzz", nil), 404, "reservation zzz not found")
-	_ = r.Free("a")
-	_ = r.Free("b")
-	if l := loadOf(r, 1, 0); l.PotentialDecodeBlocks != 0 || l.ActiveRequests != 0 {
-		t.Fatalf("after frees: %+v", l)
-	}
-}
-
 func TestPlacement(t *testing.T) {
 	r := newTestRouter(t, nil)
 	addWorker(t, r, 1, func(w *WorkerRequest) { w.Taints = []string{"gpu=h100"} })
@@ -519,7 +406,7 @@ func TestSessionAffinity(t *testing.T) {
 		t.Fatalf("table len %d, want cap 2", r.affinity.len())
 	}
 	// Idle bindings expire TTL after their last lease.
-	for _, id := range r.liveIDs() {
+	for _, id := range r.book.liveIDs() {
 		_ = r.Free(id)
 	}
 	mu.Lock()
@@ -550,43 +437,6 @@ func TestSessionAffinity(t *testing.T) {
 	}
 }
 
-func (r *Router) liveIDs() []string {
-	r.book.mu.Lock()
-	defer r.book.mu.Unlock()
-	var ids []string
-	for id, b := range r.book.reservations {
-		if b != nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
-func TestStaleReservationSweep(t *testing.T) {
-	now := time.Unix(0, 0)
-	var mu sync.Mutex
-	cfg := DefaultConfig()
-	cfg.UseKVEvents = false
-	cfg.ReservationTTL = time.Hour
-	r, err := NewRouter(cfg, WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	addWorker(t, r, 1, nil)
-	book(t, r, "old", 1, 0, []uint64{1}, 16, 16)
-	mu.Lock()
-	now = now.Add(2 * time.Hour)
-	mu.Unlock()
-	book(t, r, "new", 1, 0, []uint64{2}, 16, 16)
-	if n := r.Sweep(); n != 1 || r.ActiveReservations() != 1 {
-		t.Fatalf("swept %d, %d left", n, r.ActiveReservations())
-	}
-	if l := loadOf(r, 1, 0); l.ActiveRequests != 1 || l.PotentialPrefillTokens != 16 {
-		t.Fatalf("load after sweep %+v", l)
-	}
-}
-
 // fixedIndex answers FindMatches with fixed tiers; it stands in for the
 // event-fed index (a later issue) to check how tiers are reported.
 type fixedIndex map[Rank]Tiers
@@ -598,48 +448,6 @@ func (f fixedIndex) FindMatches(_ PartitionKey, _ []uint64, out *Matches) {
 }
 func (f fixedIndex) RemoveWorker(PartitionKey, uint64) {}
 func (f fixedIndex) Dump(PartitionKey) []RouterEvent   { return nil }
-
-func TestOverlapScoresTiersAndOverride(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.UseKVEvents = true
-	r, err := NewRouter(cfg, WithIndexer(fixedIndex{{1, 0}: {Device: 2, Host: 1}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for _, w := range []struct {
-		id        uint64
-		start, sz uint32
-	}{{1, 0, 1}, {2, 2, 2}} {
-		eps := map[string]string{}
-		for i := w.start; i < w.start+w.sz; i++ {
-			eps[string(rune('0'+i))] = "tcp://127.0.0.1:1"
-		}
-		addWorker(t, r, w.id, func(q *WorkerRequest) {
-			q.BlockSize = ptr(uint32(4))
-			q.DataParallelStartRank, q.DataParallelSize, q.KVEventsEndpoints = ptr(w.start), ptr(w.sz), eps
-		})
-	}
-	res, err := r.Queries().OverlapScores(&ScoreRequest{Prompt: Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5}},
-		RouterConfigOverride: &RouterConfigOverride{OverlapScoreCredit: ptr(0.5)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.NumBlocks != 1 || len(res.Workers) != 3 {
-		t.Fatalf("%+v", res)
-	}
-	w0 := res.Workers[0]
-	if w0.DeviceBlocks != 2 || w0.HostPinnedBlocks != 3 || w0.DiskBlocks != 3 || w0.HostPinnedExtensionBlocks != 1 || w0.RouterCreditBlocks != 1.75 {
-		t.Fatalf("tiers %+v", w0)
-	}
-	if res.Workers[1].WorkerID != 2 || res.Workers[1].DPRank != 2 || res.Workers[2].DPRank != 3 || res.Workers[2].DeviceBlocks != 0 {
-		t.Fatalf("rows %+v", res.Workers)
-	}
-	sel, err := r.Select(&SelectRequest{Prompt: Prompt{TokenIDs: make([]uint32, 16)}})
-	if err != nil || sel.WorkerID != 1 || sel.Overlap.GPU != 8 || sel.Overlap.CPU != 12 || sel.Overlap.Disk != 12 {
-		t.Fatalf("select with tiers %+v %v", sel, err)
-	}
-}
 
 func TestPendingCacheBounds(t *testing.T) {
 	now := time.Unix(0, 0)
@@ -671,62 +479,4 @@ func TestPendingCacheBounds(t *testing.T) {
 	if small.peek(k("x")) != nil || small.peek(k("y")) == nil {
 		t.Fatal("byte budget must evict the oldest")
 	}
-}
-
-func TestConcurrentBookings(t *testing.T) {
-	r := newTestRouter(t, nil)
-	for id := uint64(1); id <= 8; id++ {
-		addWorker(t, r, id, nil)
-	}
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 200 {
-				tokens := make([]uint32, 16*(1+i%8))
-				tokens[0] = uint32(g)
-				res, err := r.SelectAndReserve(&SelectRequest{Prompt: Prompt{TokenIDs: tokens}})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				_ = r.PrefillComplete(res.SelectionID)
-				_ = r.AddOutputBlock(res.SelectionID, nil)
-				if err := r.Free(res.SelectionID); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range 50 {
-			addWorker(t, r, 9, func(w *WorkerRequest) { w.TotalKVBlocks = ptr(uint64(i)) })
-			_ = r.Queries().Loads("", "")
-		}
-	}()
-	wg.Wait()
-	for _, m := range r.Queries().Loads("", "") {
-		for _, l := range m.Loads {
-			if l.ActiveRequests != 0 || l.PotentialPrefillTokens != 0 || l.PotentialDecodeBlocks != 0 {
-				t.Fatalf("load left behind: %+v", l)
-			}
-		}
-	}
-}
-
-func TestCatalogCap(t *testing.T) {
-	r := newTestRouter(t, func(c *Config) { c.MaxWorkers = 2 })
-	addWorker(t, r, 1, nil)
-	addWorker(t, r, 2, nil)
-	_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(3)), Endpoint: ptr("c:1"), BlockSize: ptr(uint32(16))})
-	mustStatus(t, err, 409, "worker catalog is full (2 workers)")
-	// Updating a worker already in the catalog is not refused.
-	addWorker(t, r, 2, func(w *WorkerRequest) { w.TotalKVBlocks = ptr(uint64(5)) })
-	if _, err := r.Catalog().DeleteWorker(1); err != nil {
-		t.Fatal(err)
-	}
-	addWorker(t, r, 3, nil)
 }
