@@ -33,8 +33,8 @@
 //
 // # Worker health
 //
-// Callers report each upstream answer (ReportStatus, or ReportFailure and
-// ReportSuccess): dial errors and 502/503/504 are failures, 429 is
+// Callers report each upstream answer to Router.Health (ReportStatus, or
+// ReportFailure and ReportSuccess): dial errors and 502/503/504 are failures, 429 is
 // neither, anything else a success. A worker failing for
 // Config.WorkerDownAfter (30s) with no success leaves the candidates and
 // comes back when GET /health answers 2xx.

@@ -25,13 +25,16 @@ import (
 // Lock order: a goroutine takes these only in this order, so none waits
 // for a lock held by one that waits for its own:
 //
-//	Catalog.writeMu → Catalog.mu → partition.mu → affinityTable.mu
+//	Reservation.mu → Catalog.writeMu → Catalog.mu → partition.mu → affinityTable.mu
 //
-// The index's own locks are taken under Catalog.writeMu at most (never
-// under Catalog.mu or partition.mu). bookings.mu, Health.mu and the
-// pending cache's mu are leaves: nothing else is locked while one is
-// held. Catalog hooks run under Catalog.writeMu; the endpoint check runs
-// outside every lock.
+// A Reservation holds its mu across its calls into the router, so each
+// of its effects happens once. The index's own locks are never taken
+// under Catalog.mu or partition.mu (under Catalog.writeMu they are: a
+// write drops a worker's entries).
+// bookings.mu, Health.mu and the pending cache's mu are leaves: nothing
+// else is locked while one is held. Catalog hooks run under
+// Catalog.writeMu (after Catalog.mu is released); the endpoint check
+// runs outside every lock.
 type Router struct {
 	cfg   Config
 	now   func() time.Time

@@ -183,7 +183,7 @@ func (c *Catalog) commitWorker(rec *WorkerRecord, create bool, checked string) (
 	case renewed:
 		// Another server: take the old ranks out, forget everything about
 		// them (outside c.mu, which the index and bookings do not need;
-		// catalogMu keeps the checks above valid), then add fresh ranks.
+		// writeMu keeps the checks above valid), then add fresh ranks.
 		c.dropRanksLocked(old, nil)
 		c.mu.Unlock()
 		c.forget(old)
