@@ -137,7 +137,7 @@ func (e *selector) cachedReservation(req *ReservationRequest, session string) (*
 
 func (e *selector) explicitReservation(req *ReservationRequest, session string) (*ReservationResponse, error) {
 	id, key := *req.SelectionID, req.Partition.Key()
-	s, err := e.cfg.scoring(req.RouterConfigOverride)
+	s, err := e.cfg.get().scoring(req.RouterConfigOverride)
 	if err != nil {
 		return nil, err
 	}

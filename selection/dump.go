@@ -109,7 +109,7 @@ func writePartition(w io.Writer, key string, d *DumpPartition) error {
 func (q *Queries) dumpEach(fn func(key string, d DumpPartition) error) error {
 	parts := q.catalog.partitions("", "")
 	slices.SortFunc(parts, func(a, b *partition) int { return cmp.Compare(a.key.String(), b.key.String()) })
-	limit := q.maxDumpEvents
+	limit := q.cfg.get().MaxDumpEvents
 	remaining := limit
 	for _, p := range parts {
 		p.mu.Lock()

@@ -54,7 +54,7 @@ type workerHealth struct {
 // workers out of the candidates, and back, on its sweep. It reads the
 // catalog for the workers' endpoints and partitions.
 type Health struct {
-	grace   time.Duration // Config.WorkerDownAfter; 0 turns the sweep off
+	cfg     *liveConfig // its WorkerDownAfter is the grace; 0 turns the sweep off
 	now     func() time.Time
 	catalog *Catalog
 
@@ -123,7 +123,12 @@ func (h *Health) WorkerDown(workerID uint64) bool {
 
 // healthSweepEvery is how often health is swept for a grace period: a
 // tenth of it, so a worker is taken out within 10% of WorkerDownAfter.
+// With the sweep off, it only looks once a second for a Reconfigure that
+// turns it on.
 func healthSweepEvery(grace time.Duration) time.Duration {
+	if grace <= 0 {
+		return time.Second
+	}
 	return max(grace/10, 10*time.Millisecond)
 }
 
@@ -136,7 +141,7 @@ func probeTimeout(grace time.Duration) time.Duration {
 // sweep takes out workers failing for longer than WorkerDownAfter
 // and brings back the down ones whose /health answers 2xx.
 func (h *Health) sweep() {
-	grace := h.grace
+	grace := h.cfg.get().WorkerDownAfter
 	if grace <= 0 {
 		return
 	}

@@ -13,7 +13,7 @@ type Queries struct {
 	catalog       *Catalog
 	sel           *selector
 	index         Indexer
-	maxDumpEvents int // Config.MaxDumpEvents
+	cfg           *liveConfig // its MaxDumpEvents bounds a dump
 }
 
 // Loads reports every rank's current load, per partition, sorted by

@@ -15,7 +15,7 @@ import (
 // committed booking exactly once, so a booking's load is released
 // exactly once whoever frees it (Free, the stale sweep, forgetServer).
 type bookings struct {
-	cfg      *Config
+	cfg      *liveConfig
 	now      func() time.Time
 	affinity *affinityTable // session leases held by bookings; nil when off
 
@@ -24,7 +24,7 @@ type bookings struct {
 	clients      map[string]int      // live and claimed bookings per client
 }
 
-func newBookings(cfg *Config, now func() time.Time, affinity *affinityTable) *bookings {
+func newBookings(cfg *liveConfig, now func() time.Time, affinity *affinityTable) *bookings {
 	return &bookings{cfg: cfg, now: now, affinity: affinity,
 		reservations: make(map[string]*booking), clients: make(map[string]int)}
 }
@@ -43,8 +43,8 @@ func bookingSweepEvery(ttl time.Duration) time.Duration {
 // the number of bookings freed.
 func (t *bookings) sweep() int {
 	var stale []string
-	if t.cfg.ReservationTTL > 0 {
-		cutoff := t.now().Add(-t.cfg.ReservationTTL)
+	if t.cfg.get().ReservationTTL > 0 {
+		cutoff := t.now().Add(-t.cfg.get().ReservationTTL)
 		t.mu.Lock()
 		for id, b := range t.reservations {
 			if b != nil && b.createdAt.Before(cutoff) {
@@ -92,7 +92,7 @@ func (t *bookings) claim(id, client string) error {
 	if _, ok := t.reservations[id]; ok {
 		return errorf(KindConflict, "selection %s is already reserved or being reserved", id)
 	}
-	if limit := t.cfg.MaxReservationsPerClient; client != "" && limit > 0 {
+	if limit := t.cfg.get().MaxReservationsPerClient; client != "" && limit > 0 {
 		if t.clients[client] >= limit {
 			return errorf(KindOverloaded, "client %s holds %d reservations, the most max_reservations_per_client allows; free them (DELETE /reservations/{id}) or wait for them to expire",
 				client, limit)
@@ -133,7 +133,7 @@ func (t *bookings) takeLocked(id string) *booking {
 }
 
 func (t *bookings) uncountLocked(client string) {
-	if client == "" || t.cfg.MaxReservationsPerClient <= 0 {
+	if client == "" || t.cfg.get().MaxReservationsPerClient <= 0 {
 		return
 	}
 	if t.clients[client]--; t.clients[client] <= 0 {
@@ -180,7 +180,7 @@ func (t *bookings) outputBlock(id string, decayFraction *float64) error {
 	p := b.part
 	p.mu.Lock()
 	if !b.freed {
-		p.load.outputBlock(b, decayFraction, t.cfg.TrackActiveBlocks)
+		p.load.outputBlock(b, decayFraction, t.cfg.get().TrackActiveBlocks)
 	}
 	p.mu.Unlock()
 	return nil
@@ -218,7 +218,7 @@ func (t *bookings) forgetWorker(id uint64) {
 func (t *bookings) release(b *booking) {
 	p := b.part
 	p.mu.Lock()
-	p.load.free(b, t.cfg.TrackActiveBlocks)
+	p.load.free(b, t.cfg.get().TrackActiveBlocks)
 	p.mu.Unlock()
 	if b.session != "" && t.affinity.enabled() {
 		t.affinity.release(sessionKey{b.key, b.session})
@@ -230,9 +230,9 @@ func (t *bookings) release(b *booking) {
 // takes the session's lease first (and may refuse).
 func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client string, tracking []uint64,
 	isl, prefill uint64, track bool, expected *uint32) (*booking, error) {
-	if rs.full(t.cfg) {
+	if rs.full(t.cfg.get()) {
 		return nil, errorf(KindNotReady, "worker %d dp_rank %d holds %d reservations, the most max_reservations_per_rank allows",
-			rs.rank.WorkerID, rs.rank.DPRank, t.cfg.MaxReservationsPerRank)
+			rs.rank.WorkerID, rs.rank.DPRank, t.cfg.get().MaxReservationsPerRank)
 	}
 	leased := false
 	if session != "" && t.affinity.enabled() {
@@ -249,6 +249,6 @@ func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client s
 	if track {
 		b.prefill = prefill
 	}
-	p.load.add(b, t.cfg.TrackActiveBlocks)
+	p.load.add(b, t.cfg.get().TrackActiveBlocks)
 	return b, nil
 }

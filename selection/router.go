@@ -36,7 +36,7 @@ import (
 // Catalog.writeMu (after Catalog.mu is released); the endpoint check
 // runs outside every lock.
 type Router struct {
-	cfg   Config
+	cfg   *liveConfig
 	now   func() time.Time
 	index Indexer
 
@@ -78,9 +78,9 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, now: time.Now, stop: make(chan struct{})}
+	r := &Router{cfg: newLiveConfig(cfg), now: time.Now, stop: make(chan struct{})}
 	// The catalog exists before the options run: two of them configure it.
-	r.catalog = newCatalog(&r.cfg)
+	r.catalog = newCatalog(r.cfg)
 	for _, o := range opts {
 		o(r)
 	}
@@ -102,17 +102,21 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 		r.affinity = newAffinityTable(cfg.SessionAffinityTTL, cfg.SessionAffinitySoft, cfg.SessionTableCap, r.now)
 	}
 	r.catalog.index, r.catalog.forget = r.index, r.forgetServer
-	r.health = &Health{grace: cfg.WorkerDownAfter, now: r.now, catalog: r.catalog}
-	r.book = newBookings(&r.cfg, r.now, r.affinity)
-	r.sel = &selector{cfg: &r.cfg, index: r.index, recorder: recorder, catalog: r.catalog,
+	r.health = &Health{cfg: r.cfg, now: r.now, catalog: r.catalog}
+	r.book = newBookings(r.cfg, r.now, r.affinity)
+	r.sel = &selector{cfg: r.cfg, index: r.index, recorder: recorder, catalog: r.catalog,
 		book: r.book, pending: r.pending, affinity: r.affinity}
-	r.queries = &Queries{catalog: r.catalog, sel: r.sel, index: r.index, maxDumpEvents: cfg.MaxDumpEvents}
-	r.wg.Go(func() { repeat(r.stop, bookingSweepEvery(cfg.ReservationTTL), func() { r.book.sweep() }) })
-	if cfg.WorkerDownAfter > 0 {
-		// Health has its own ticker, so probes never delay the
-		// reservation sweep.
-		r.wg.Go(func() { repeat(r.stop, healthSweepEvery(cfg.WorkerDownAfter), r.health.sweep) })
-	}
+	r.queries = &Queries{catalog: r.catalog, sel: r.sel, index: r.index, cfg: r.cfg}
+	// Each sweep reads its interval from the configuration in force, so a
+	// Reconfigure that changes ReservationTTL or WorkerDownAfter changes
+	// them too. Health has its own timer, so probes never delay the
+	// reservation sweep (and with WorkerDownAfter 0 its sweep does nothing).
+	r.wg.Go(func() {
+		repeat(r.stop, func() time.Duration { return bookingSweepEvery(r.cfg.get().ReservationTTL) }, func() { r.book.sweep() })
+	})
+	r.wg.Go(func() {
+		repeat(r.stop, func() time.Duration { return healthSweepEvery(r.cfg.get().WorkerDownAfter) }, r.health.sweep)
+	})
 	return r, nil
 }
 
@@ -129,7 +133,7 @@ func (r *Router) Health() *Health { return r.health }
 func (r *Router) Queries() *Queries { return r.queries }
 
 // Config returns the router's configuration.
-func (r *Router) Config() Config { return r.cfg }
+func (r *Router) Config() Config { return *r.cfg.get() }
 
 // Close stops the background sweepers. The router stays usable for reads.
 func (r *Router) Close() {
@@ -139,8 +143,8 @@ func (r *Router) Close() {
 
 // repeat calls fn every interval until stop closes (Close); the router
 // runs it on its own goroutines (r.wg).
-func repeat(stop <-chan struct{}, every time.Duration, fn func()) {
-	t := time.NewTicker(every)
+func repeat(stop <-chan struct{}, every func() time.Duration, fn func()) {
+	t := time.NewTimer(every())
 	defer t.Stop()
 	for {
 		select {
@@ -148,6 +152,7 @@ func repeat(stop <-chan struct{}, every time.Duration, fn func()) {
 			return
 		case <-t.C:
 			fn()
+			t.Reset(every())
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 // choice (bookings) or remembers it (pending). It owns no state of its
 // own; Router builds it from the parts it shares with them.
 type selector struct {
-	cfg      *Config
+	cfg      *liveConfig
 	index    Indexer
 	recorder BookingRecorder // non-nil when bookings feed the index
 	catalog  *Catalog
@@ -207,7 +207,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 		if !hasAll(rs.taints, required) {
 			continue
 		}
-		if c.book && rs.full(e.cfg) {
+		if c.book && rs.full(e.cfg.get()) {
 			full++
 			continue
 		}
@@ -215,7 +215,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	}
 	if len(w.cands) == 0 && full > 0 {
 		return selection{}, errorf(KindNotReady, "every eligible worker of %s holds %d reservations, the most max_reservations_per_rank allows; free reservations or wait for them to expire",
-			p.key, e.cfg.MaxReservationsPerRank)
+			p.key, e.cfg.get().MaxReservationsPerRank)
 	}
 	if len(w.cands) == 0 {
 		if len(p.ranks) > 0 && (allowed != nil || len(required) > 0 || pl != nil && len(pl.ExcludeRanks) > 0) {
@@ -246,7 +246,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 			activeRequests: rs.requests,
 			taintMult:      preferredTaintMultiplier(rs.taints, preferred),
 		}
-		if !e.cfg.TrackActiveBlocks {
+		if !e.cfg.get().TrackActiveBlocks {
 			in.potentialDec = 0
 		}
 		w.costs[k] = s.cost(&in, np.isl, p.blockSize, minPrefill)
@@ -291,7 +291,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 		}
 	}
 	if chosen < 0 {
-		chosen = pick(w.costs, s.temperature, e.cfg.rand)
+		chosen = pick(w.costs, s.temperature, e.cfg.get().rand)
 	}
 	i := w.cands[chosen]
 	rs := p.ranks[i]
@@ -368,7 +368,7 @@ func fillDP(p *partition, w *work, resp *SelectResponse) {
 // thresholds and capacities are known.
 func (e *selector) busy(sel *selection, resp *SelectResponse, advisory bool) {
 	rs := sel.rs
-	if t := e.cfg.DecodeBusyThreshold; t != nil && rs.totalKV > 0 {
+	if t := e.cfg.get().DecodeBusyThreshold; t != nil && rs.totalKV > 0 {
 		b := float64(resp.PotentialDecodeBlocks) > *t*float64(rs.totalKV)
 		resp.DecodeBusy = &b
 	}
@@ -379,7 +379,7 @@ func (e *selector) busy(sel *selection, resp *SelectResponse, advisory bool) {
 	if rs.maxBatched > 0 {
 		v := rs.maxBatched
 		wl.PrefillTokenCapacity = &v
-		if t := e.cfg.PrefillBusyThreshold; t != nil {
+		if t := e.cfg.get().PrefillBusyThreshold; t != nil {
 			b := float64(rs.prefillTokens) > *t*float64(rs.maxBatched)
 			wl.PrefillBusy = &b
 		}

@@ -18,7 +18,7 @@ type requestSetup struct {
 // request without one), the partition, then the prompt.
 func (e *selector) setupRequest(part *Partition, override *RouterConfigOverride, pr *Prompt, session string) (requestSetup, error) {
 	key := part.Key()
-	s, err := e.cfg.scoring(override)
+	s, err := e.cfg.get().scoring(override)
 	if err != nil {
 		return requestSetup{}, err
 	}

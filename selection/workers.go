@@ -12,7 +12,7 @@ import (
 // hooks) in order; reads take only mu. The catalog bounds (max_workers,
 // max_ranks, field sizes) and the endpoint check are applied here.
 type Catalog struct {
-	cfg   *Config
+	cfg   *liveConfig
 	index Indexer // loses a worker's entries when it leaves or moves
 	hooks []func(old, cur *WorkerRecord)
 	// endpointCheck vets new worker endpoints (WithEndpointCheck).
@@ -29,7 +29,7 @@ type Catalog struct {
 	ranks   int // data-parallel ranks over workers, for MaxRanks
 }
 
-func newCatalog(cfg *Config) *Catalog {
+func newCatalog(cfg *liveConfig) *Catalog {
 	return &Catalog{cfg: cfg, workers: make(map[uint64]*WorkerRecord), parts: make(map[PartitionKey]*partition)}
 }
 
@@ -83,7 +83,7 @@ func (c *Catalog) schedulablePartition(k PartitionKey) (*partition, error) {
 // cached prefixes, bookings, session bindings, pending selections and
 // failure history are dropped before the new record commits.
 func (c *Catalog) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
-	rec, err := c.cfg.recordFor(req)
+	rec, err := c.cfg.get().recordFor(req)
 	if err != nil {
 		return WorkerRecord{}, err
 	}
@@ -128,7 +128,7 @@ func (c *Catalog) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, er
 // writeWorker checks rec, runs the endpoint check (outside the locks: it
 // may resolve names) when the endpoint is new, and commits.
 func (c *Catalog) writeWorker(rec *WorkerRecord, create bool) (WorkerRecord, error) {
-	if err := rec.prepare(c.cfg); err != nil {
+	if err := rec.prepare(c.cfg.get()); err != nil {
 		return WorkerRecord{}, err
 	}
 	checked := ""
@@ -163,7 +163,7 @@ func (c *Catalog) commitWorker(rec *WorkerRecord, create bool, checked string) (
 		c.mu.Unlock()
 		return WorkerRecord{}, errorf(KindNotFound, "worker %d not found", rec.WorkerID)
 	}
-	ranks, err := c.cfg.checkCapacity(len(c.workers), c.ranks, old, rec)
+	ranks, err := c.cfg.get().checkCapacity(len(c.workers), c.ranks, old, rec)
 	if err != nil {
 		c.mu.Unlock()
 		return WorkerRecord{}, err
