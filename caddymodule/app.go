@@ -8,6 +8,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -28,9 +29,12 @@ func init() {
 // The router survives config reloads: workers registered through the
 // selection API, reservations and cached prefixes are kept. Workers declared
 // in this config are upserted on every load, and a worker that an earlier
-// config declared but this one does not is deleted. The scheduler settings
-// are read once, when the router is created; a reload that changes them logs
-// a warning and the new values take effect only after Caddy restarts.
+// config declared but this one does not is deleted. Changed settings are
+// applied to the running router when the new config starts, except those
+// that shape what was built with it (use_kv_events, kv_events_bind,
+// track_active_blocks, approx_ttl, the pending cache's and the session
+// table's settings, the index bound and the listeners' limits): those keep
+// their running values until Caddy restarts, and the log names them.
 type App struct {
 	// BlockSize is the default KV block size, in tokens, for workers that do
 	// not give their own: the workers declared here and those registered
@@ -188,8 +192,9 @@ type App struct {
 	// touched.
 	Workers []WorkerConfig `json:"workers,omitempty"`
 
-	state  *routerState
-	loaded bool // routers holds one reference for this App
+	state    *routerState
+	settings selection.Config // this config's router settings, applied in Start
+	loaded   bool             // routers holds one reference for this App
 	logger *zap.Logger
 }
 
@@ -209,8 +214,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	events := a.eventSettings()
 	val, loaded, err := routers.LoadOrNew(routerKey, func() (caddy.Destructor, error) {
-		return newRouterState(cfg, a.KVEventsBind, a.Limits.events(a.IndexMaxEntries), a.logger)
+		return newRouterState(cfg, events, a.Limits.events(a.IndexMaxEntries), a.logger)
 	})
 	if err != nil {
 		return fmt.Errorf("creating router: %v", err)
@@ -220,15 +226,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	if loaded {
-		// The router keeps the settings it was built with: rebuilding it
-		// would drop its reservations and index, and selection.Router has no
-		// way yet to change them in place.
-		if changed := changedSettings(a.state.router.Config(), cfg); len(changed) > 0 {
-			a.logger.Warn("kv_router settings changed; the running router keeps its previous settings until Caddy restarts",
-				zap.Strings("settings", changed))
-		}
-	}
+	a.settings = cfg
 	gen, err := a.state.syncWorkers(workers, a.logger)
 	if err != nil {
 		return err
@@ -251,7 +249,34 @@ func (a *App) Validate() error {
 
 // Start implements caddy.App. The router runs from Provision on, so there is
 // nothing to start.
-func (a *App) Start() error { return nil }
+// Start applies this config's settings to the running router: a reload
+// changes them in place, keeping workers, bookings, the index and the
+// listeners. It runs in Start, not Provision, so a config that fails to
+// provision leaves the running settings alone. The few settings that
+// shape what the router and its listeners built at start keep their
+// running values until Caddy restarts, and the log names them.
+func (a *App) Start() error {
+	running := a.state.router.Config()
+	changed := changedSettings(running, a.settings)
+	if len(changed) == 0 && a.state.created == a.eventSettings() {
+		return nil
+	}
+	fixed, err := a.state.router.Reconfigure(a.settings)
+	if err != nil {
+		return fmt.Errorf("applying kv_router settings: %v", err)
+	}
+	restart := optionNames(fixed)
+	applied := slices.DeleteFunc(changed, func(name string) bool { return slices.Contains(restart, name) })
+	restart = append(restart, a.state.created.changed(a.eventSettings())...)
+	if len(applied) > 0 {
+		a.logger.Info("kv_router settings applied to the running router", zap.Strings("settings", applied))
+	}
+	if len(restart) > 0 {
+		a.logger.Warn("kv_router settings that take effect only when Caddy restarts; the running router keeps its previous values",
+			zap.Strings("settings", restart))
+	}
+	return nil
+}
 
 // Stop implements caddy.App. The router outlives the config (see Cleanup),
 // so there is nothing to stop.

@@ -316,6 +316,36 @@ func TestReloadKeepsRouterState(t *testing.T) {
 	}
 }
 
+// TestReloadAppliesSettings: caddy reload changes the running router's
+// settings in place (same router, its reservation kept), except the ones
+// that shape what was built with it, which keep their running values.
+func TestReloadAppliesSettings(t *testing.T) {
+	tester := newTester(t)
+	tester.InitServer(testCaddyfile(worker1), "caddyfile")
+	id := reserve(t, tester)
+	state := pooledState(t)
+	if got := state.router.Config(); got.PrefillLoadScale != 1 || got.MaxReservationsPerClient != 1024 {
+		t.Fatalf("before the reload: %+v", got)
+	}
+	changed := strings.Replace(testCaddyfile(worker1), "use_kv_events off",
+		"use_kv_events off\n\t\tprefill_load_scale 4\n\t\tmax_reservations_per_client 7\n\t\tapprox_ttl 10s", 1)
+	forceReload(t, changed)
+	if s := pooledState(t); s != state {
+		t.Fatal("the reload rebuilt the router")
+	}
+	got := state.router.Config()
+	if got.PrefillLoadScale != 4 || got.MaxReservationsPerClient != 7 {
+		t.Errorf("settings not applied: prefill_load_scale %v, max_reservations_per_client %d", got.PrefillLoadScale, got.MaxReservationsPerClient)
+	}
+	if got.ApproxTTL != 120*time.Second {
+		t.Errorf("approx_ttl, which the index was built with, changed to %v in place", got.ApproxTTL)
+	}
+	if n := activeRequests(t, tester); n != 1 {
+		t.Errorf("active requests after the reload: %d, want 1", n)
+	}
+	callJSON(t, tester, http.MethodDelete, "/reservations/"+id, "", http.StatusOK, nil)
+}
+
 func TestReloadDeletesWorkerRemovedFromConfig(t *testing.T) {
 	tester := newTester(t)
 	tester.InitServer(testCaddyfile(worker1+"\n"+worker3), "caddyfile")

@@ -30,11 +30,24 @@ func changedSettings(old, cur selection.Config) []string {
 		if reflect.DeepEqual(ov.Field(i).Interface(), cv.Field(i).Interface()) {
 			continue
 		}
-		if name, ok := settingNames[f.Name]; ok {
-			out = append(out, name)
-		} else {
-			out = append(out, snakeCase(f.Name))
-		}
+		out = append(out, optionName(f.Name))
+	}
+	return out
+}
+
+// optionName is the kv_router option of a selection.Config field.
+func optionName(field string) string {
+	if name, ok := settingNames[field]; ok {
+		return name
+	}
+	return snakeCase(field)
+}
+
+// optionNames maps optionName over fields.
+func optionNames(fields []string) []string {
+	out := make([]string, len(fields))
+	for i, f := range fields {
+		out[i] = optionName(f)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
@@ -28,8 +29,9 @@ const routerKey = "default"
 // have declared. Listeners belong to it, so a reload neither drops nor
 // duplicates them.
 type routerState struct {
-	router *selection.Router
-	events *indexer.Manager // nil without use_kv_events
+	router  *selection.Router
+	events  *indexer.Manager // nil without use_kv_events
+	created eventSettings    // what the index and listeners were built with
 
 	mu         sync.Mutex
 	fromConfig map[uint64]struct{} // worker ids declared by the latest config
@@ -72,8 +74,9 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 
 // newRouterState builds the router and, in event mode, the index and the
 // listener manager that follows the router's catalog.
-func newRouterState(cfg selection.Config, bind string, limits eventLimits, logger *zap.Logger) (*routerState, error) {
-	s := &routerState{fromConfig: map[uint64]struct{}{}}
+func newRouterState(cfg selection.Config, created eventSettings, limits eventLimits, logger *zap.Logger) (*routerState, error) {
+	bind := created.KVEventsBind
+	s := &routerState{fromConfig: map[uint64]struct{}{}, created: created}
 	opts := []selection.Option{selection.WithEndpointCheck(newSelfGuard().check)}
 	if cfg.UseKVEvents {
 		idx := indexer.New()
@@ -116,3 +119,32 @@ func (s *routerState) Destruct() error {
 
 // Interface guards
 var _ caddy.Destructor = (*routerState)(nil)
+
+// eventSettings are the app's settings that shape the KV index and its
+// listeners, which are built once with the router: a reload that changes
+// them takes effect when Caddy restarts. Each field is named as its
+// kv_router option.
+type eventSettings struct {
+	KVEventsBind       string
+	IndexMaxEntries    int64
+	IndexMaxMemory     int64
+	KVEventsMaxMessage int64
+	KVEventsMaxGap     uint64
+}
+
+// eventSettings are this config's.
+func (a *App) eventSettings() eventSettings {
+	return eventSettings{a.KVEventsBind, a.IndexMaxEntries, a.IndexMaxMemory, a.KVEventsMaxMessage, a.KVEventsMaxGap}
+}
+
+// changed lists, by option name, the settings that differ in cur.
+func (e eventSettings) changed(cur eventSettings) []string {
+	var out []string
+	ev, cv := reflect.ValueOf(e), reflect.ValueOf(cur)
+	for i := range ev.NumField() {
+		if ev.Field(i).Interface() != cv.Field(i).Interface() {
+			out = append(out, snakeCase(ev.Type().Field(i).Name))
+		}
+	}
+	return out
+}
