@@ -195,7 +195,7 @@ type App struct {
 	state    *routerState
 	settings selection.Config // this config's router settings, applied in Start
 	loaded   bool             // routers holds one reference for this App
-	logger *zap.Logger
+	logger   *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.

@@ -10,10 +10,10 @@ import "sort"
 // loads and overlaps a prompt would have, and the index dump. Scoring a
 // prompt goes through the same setup as selecting it (selector).
 type Queries struct {
-	catalog       *Catalog
-	sel           *selector
-	index         Indexer
-	cfg           *liveConfig // its MaxDumpEvents bounds a dump
+	catalog *Catalog
+	sel     *selector
+	index   Indexer
+	cfg     *liveConfig // its MaxDumpEvents bounds a dump
 }
 
 // Loads reports every rank's current load, per partition, sorted by
