@@ -77,7 +77,7 @@ func (h *Reservation) Target() string {
 }
 
 // Answered records the worker's HTTP answer for the current booking in the
-// router's health, the way Router.ReportStatus sorts statuses (502, 503
+// router's health, the way Health.ReportStatus sorts statuses (502, 503
 // and 504 a failure, 429 neither, anything else a success). Only the first
 // word about a booking counts: a later Answered, or a Failed, tells the
 // health nothing more about it. After Release it still speaks for the
