@@ -67,7 +67,6 @@ type Handler struct {
 	Explain bool `json:"explain,omitempty"`
 
 	router    *selection.Router
-	models    *modelSet
 	tokenizer *tokenizer
 	logger    *zap.Logger
 }
@@ -91,7 +90,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.router = app.Router()
-	h.models = newModelSet(h.router)
 	if h.MaxBodySize == 0 {
 		h.MaxBodySize = 16 << 20
 	}
@@ -175,13 +173,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// The reservation refers to oai's token buffers until it is released.
 	defer putRequest(oai)
-	if !h.models.serves(oai.Model) {
-		// Sent on, it would reach a worker of another model through the
-		// fallback policy.
-		requestsTotal.WithLabelValues("unknown_model", "none").Inc()
-		// vLLM's own words for a model it does not serve.
-		return h.refuse(w, http.StatusNotFound, errorText("The model `"+oai.Model+"` does not exist."))
-	}
 	req := &selection.SelectRequest{
 		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},
 		Placement: selection.Placement{SessionID: r.Header.Get(h.SessionHeader)},
@@ -199,11 +190,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	start := time.Now()
 	res, err := h.router.Reserve(req, h.Explain)
 	if err != nil {
-		// The model is served, but no worker of its group can take the
-		// request now (none schedulable, a hard session binding refused
-		// it): say so rather than send it to a worker of another model.
-		requestsTotal.WithLabelValues("refused", mode).Inc()
-		return h.refuse(w, selection.StatusOf(err), err)
+		// A model no worker serves (404), or a served one none of whose
+		// workers can take the request now (none schedulable, a hard
+		// session binding refused it): say so rather than leave the
+		// request to the fallback policy, which would send it to a worker
+		// of another model.
+		status := selection.StatusOf(err)
+		if status == http.StatusNotFound {
+			requestsTotal.WithLabelValues("unknown_model", "none").Inc()
+		} else {
+			requestsTotal.WithLabelValues("refused", mode).Inc()
+		}
+		return h.refuse(w, status, err)
 	}
 	defer res.Release() // runs on return, on panic(http.ErrAbortHandler) and after a client cancel
 	observeSelection(res.Response(), len(req.TokenIDs), mode, time.Since(start))
@@ -238,12 +236,6 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 	writeOpenAIError(w, status, err.Error())
 	return nil
 }
-
-// errorText is an error whose text is shown to clients as it is, for the
-// messages that follow an engine's wording rather than Go's conventions.
-type errorText string
-
-func (e errorText) Error() string { return string(e) }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on
 // /v1/completions, or the workers' /tokenize. Nil means none could be had.

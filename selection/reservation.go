@@ -42,7 +42,14 @@ type Reservation struct {
 // SelectAndReserve does (with explain, as SelectAndReserveExplained does,
 // on the first booking and on every failover). The handle keeps a copy of
 // req, and refers to its token buffers until it is released.
+//
+// A request for a model no catalog worker serves is refused with a 404 in
+// vLLM's words, so that a proxy never sends it to another model's worker;
+// a served model with no schedulable worker gets the 503 a selection gets.
 func (r *Router) Reserve(req *SelectRequest, explain bool) (*Reservation, error) {
+	if !r.catalog.servesModel(req.Partition.Key().Model) {
+		return nil, errorf(KindNotFound, "The model `%s` does not exist.", req.ModelName)
+	}
 	return reserve((*routerLedger)(r), req, explain)
 }
 

@@ -483,3 +483,29 @@ func BenchmarkReservation(b *testing.B) {
 		}
 	})
 }
+
+// A proxied request for a model no worker serves is a 404 (in vLLM's
+// words), never a booking on another model's worker; a served model with
+// no schedulable worker is the 503 a selection gets. Deleting the model's
+// last worker makes it unknown again.
+func TestReserveRefusesUnservedModels(t *testing.T) {
+	r := newTestRouter(t, nil)
+	addWorker(t, r, 1, func(w *WorkerRequest) { w.ModelName = ptr("m") })
+	addWorker(t, r, 2, func(w *WorkerRequest) { w.ModelName = ptr("half"); w.Endpoint = nil })
+	reserve := func(model string) error {
+		h, err := r.Reserve(&SelectRequest{Partition: Partition{ModelName: model}, Prompt: Prompt{TokenIDs: make([]uint32, 32)}}, false)
+		if err == nil {
+			h.Release()
+		}
+		return err
+	}
+	if err := reserve("m"); err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, reserve("other"), 404, "The model `other` does not exist.")
+	mustStatus(t, reserve("half"), 503, "no schedulable workers")
+	if _, err := r.Catalog().DeleteWorker(1); err != nil {
+		t.Fatal(err)
+	}
+	mustStatus(t, reserve("m"), 404, "does not exist")
+}

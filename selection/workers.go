@@ -26,11 +26,30 @@ type Catalog struct {
 	mu      sync.RWMutex
 	workers map[uint64]*WorkerRecord
 	parts   map[PartitionKey]*partition
-	ranks   int // data-parallel ranks over workers, for MaxRanks
+	ranks   int            // data-parallel ranks over workers, for MaxRanks
+	models  map[string]int // workers per model name, schedulable or not
 }
 
 func newCatalog(cfg *liveConfig) *Catalog {
-	return &Catalog{cfg: cfg, workers: make(map[uint64]*WorkerRecord), parts: make(map[PartitionKey]*partition)}
+	return &Catalog{cfg: cfg, workers: make(map[uint64]*WorkerRecord), parts: make(map[PartitionKey]*partition),
+		models: make(map[string]int)}
+}
+
+// servesModel reports whether any worker, schedulable or not, names the
+// model: a proxied request for a model nobody serves is the gateway's own
+// 404, where one for a served model with no schedulable worker is a 503.
+func (c *Catalog) servesModel(model string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.models[model] > 0
+}
+
+// countModel adds n workers to a model's count in models (the catalog's,
+// under its mu).
+func countModel(models map[string]int, model string, n int) {
+	if models[model] += n; models[model] <= 0 {
+		delete(models, model)
+	}
 }
 
 // Version changes whenever the catalog does, so callers can cache what
@@ -201,6 +220,10 @@ func (c *Catalog) commitWorker(rec *WorkerRecord, create bool, checked string) (
 		c.addRanksLocked(key, rec)
 	}
 	stored := rec.clone()
+	if old != nil {
+		countModel(c.models, old.ModelName, -1)
+	}
+	countModel(c.models, stored.ModelName, 1)
 	c.workers[rec.WorkerID] = &stored
 	c.ranks = ranks
 	c.mu.Unlock()
@@ -338,6 +361,7 @@ func (c *Catalog) DeleteWorker(id uint64) (WorkerRecord, error) {
 	old.Lifecycle = LifecycleDraining
 	c.dropRanksLocked(old, nil)
 	delete(c.workers, id)
+	countModel(c.models, old.ModelName, -1)
 	c.ranks -= int(old.DataParallelSize)
 	c.mu.Unlock()
 	c.index.RemoveWorker(old.Partition(), id)
