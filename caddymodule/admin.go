@@ -127,7 +127,7 @@ func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 		"use_kv_events":       state.events != nil,
 	}
 	if m := state.events; m != nil {
-		for name, sec := range statsSections(m.Snapshot()) {
+		for name, sec := range statsSections(m.Stats()) {
 			out[name] = sec
 		}
 	}

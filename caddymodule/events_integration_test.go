@@ -139,9 +139,9 @@ func TestEventsSteerSelectionAcrossReload(t *testing.T) {
 	if n := state.events.Listeners(); n != 2 {
 		t.Fatalf("%d listeners after reload, want 2", n)
 	}
-	st := &state.events.Stats
-	if st.Gaps.Load() != 0 || st.Restarts.Load() != 0 || st.Batches.Load() != 2 {
-		t.Fatalf("after reload: gaps %d restarts %d batches %d", st.Gaps.Load(), st.Restarts.Load(), st.Batches.Load())
+	st := state.events.Stats().Events
+	if st.Gaps != 0 || st.Restarts != 0 || st.Batches != 2 {
+		t.Fatalf("after reload: gaps %d restarts %d batches %d", st.Gaps, st.Restarts, st.Batches)
 	}
 	// The counters are on Caddy's metrics endpoint, carried across the reload.
 	res, err := tester.Client.Get(fmt.Sprintf("http://localhost:%d/metrics", testAdminPort))

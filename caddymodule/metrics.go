@@ -60,7 +60,7 @@ func (eventCollector) Collect(ch chan<- prometheus.Metric) {
 	if state.events == nil {
 		return
 	}
-	snap := state.events.Snapshot()
+	snap := state.events.Stats()
 	for _, m := range eventMetrics {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, float64(m.figure.Value(&snap)))
 	}

@@ -44,7 +44,7 @@ func TestManagerEndpointChangeRestarts(t *testing.T) {
 			m.OnCatalogChange(nil, old)
 			pub.waitSubscribed()
 			pub.publish(chunk(EncodingMap, 0, testPrompt(41), 0, 10), true)
-			eventually(t, "the first batch", func() bool { return m.Stats.Batches.Load() == 1 })
+			eventually(t, "the first batch", func() bool { return m.stats.Batches.Load() == 1 })
 			before := m.listeners[r]
 
 			m.OnCatalogChange(old, rec(tc.to))
@@ -60,12 +60,12 @@ func TestManagerEndpointChangeRestarts(t *testing.T) {
 				t.Fatalf("%d blocks after the upsert, want %d", n, want)
 			}
 			pub.publish(chunk(EncodingMap, 0, testPrompt(42), 0, 5), true)
-			eventually(t, "the next batch", func() bool { return m.Stats.Batches.Load() == 2 })
+			eventually(t, "the next batch", func() bool { return m.stats.Batches.Load() == 2 })
 			if n := m.Index.Blocks(part, r); n != want+5 {
 				t.Fatalf("%d blocks after the next batch, want %d", n, want+5)
 			}
-			if m.Stats.Restarts.Load() != 0 {
-				t.Fatalf("%d restarts counted", m.Stats.Restarts.Load())
+			if m.stats.Restarts.Load() != 0 {
+				t.Fatalf("%d restarts counted", m.stats.Restarts.Load())
 			}
 		})
 	}

@@ -15,7 +15,7 @@ import (
 // its sockets share.
 type Manager struct {
 	Index *Index
-	Stats Stats
+	stats Stats // the listeners' counters; read them with Stats
 
 	zctx   *zmq.Context
 	log    *zap.Logger
@@ -127,7 +127,7 @@ func (m *Manager) OnCatalogChange(old, cur *selection.WorkerRecord) {
 		m.Index.RemoveWorker(old.Partition(), id)
 	}
 	for r, cfg := range want {
-		l, err := StartListener(m.zctx, m.Index, &m.Stats, m.log, cfg)
+		l, err := StartListener(m.zctx, m.Index, &m.stats, m.log, cfg)
 		if err != nil {
 			m.log.Error("starting kv event listener", zap.Uint64("worker_id", r.WorkerID), zap.Uint32("dp_rank", r.DPRank), zap.Error(err))
 			continue
@@ -154,7 +154,7 @@ func (m *Manager) Bind(endpoint string, resolve Resolver) (*BindListener, error)
 	if m.bind != nil {
 		return nil, fmt.Errorf("already bound to %s", m.bind.Endpoint())
 	}
-	b, err := StartBindListener(m.zctx, m.Index, &m.Stats, m.log, endpoint, resolve,
+	b, err := StartBindListener(m.zctx, m.Index, &m.stats, m.log, endpoint, resolve,
 		WithMaxMessageBytes(m.limits.maxMessageBytes), WithMaxGap(m.limits.maxGap))
 	if err != nil {
 		return nil, err

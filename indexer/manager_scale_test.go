@@ -84,11 +84,11 @@ func TestManagerFollowsMoreRanksThanZMQDefault(t *testing.T) {
 	pub.waitSubscribed()
 	prompt := testPrompt(3)
 	pub.publish(chunk(EncodingMap, 0, prompt, 0, 10), true)
-	eventually(t, "the last rank's events applied", func() bool { return m.Stats.Batches.Load() >= 1 })
+	eventually(t, "the last rank's events applied", func() bool { return m.stats.Batches.Load() >= 1 })
 	if n := m.Index.Blocks(lastRec.Partition(), selection.Rank{WorkerID: workers}); n != 10 {
 		t.Fatalf("the last rank holds %d blocks; want 10", n)
 	}
-	if lost := m.Stats.Lost.Load(); lost != 0 {
+	if lost := m.stats.Lost.Load(); lost != 0 {
 		t.Fatalf("%d events lost", lost)
 	}
 

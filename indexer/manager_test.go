@@ -69,7 +69,7 @@ func TestManagerFollowsCatalog(t *testing.T) {
 	}
 	prompt := testPrompt(11)
 	pubA.publish(chunk(EncodingMap, 0, prompt, 0, 30), true)
-	eventually(t, "events applied", func() bool { return m.Stats.Batches.Load() >= 1 })
+	eventually(t, "events applied", func() bool { return m.stats.Batches.Load() >= 1 })
 	res, err := r.Select(&selection.SelectRequest{Partition: selection.Partition{ModelName: "m", RoutingGroup: "g"},
 		Prompt: selection.Prompt{TokenIDs: prompt}})
 	if err != nil {
@@ -141,7 +141,7 @@ func TestBindMode(t *testing.T) {
 	// The connection is asynchronous: repeat the first store until it lands.
 	eventually(t, "bind-mode events", func() bool {
 		send("kv@5@m", 0, chunk(EncodingArray, -1, prompt, 0, 10))
-		return m.Stats.Batches.Load() >= 1
+		return m.stats.Batches.Load() >= 1
 	})
 	send("kv@6@m", 0, chunk(EncodingArray, -1, prompt, 0, 10)) // unknown worker
 	send("not-a-topic", 0, chunk(EncodingArray, -1, prompt, 0, 10))
@@ -150,9 +150,9 @@ func TestBindMode(t *testing.T) {
 	// Wait for the last message itself: the counters can reach their
 	// marks while it is still on its way.
 	eventually(t, "the rest", func() bool {
-		return m.Stats.Messages.Load() >= 2 && m.Stats.Malformed.Load() >= 1 && m.Index.Blocks(key, selection.Rank{WorkerID: 5}) == 12
+		return m.stats.Messages.Load() >= 2 && m.stats.Malformed.Load() >= 1 && m.Index.Blocks(key, selection.Rank{WorkerID: 5}) == 12
 	})
-	if m.Index.Blocks(key, selection.Rank{WorkerID: 6}) != 0 || m.Stats.Rejected.Load() == 0 {
+	if m.Index.Blocks(key, selection.Rank{WorkerID: 6}) != 0 || m.stats.Rejected.Load() == 0 {
 		t.Fatal("events of a worker outside the catalog were applied")
 	}
 }

@@ -89,18 +89,18 @@ func TestBindListenerOversizedMessage(t *testing.T) {
 	first, later := testPrompt(53), testPrompt(54)
 	eventually(t, "the first batch", func() bool {
 		send(chunk(EncodingMap, -1, first, 0, 5))
-		return m.Stats.Batches.Load() >= 1
+		return m.stats.Batches.Load() >= 1
 	})
 	big := make([]byte, frame)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	send(big)
-	eventually(t, "the dropped connection", func() bool { return m.Stats.Disconnects.Load() >= 1 })
-	batches := m.Stats.Batches.Load()
+	eventually(t, "the dropped connection", func() bool { return m.stats.Disconnects.Load() >= 1 })
+	batches := m.stats.Batches.Load()
 	eventually(t, "a batch after the reconnect", func() bool {
 		send(chunk(EncodingMap, -1, later, 0, 5))
-		return m.Stats.Batches.Load() > batches
+		return m.stats.Batches.Load() > batches
 	})
 	runtime.ReadMemStats(&after)
 	runtime.KeepAlive(big)
@@ -111,7 +111,7 @@ func TestBindListenerOversizedMessage(t *testing.T) {
 	if n := m.Index.Blocks(key, selection.Rank{WorkerID: 5}); n != 10 {
 		t.Fatalf("%d blocks, want 10", n)
 	}
-	if m.Stats.Malformed.Load() != 0 {
-		t.Fatalf("%d malformed: the frame reached the decoder", m.Stats.Malformed.Load())
+	if m.stats.Malformed.Load() != 0 {
+		t.Fatalf("%d malformed: the frame reached the decoder", m.stats.Malformed.Load())
 	}
 }

@@ -54,7 +54,7 @@ func TestBindModeDropsUnknownRank(t *testing.T) {
 	// The connection is asynchronous: repeat the first store until it lands.
 	eventually(t, "bind-mode events", func() bool {
 		send(0, chunk(EncodingMap, 5, prompt, 0, 6))
-		return m.Stats.Batches.Load() >= 1
+		return m.stats.Batches.Load() >= 1
 	})
 	send(1, chunk(EncodingMap, 0, prompt, 0, 7))
 	send(2, chunk(EncodingMap, 6, prompt, 0, 7))
@@ -62,18 +62,18 @@ func TestBindModeDropsUnknownRank(t *testing.T) {
 	key := selection.PartitionKey{Model: "m", Group: "default"}
 	rank := func(dp uint32) int { return m.Index.Blocks(key, selection.Rank{WorkerID: 5, DPRank: dp}) }
 	eventually(t, "the last batch", func() bool { return rank(4) == 3 })
-	if n := m.Stats.UnknownRank.Load(); n != 2 {
+	if n := m.stats.UnknownRank.Load(); n != 2 {
 		t.Fatalf("unknown rank %d, want 2", n)
 	}
 	if rank(5) != 6 || rank(0) != 0 || rank(6) != 0 {
 		t.Fatalf("ranks 5, 0, 6 hold %d, %d, %d blocks; want 6, 0, 0", rank(5), rank(0), rank(6))
 	}
 	// A restart: the sequence goes back to 0, with nothing stored yet.
-	restarts, batches := m.Stats.Restarts.Load(), m.Stats.Batches.Load()
+	restarts, batches := m.stats.Restarts.Load(), m.stats.Batches.Load()
 	send(0, AppendBatch(nil, EncodingMap, 1, -1))
-	eventually(t, "the restart", func() bool { return m.Stats.Batches.Load() > batches })
-	if m.Stats.Restarts.Load() != restarts+1 {
-		t.Fatalf("restarts %d, want %d", m.Stats.Restarts.Load(), restarts+1)
+	eventually(t, "the restart", func() bool { return m.stats.Batches.Load() > batches })
+	if m.stats.Restarts.Load() != restarts+1 {
+		t.Fatalf("restarts %d, want %d", m.stats.Restarts.Load(), restarts+1)
 	}
 	if rank(4) != 0 || rank(5) != 0 {
 		t.Fatalf("after the restart ranks 4 and 5 hold %d and %d blocks; want none", rank(4), rank(5))

@@ -119,7 +119,7 @@ type Snapshot struct {
 	Index     IndexCounts
 }
 
-// Snapshot copies the manager's figures.
-func (m *Manager) Snapshot() Snapshot {
-	return Snapshot{Listeners: m.Listeners(), Events: m.Stats.Counts(), Index: m.Index.Counts()}
+// Stats copies the manager's figures: the one way to read its counters.
+func (m *Manager) Stats() Snapshot {
+	return Snapshot{Listeners: m.Listeners(), Events: m.stats.Counts(), Index: m.Index.Counts()}
 }
