@@ -44,7 +44,7 @@ const (
 )
 
 // WorkerRequest is the body of POST /workers (upsert) and PATCH
-// /workers/{id} (only the fields present are changed). See spec §1.4.5.
+// /workers/{id} (only the fields present are changed); docs/selection-api.md, "Workers".
 type WorkerRequest struct {
 	WorkerID                  *uint64           `json:"worker_id,omitempty"`
 	ModelName                 *string           `json:"model_name,omitempty"`
@@ -242,7 +242,7 @@ func (w *WorkerRecord) prepare(cfg *Config) error {
 	return nil
 }
 
-// validate fills Lifecycle and NotSchedulableReasons (spec §1.4.5).
+// validate fills Lifecycle and NotSchedulableReasons (docs/selection-api.md, "Workers").
 func (w *WorkerRecord) validate(cfg *Config) {
 	reasons := w.incompleteReasons(cfg.UseKVEvents && !cfg.KVEventsBound)
 	if reasons == nil {
