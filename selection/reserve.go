@@ -155,17 +155,7 @@ func (t *bookings) lookup(id string) (*booking, error) {
 
 // prefillComplete marks the booking's prefill done (idempotent).
 func (t *bookings) prefillComplete(id string) error {
-	b, err := t.lookup(id)
-	if err != nil {
-		return err
-	}
-	p := b.part
-	p.mu.Lock()
-	if !b.freed {
-		p.load.prefillComplete(b)
-	}
-	p.mu.Unlock()
-	return nil
+	return t.onLive(id, func(b *booking) { b.part.load.prefillComplete(b) })
 }
 
 // outputBlock adds one output block to the booking's rank.
@@ -173,6 +163,14 @@ func (t *bookings) outputBlock(id string, decayFraction *float64) error {
 	if d := decayFraction; d != nil && !(*d >= 0 && *d <= 1) {
 		return errorf(KindBadRequest, "decay_fraction must be between 0.0 and 1.0")
 	}
+	track := t.cfg.get().TrackActiveBlocks
+	return t.onLive(id, func(b *booking) { b.part.load.outputBlock(b, decayFraction, track) })
+}
+
+// onLive runs fn on booking id under its partition's lock, unless the
+// booking was freed meanwhile (a free racing a prefill report is not an
+// error: the report just comes too late).
+func (t *bookings) onLive(id string, fn func(b *booking)) error {
 	b, err := t.lookup(id)
 	if err != nil {
 		return err
@@ -180,7 +178,7 @@ func (t *bookings) outputBlock(id string, decayFraction *float64) error {
 	p := b.part
 	p.mu.Lock()
 	if !b.freed {
-		p.load.outputBlock(b, decayFraction, t.cfg.get().TrackActiveBlocks)
+		fn(b)
 	}
 	p.mu.Unlock()
 	return nil
