@@ -441,18 +441,7 @@ func TestReservationPropertyConcurrent(t *testing.T) {
 // BenchmarkReservation is a proxied request's lifecycle through the handle
 // against the same calls made on the router directly.
 func BenchmarkReservation(b *testing.B) {
-	cfg := DefaultConfig()
-	cfg.UseKVEvents = false
-	r, err := NewRouter(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	for id := uint64(1); id <= 8; id++ {
-		if _, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(id), Endpoint: ptr(fmt.Sprintf("http://127.0.0.1:%d", 9000+id)), BlockSize: ptr(uint32(16))}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	r := benchRouter(b, 8)
 	prompt := promptOf(rand.New(rand.NewPCG(1, 2)))
 	b.Run("handle", func(b *testing.B) {
 		b.ReportAllocs()

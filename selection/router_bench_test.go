@@ -18,20 +18,27 @@ func BenchmarkSelectAndReserve99k(b *testing.B) {
 	b.Run("fresh", func(b *testing.B) { benchSelectAndReserve(b, true) })
 }
 
-func benchSelectAndReserve(b *testing.B, fresh bool) {
+// benchRouter is an approximate-mode router with workers workers of
+// block size 16, closed when the benchmark ends.
+func benchRouter(b *testing.B, workers int) *Router {
 	cfg := DefaultConfig()
 	cfg.UseKVEvents = false
 	r, err := NewRouter(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
-	for id := uint64(1); id <= 1024; id++ {
+	b.Cleanup(r.Close)
+	for id := uint64(1); id <= uint64(workers); id++ {
 		ep := "10.0.0.1:" + strconv.Itoa(int(8000+id))
-		if _, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: ptr(uint32(16))}); err != nil {
+		if _, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(id), Endpoint: &ep, BlockSize: ptr(uint32(16))}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return r
+}
+
+func benchSelectAndReserve(b *testing.B, fresh bool) {
+	r := benchRouter(b, 1024)
 	rng := rand.New(rand.NewPCG(1, 1))
 	system := make([]uint32, 16_000)
 	for i := range system {
