@@ -55,11 +55,17 @@ type Handler struct {
 	SessionHeader string `json:"session_header,omitempty"`
 
 	// Tokenize asks a worker for the tokens of text prompts and chat
-	// messages through POST /tokenize. Default: true.
+	// messages through POST /tokenize, with every field of the request
+	// that the engine's chat template or tokenizer reads and vLLM's
+	// defaults for those the client left out (chat: add_special_tokens
+	// false, add_generation_prompt true; completions: add_special_tokens
+	// true), so the tokens are the ones the engine will prefill. A worker
+	// that cannot answer is replaced by another of the model's (up to
+	// three). Default: true.
 	Tokenize *bool `json:"tokenize,omitempty"`
 
-	// TokenizeTimeout bounds the /tokenize call; past it the request is
-	// routed by load. Default: 500ms.
+	// TokenizeTimeout bounds the /tokenize calls of one request, retries
+	// included; past it the request is routed by load. Default: 500ms.
 	TokenizeTimeout caddy.Duration `json:"tokenize_timeout,omitempty"`
 
 	// Explain adds X-KVRouter-Explain to responses: for the cheapest
@@ -130,6 +136,9 @@ type openAIRequest struct {
 	RawPrompt selection.RawJSON `json:"prompt"`
 	Messages  selection.RawJSON `json:"messages"`
 	SessionID string            `json:"session_id"`
+	// What else the engine's tokenizer or chat template reads, passed on
+	// to /tokenize as the client sent it (tokenize.go).
+	templateFields
 
 	promptTokens []uint32
 }
@@ -257,9 +266,9 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 	var err error
 	switch {
 	case chat && len(oai.Messages) > 0:
-		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.Model, "messages", oai.Messages)
+		toks, err = h.tokenizer.tokenize(r.Context(), part, chatTokenizeBody(oai))
 	case oai.RawPrompt.IsString():
-		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.Model, "prompt", oai.RawPrompt)
+		toks, err = h.tokenizer.tokenize(r.Context(), part, completionTokenizeBody(oai))
 	default:
 		return nil, "", ""
 	}

@@ -39,6 +39,10 @@ type testWorker struct {
 	// hangBeforeHeaders makes completions wait, sending nothing, until the
 	// client goes: a worker stuck before it answers.
 	hangBeforeHeaders atomic.Bool
+	// chatTemplate makes /tokenize follow vLLM with a chat template that
+	// writes its own BOS (vllmtokens_test.go) instead of returning the
+	// bare characters.
+	chatTemplate bool
 	// status, when not zero, is what completions and /health answer
 	// (a worker that is overloaded, 429, or broken, 503), with vLLM's
 	// error body.
@@ -201,6 +205,10 @@ func textTokens(s string) []uint32 {
 
 func (w *testWorker) tokenize(rw http.ResponseWriter, r *http.Request) {
 	w.tokenized.Add(1)
+	if w.chatTemplate {
+		vllmTokenize(rw, r)
+		return
+	}
 	var req struct {
 		Prompt   string `json:"prompt"`
 		Messages []struct {

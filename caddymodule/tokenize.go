@@ -19,13 +19,14 @@ import (
 // model shares its tokenizer, so any schedulable one will do; they take
 // turns.
 type tokenizer struct {
-	router *selection.Router
-	client *http.Client
-	next   atomic.Uint64
+	router  *selection.Router
+	timeout time.Duration // for all of one request's tries
+	client  *http.Client
+	next    atomic.Uint64
 }
 
 func newTokenizer(r *selection.Router, timeout time.Duration) *tokenizer {
-	return &tokenizer{router: r, client: &http.Client{Timeout: timeout}}
+	return &tokenizer{router: r, timeout: timeout, client: &http.Client{}}
 }
 
 // tokenizeResponse is the part of vLLM's /tokenize answer we read.
@@ -33,8 +34,15 @@ type tokenizeResponse struct {
 	Tokens selection.TokenList `json:"tokens"`
 }
 
-// tokenize sends {"model": model, field: raw} to a worker of part.
-func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, model, field string, raw []byte) ([]uint32, error) {
+// maxTokenizeTries bounds the workers one request's tokens are asked of.
+const maxTokenizeTries = 3
+
+// tokenize asks a worker of part for the tokens of body (a /tokenize
+// request, tokenize_body.go). A worker that cannot be reached or answers
+// 5xx is not the model's only tokenizer: the next one is asked, up to
+// maxTokenizeTries, all within the one tokenize_timeout. A 4xx is the
+// request's own fault and would be the same anywhere.
+func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
 	var endpoints []string
 	for _, w := range t.router.Catalog().ListWorkers(part.Model, part.Group) {
 		if w.Schedulable() && w.Endpoint != nil {
@@ -44,41 +52,52 @@ func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, m
 	if len(endpoints) == 0 {
 		return nil, errors.New("no worker to tokenize with")
 	}
-	ep := endpoints[t.next.Add(1)%uint64(len(endpoints))]
-	if !strings.Contains(ep, "://") {
-		ep = "http://" + ep
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	first := t.next.Add(1)
+	var err error
+	for i := range min(len(endpoints), maxTokenizeTries) {
+		var toks []uint32
+		var retry bool
+		toks, retry, err = t.ask(ctx, endpoints[(first+uint64(i))%uint64(len(endpoints))], body)
+		if err == nil || !retry || ctx.Err() != nil {
+			return toks, err
+		}
 	}
-	var body bytes.Buffer
-	body.WriteString(`{"model":`)
-	body.WriteString(quoteJSON(model))
-	body.WriteString(`,"` + field + `":`)
-	body.Write(raw)
-	body.WriteString(`,"add_special_tokens":true}`)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(ep, "/")+"/tokenize", &body)
+	return nil, err
+}
+
+// ask sends body to one worker's /tokenize; retry says whether another
+// worker could answer better.
+func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte) ([]uint32, bool, error) {
+	if !strings.Contains(endpoint, "://") {
+		endpoint = "http://" + endpoint
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(endpoint, "/")+"/tokenize", bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	res, err := t.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tokenize: status %d", res.StatusCode)
+		return nil, res.StatusCode >= 500, fmt.Errorf("tokenize: status %d", res.StatusCode)
 	}
 	var out tokenizeResponse
 	if err := selection.UnmarshalPlain(b, &out); err != nil {
-		return nil, fmt.Errorf("tokenize: %v", err)
+		return nil, false, fmt.Errorf("tokenize: %v", err)
 	}
 	if out.Tokens == nil {
-		return nil, errors.New("tokenize: no tokens in the answer")
+		return nil, false, errors.New("tokenize: no tokens in the answer")
 	}
-	return out.Tokens, nil
+	return out.Tokens, false, nil
 }
 
 // quoteJSON writes s as a JSON string.
