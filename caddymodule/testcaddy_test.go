@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"os"
 	"reflect"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -63,11 +65,18 @@ func newTester(t *testing.T) *testCaddy {
 	return tester
 }
 
+// loadTimeout bounds one config load through the admin API.
+const loadTimeout = 30 * time.Second
+
 // InitServer loads config, written for adapter, through the admin API and
 // checks that Caddy runs it.
 func (tc *testCaddy) InitServer(config, adapter string) {
 	tc.t.Helper()
-	client := &http.Client{Timeout: caddytest.Default.LoadRequestTimeout}
+	// Longer than caddytest's 5 s: a reload shuts the old servers down
+	// (a 1 s grace period) and its router's listeners, and on two busy
+	// cores that can take a few seconds; a load that is truly stuck still
+	// fails, with every goroutine's stack.
+	client := &http.Client{Timeout: loadTimeout}
 	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", testAdminPort), strings.NewReader(config))
 	if err != nil {
 		tc.t.Fatal(err)
@@ -75,6 +84,9 @@ func (tc *testCaddy) InitServer(config, adapter string) {
 	req.Header.Set("Content-Type", "text/"+adapter)
 	res, err := client.Do(req)
 	if err != nil {
+		// A load that does not finish is stuck somewhere in this process:
+		// show where.
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 		tc.t.Fatalf("loading the config: %v", err)
 	}
 	body, err := io.ReadAll(res.Body)
