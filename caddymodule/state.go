@@ -3,7 +3,9 @@ package caddymodule
 import (
 	"fmt"
 	"reflect"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -32,6 +34,7 @@ type routerState struct {
 	router  *selection.Router
 	events  *indexer.Manager // nil without use_kv_events
 	created eventSettings    // what the index and listeners were built with
+	logger  *zap.Logger
 
 	mu         sync.Mutex
 	fromConfig map[uint64]struct{} // worker ids declared by the latest config
@@ -76,7 +79,7 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 // listener manager that follows the router's catalog.
 func newRouterState(cfg selection.Config, created eventSettings, limits eventLimits, logger *zap.Logger) (*routerState, error) {
 	bind := created.KVEventsBind
-	s := &routerState{fromConfig: map[uint64]struct{}{}, created: created}
+	s := &routerState{fromConfig: map[uint64]struct{}{}, created: created, logger: logger}
 	opts := []selection.Option{selection.WithEndpointCheck(newSelfGuard().check)}
 	if cfg.UseKVEvents {
 		idx := indexer.New()
@@ -107,14 +110,37 @@ func newRouterState(cfg selection.Config, created eventSettings, limits eventLim
 	return s, nil
 }
 
+// destructTimeout bounds how long unloading the router may hold up the
+// config load that unloads it.
+const destructTimeout = 10 * time.Second
+
 // Destruct stops the router's background work and the KV-event listeners
-// when the last config that used them is unloaded.
+// when the last config that used them is unloaded. It runs inside a config
+// load, and Caddy serializes loads: a close that never finished would
+// wedge every later load and reload of the gateway. So it waits at most
+// destructTimeout; past that the load goes on, the close keeps going in
+// the background, and the log has every goroutine's stack to say where it
+// was stuck.
 func (s *routerState) Destruct() error {
-	s.router.Close()
-	if s.events != nil {
-		return s.events.Close()
+	done := make(chan error, 1)
+	go func() {
+		s.router.Close()
+		var err error
+		if s.events != nil {
+			err = s.events.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(destructTimeout):
+		stacks := make([]byte, 1<<20)
+		stacks = stacks[:runtime.Stack(stacks, true)]
+		s.logger.Error("closing the kv_router state is taking longer than the config load may wait; going on without it",
+			zap.Duration("waited", destructTimeout), zap.ByteString("goroutines", stacks))
+		return fmt.Errorf("closing the kv_router state took more than %v", destructTimeout)
 	}
-	return nil
 }
 
 // Interface guards
