@@ -37,12 +37,14 @@ bin/kvmock: $(shell find cmd/kvmock indexer selection -name '*.go') go.mod
 # staticcheck, pinned, fetched from the Go module proxy on first use.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-# test: vet and staticcheck, every package's tests (the Caddy integration
+# test: gofmt, vet and staticcheck, every package's tests (the Caddy integration
 # tests included), make hostile's attacks on their own (they measure the
 # gateway's RSS and flood it with events: beside the other packages' tests
 # on two cores they would starve them, and their peaks would measure the
 # neighbours), then the race detector over the concurrent packages.
 test: deps build
+	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
+	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /hostile)

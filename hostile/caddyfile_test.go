@@ -10,16 +10,16 @@ import (
 // The gateway's configuration for every attack: the bounds set low
 // enough that each attack reaches its bound quickly on a 2-core machine.
 const (
-	model                    = "m"
-	blockSize                = 16
-	workerDownAfter          = 2 * time.Second
-	maxRanksPerWorker        = 64
+	model             = "m"
+	blockSize         = 16
+	workerDownAfter   = 2 * time.Second
+	maxRanksPerWorker = 64
 	// Each followed rank costs about five descriptors (its SUB socket, the
 	// copy of its descriptor the listener parks on, and the socket monitor
 	// that redials after an oversized message), so the catalog's rank
 	// bound is what keeps them under fdLimit: 160 ranks allow two workers
 	// of 64 (about 650 descriptors) and refuse the third.
-	maxRanks = 160
+	maxRanks                 = 160
 	maxReservationsPerClient = 1024
 	maxDumpEvents            = 100000
 	indexBudget              = 64 << 20 // index_max_memory
