@@ -267,7 +267,7 @@ func (a *App) Start() error {
 	}
 	restart := optionNames(fixed)
 	applied := slices.DeleteFunc(changed, func(name string) bool { return slices.Contains(restart, name) })
-	restart = append(restart, a.state.created.changed(a.eventSettings())...)
+	restart = append(restart, changedSettings(a.state.created, a.eventSettings())...)
 	if len(applied) > 0 {
 		a.logger.Info("kv_router settings applied to the running router", zap.Strings("settings", applied))
 	}

@@ -16,9 +16,10 @@ var settingNames = map[string]string{
 	"MaxReservationsPerRank": "max_reservations_per_worker",
 }
 
-// changedSettings lists, by kv_router option name, the router settings that
-// differ between old and cur.
-func changedSettings(old, cur selection.Config) []string {
+// changedSettings lists, by kv_router option name, the settings that
+// differ between old and cur: the router's (selection.Config) or the
+// ones the KV index and listeners were built with (eventSettings).
+func changedSettings[T selection.Config | eventSettings](old, cur T) []string {
 	var out []string
 	ov, cv := reflect.ValueOf(old), reflect.ValueOf(cur)
 	t := ov.Type()
@@ -35,7 +36,7 @@ func changedSettings(old, cur selection.Config) []string {
 	return out
 }
 
-// optionName is the kv_router option of a selection.Config field.
+// optionName is the kv_router option of a settings field.
 func optionName(field string) string {
 	if name, ok := settingNames[field]; ok {
 		return name

@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"fmt"
-	"reflect"
 	"runtime"
 	"sync"
 	"time"
@@ -161,16 +160,4 @@ type eventSettings struct {
 // eventSettings are this config's.
 func (a *App) eventSettings() eventSettings {
 	return eventSettings{a.KVEventsBind, a.IndexMaxEntries, a.IndexMaxMemory, a.KVEventsMaxMessage, a.KVEventsMaxGap}
-}
-
-// changed lists, by option name, the settings that differ in cur.
-func (e eventSettings) changed(cur eventSettings) []string {
-	var out []string
-	ev, cv := reflect.ValueOf(e), reflect.ValueOf(cur)
-	for i := range ev.NumField() {
-		if ev.Field(i).Interface() != cv.Field(i).Interface() {
-			out = append(out, snakeCase(ev.Type().Field(i).Name))
-		}
-	}
-	return out
 }
