@@ -37,43 +37,52 @@ type templateFields struct {
 // defaults (add_generation_prompt true, add_special_tokens false) for the
 // two that are absent.
 func chatTokenizeBody(o *openAIRequest) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"model":`)
-	b.WriteString(quoteJSON(o.Model))
-	field(&b, "messages", o.Messages, "")
-	field(&b, "tools", o.Tools, "")
-	field(&b, "chat_template", o.ChatTemplate, "")
-	field(&b, "chat_template_kwargs", o.ChatTemplateKwargs, "")
-	field(&b, "continue_final_message", o.ContinueFinalMessage, "")
-	field(&b, "documents", o.Documents, "")
-	field(&b, "add_generation_prompt", o.AddGenerationPrompt, "true")
-	field(&b, "add_special_tokens", o.AddSpecialTokens, "false")
-	b.WriteByte('}')
-	return b.Bytes()
+	return tokenizeBody(o.Model, []bodyField{
+		{"messages", o.Messages, ""},
+		{"tools", o.Tools, ""},
+		{"chat_template", o.ChatTemplate, ""},
+		{"chat_template_kwargs", o.ChatTemplateKwargs, ""},
+		{"continue_final_message", o.ContinueFinalMessage, ""},
+		{"documents", o.Documents, ""},
+		{"add_generation_prompt", o.AddGenerationPrompt, "true"},
+		{"add_special_tokens", o.AddSpecialTokens, "false"},
+	})
 }
 
 // completionTokenizeBody is the /tokenize body for a text prompt, with
 // vLLM's completions default (add_special_tokens true) when absent.
 func completionTokenizeBody(o *openAIRequest) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"model":`)
-	b.WriteString(quoteJSON(o.Model))
-	field(&b, "prompt", o.RawPrompt, "")
-	field(&b, "add_special_tokens", o.AddSpecialTokens, "true")
-	b.WriteByte('}')
-	return b.Bytes()
+	return tokenizeBody(o.Model, []bodyField{
+		{"prompt", o.RawPrompt, ""},
+		{"add_special_tokens", o.AddSpecialTokens, "true"},
+	})
 }
 
-// field appends ,"name":value, or the default when the client sent no
-// value (or null); with no default, nothing.
-func field(b *bytes.Buffer, name string, value selection.RawJSON, def string) {
-	v := bytes.TrimSpace(value)
-	if len(v) == 0 || string(v) == "null" {
-		if def == "" {
-			return
+// bodyField is one field of a /tokenize body: the client's value, and the
+// default sent when the client sent none (or null); with no default, an
+// absent field stays absent.
+type bodyField struct {
+	name  string
+	value selection.RawJSON
+	def   string
+}
+
+// tokenizeBody writes {"model": model, fields...} in order.
+func tokenizeBody(model string, fields []bodyField) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"model":`)
+	b.WriteString(quoteJSON(model))
+	for _, f := range fields {
+		v := bytes.TrimSpace(f.value)
+		if len(v) == 0 || string(v) == "null" {
+			if f.def == "" {
+				continue
+			}
+			v = []byte(f.def)
 		}
-		v = []byte(def)
+		b.WriteString(`,"` + f.name + `":`)
+		b.Write(v)
 	}
-	b.WriteString(`,"` + name + `":`)
-	b.Write(v)
+	b.WriteByte('}')
+	return b.Bytes()
 }
