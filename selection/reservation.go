@@ -47,10 +47,15 @@ type Reservation struct {
 // vLLM's words, so that a proxy never sends it to another model's worker;
 // a served model with no schedulable worker gets the 503 a selection gets.
 func (r *Router) Reserve(req *SelectRequest, explain bool) (*Reservation, error) {
-	if !r.catalog.servesModel(req.Partition.Key().Model) {
+	h, err := reserve((*routerLedger)(r), req, explain)
+	// Only a refusal asks whether the model is served: a served model
+	// books without the extra catalog lookup, and an unserved one has no
+	// schedulable partition, so it is never booked; whatever else is wrong
+	// with its request, "no such model" is the answer.
+	if err != nil && !r.catalog.servesModel(req.Partition.Key().Model) {
 		return nil, errorf(KindNotFound, "The model `%s` does not exist.", req.ModelName)
 	}
-	return reserve((*routerLedger)(r), req, explain)
+	return h, err
 }
 
 func reserve(books ledger, req *SelectRequest, explain bool) (*Reservation, error) {
