@@ -166,22 +166,13 @@ func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 	default:
 		return cfg, nil, fmt.Errorf("session_affinity_mode must be hard or soft, not %q", a.SessionAffinityMode)
 	}
-	for _, f := range []struct {
-		name string
-		v    int64
-		set  func(int64)
-	}{
+	if err := applyCounts([]countSetting{
 		{"session_table_cap", int64(a.SessionTableCap), func(v int64) { cfg.SessionTableCap = int(v) }},
 		{"pending_max_entries", int64(a.PendingMaxEntries), func(v int64) { cfg.PendingMaxEntries = int(v) }},
 		{"pending_max_bytes", a.PendingMaxBytes, func(v int64) { cfg.PendingMaxBytes = v }},
 		{"max_workers", int64(a.MaxWorkers), func(v int64) { cfg.MaxWorkers = int(v) }},
-	} {
-		if f.v < 0 {
-			return cfg, nil, fmt.Errorf("%s must not be negative", f.name)
-		}
-		if f.v > 0 {
-			f.set(f.v)
-		}
+	}); err != nil {
+		return cfg, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, nil, err
@@ -252,3 +243,24 @@ func (w *WorkerConfig) request(defaultBlockSize uint32) *selection.WorkerRequest
 }
 
 func stringPtr(s string) *string { return &s }
+
+// countSetting is a count or size option: negative is refused, zero keeps
+// the default, anything else is set.
+type countSetting struct {
+	name string
+	v    int64
+	set  func(int64)
+}
+
+// applyCounts sets each count option given, or names the first negative one.
+func applyCounts(fs []countSetting) error {
+	for _, f := range fs {
+		if f.v < 0 {
+			return fmt.Errorf("%s must not be negative", f.name)
+		}
+		if f.v > 0 {
+			f.set(f.v)
+		}
+	}
+	return nil
+}

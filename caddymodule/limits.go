@@ -85,23 +85,15 @@ const (
 
 // apply sets the selection engine's bounds in cfg.
 func (l *Limits) apply(cfg *selection.Config) error {
-	for _, f := range []struct {
-		name string
-		v    int
-		dst  *int
-	}{
-		{"max_ranks_per_worker", l.MaxRanksPerWorker, &cfg.MaxRanksPerWorker},
-		{"max_ranks", l.MaxRanks, &cfg.MaxRanks},
-		{"max_reservations_per_worker", l.MaxReservationsPerWorker, &cfg.MaxReservationsPerRank},
-		{"max_reservations_per_client", l.MaxReservationsPerClient, &cfg.MaxReservationsPerClient},
-		{"max_dump_events", l.MaxDumpEvents, &cfg.MaxDumpEvents},
-	} {
-		if f.v < 0 {
-			return fmt.Errorf("%s must not be negative", f.name)
-		}
-		if f.v > 0 {
-			*f.dst = f.v
-		}
+	setInt := func(dst *int) func(int64) { return func(v int64) { *dst = int(v) } }
+	if err := applyCounts([]countSetting{
+		{"max_ranks_per_worker", int64(l.MaxRanksPerWorker), setInt(&cfg.MaxRanksPerWorker)},
+		{"max_ranks", int64(l.MaxRanks), setInt(&cfg.MaxRanks)},
+		{"max_reservations_per_worker", int64(l.MaxReservationsPerWorker), setInt(&cfg.MaxReservationsPerRank)},
+		{"max_reservations_per_client", int64(l.MaxReservationsPerClient), setInt(&cfg.MaxReservationsPerClient)},
+		{"max_dump_events", int64(l.MaxDumpEvents), setInt(&cfg.MaxDumpEvents)},
+	}); err != nil {
+		return err
 	}
 	if l.MaxRanks == 0 {
 		if n := ranksForDescriptors(); n > 0 && n < cfg.MaxRanks {
