@@ -37,7 +37,7 @@ func WithWriteToken(token string) HandlerOption {
 // write may go ahead.
 func (h *Handler) authorizeWrite(w http.ResponseWriter, r *http.Request) bool {
 	if h.writeToken == nil {
-		if isLoopback(r.RemoteAddr) {
+		if ip := net.ParseIP(remoteIP(r)); ip != nil && ip.IsLoopback() {
 			return true
 		}
 		writeError(w, errorf(selection.KindForbidden, "catalog writes are accepted only from loopback clients when no write token is set; "+
@@ -57,15 +57,4 @@ func (h *Handler) authorizeWrite(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
-}
-
-// isLoopback reports whether a remote address (host:port, as in
-// http.Request.RemoteAddr) is in 127.0.0.0/8 or ::1.
-func isLoopback(remoteAddr string) bool {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
