@@ -59,9 +59,12 @@ type snapshot struct {
 	Held       int64             `json:"fleet_batches_dropped"`
 }
 
-// parseHistogram reads one histogram from Prometheus text exposition.
+// parseHistogram reads one histogram from Prometheus text exposition. A
+// histogram with labels (the gateway's is per model) is read as the sum
+// of its series: buckets with the same bound add up.
 func parseHistogram(r io.Reader, name string) (histogram, error) {
 	var h histogram
+	at := map[string]int{} // bucket index by bound as scraped
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -75,28 +78,34 @@ func parseHistogram(r io.Reader, name string) (histogram, error) {
 			continue
 		}
 		val := rest[sp+1:]
-		switch {
-		case strings.HasPrefix(rest, `_bucket{le="`):
-			le := rest[len(`_bucket{le="`):]
+		n, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return h, fmt.Errorf("bad value in %q", line)
+		}
+		kind, labels, _ := strings.Cut(rest[:sp], "{")
+		switch kind {
+		case "_bucket":
+			_, le, ok := strings.Cut(labels, `le="`)
 			end := strings.IndexByte(le, '"')
-			if end < 0 {
+			if !ok || end < 0 {
 				return h, fmt.Errorf("bad bucket line %q", line)
 			}
-			bound, err := strconv.ParseFloat(le[:end], 64) // "+Inf" parses as +Inf
-			if err != nil {
-				return h, fmt.Errorf("bad bucket bound in %q", line)
+			le = le[:end]
+			i, seen := at[le]
+			if !seen {
+				bound, err := strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
+				if err != nil {
+					return h, fmt.Errorf("bad bucket bound in %q", line)
+				}
+				i = len(h.Bounds)
+				at[le] = i
+				h.Bounds, h.LE, h.Counts = append(h.Bounds, bound), append(h.LE, le), append(h.Counts, 0)
 			}
-			n, err := strconv.ParseFloat(val, 64)
-			if err != nil {
-				return h, fmt.Errorf("bad bucket count in %q", line)
-			}
-			h.Bounds, h.LE = append(h.Bounds, bound), append(h.LE, le[:end])
-			h.Counts = append(h.Counts, uint64(n))
-		case strings.HasPrefix(rest, "_sum "):
-			h.Sum, _ = strconv.ParseFloat(val, 64)
-		case strings.HasPrefix(rest, "_count "):
-			n, _ := strconv.ParseFloat(val, 64)
-			h.Count = uint64(n)
+			h.Counts[i] += uint64(n)
+		case "_sum":
+			h.Sum += n
+		case "_count":
+			h.Count += uint64(n)
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -56,6 +56,26 @@ func TestHistogramQuantiles(t *testing.T) {
 	}
 }
 
+// A histogram labelled by model is read as the sum of its series.
+func TestHistogramSumsSeries(t *testing.T) {
+	text := `kvrouter_selection_duration_seconds_bucket{model="a",le="0.001"} 1
+kvrouter_selection_duration_seconds_bucket{model="a",le="+Inf"} 2
+kvrouter_selection_duration_seconds_sum{model="a"} 0.5
+kvrouter_selection_duration_seconds_count{model="a"} 2
+kvrouter_selection_duration_seconds_bucket{model="b",le="0.001"} 3
+kvrouter_selection_duration_seconds_bucket{model="b",le="+Inf"} 5
+kvrouter_selection_duration_seconds_sum{model="b"} 1.5
+kvrouter_selection_duration_seconds_count{model="b"} 5
+`
+	h, err := parseHistogram(strings.NewReader(text), selectionMetric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Bounds) != 2 || h.Counts[0] != 4 || h.Counts[1] != 7 || h.Count != 7 || h.Sum != 2 {
+		t.Fatalf("parsed %+v", h)
+	}
+}
+
 func TestStreamWhole(t *testing.T) {
 	for _, c := range []struct {
 		r     streamReport
