@@ -125,6 +125,12 @@ func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 		"schedulable_workers": ready.SchedulableWorkers,
 		"active_reservations": state.router.ActiveReservations(),
 		"use_kv_events":       state.events != nil,
+		// What the gateway predicted against what the engines reported
+		// (accountability.go), per model, since the process started.
+		"predictions": predictions.snapshot(),
+		"tokenize_cache": map[string]uint64{
+			"hits": tokenizeCacheHits.Load(), "misses": tokenizeCacheMisses.Load(),
+		},
 	}
 	if m := state.events; m != nil {
 		for name, sec := range statsSections(m.Stats()) {

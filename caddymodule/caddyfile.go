@@ -308,6 +308,7 @@ func parseRouterHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //		session_header <header>
 //		tokenize on|off
 //		tokenize_timeout <duration>
+//		tokenize_cache <tokens>
 //		explain on|off
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -328,6 +329,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Tokenize, err = parseBool(d)
 		case "tokenize_timeout":
 			h.TokenizeTimeout, err = parseDuration(d)
+		case "tokenize_cache":
+			var n int
+			if n, err = parseCount(d); err == nil {
+				h.TokenizeCacheTokens = &n
+			}
 		case "explain":
 			var v *bool
 			if v, err = parseBool(d); err == nil {

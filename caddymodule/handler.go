@@ -68,6 +68,13 @@ type Handler struct {
 	// included; past it the request is routed by load. Default: 500ms.
 	TokenizeTimeout caddy.Duration `json:"tokenize_timeout,omitempty"`
 
+	// TokenizeCacheTokens bounds the cache of /tokenize answers, in
+	// tokens (4 bytes each): a request whose /tokenize body is the same
+	// as an earlier one's (a retry, n samples sent as n requests, an
+	// unchanged conversation) is not tokenized again. 0 turns it off.
+	// Default: 4194304 (16 MiB).
+	TokenizeCacheTokens *int `json:"tokenize_cache_tokens,omitempty"`
+
 	// Explain adds X-KVRouter-Explain to responses: for the cheapest
 	// candidates, their cached blocks, load and cost. Default: false.
 	Explain bool `json:"explain,omitempty"`
@@ -110,7 +117,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		timeout = 500 * time.Millisecond
 	}
 	if h.Tokenize == nil || *h.Tokenize {
-		h.tokenizer = newTokenizer(h.router, timeout)
+		cacheTokens := 4 << 20
+		if h.TokenizeCacheTokens != nil {
+			cacheTokens = *h.TokenizeCacheTokens
+		}
+		h.tokenizer = newTokenizer(h.router, timeout, cacheTokens)
 	}
 	return nil
 }
@@ -122,6 +133,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.TokenizeTimeout < 0 {
 		return errors.New("tokenize_timeout must not be negative")
+	}
+	if h.TokenizeCacheTokens != nil && *h.TokenizeCacheTokens < 0 {
+		return errors.New("tokenize_cache_tokens must not be negative")
 	}
 	return nil
 }
@@ -167,6 +181,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
 		return next.ServeHTTP(w, r)
 	}
+	arrived := time.Now()
 	bufp := bodies.Get().(*[]byte)
 	body, status, err := readAndRestore(r, h.MaxBodySize, (*bufp)[:0])
 	if err != nil {
@@ -206,9 +221,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// of another model.
 		status := selection.StatusOf(err)
 		if status == http.StatusNotFound {
-			requestsTotal.WithLabelValues("unknown_model", "none").Inc()
+			// Not the client's model name: a label per name would let
+			// clients grow the metrics without bound.
+			requestsTotal.WithLabelValues("", "unknown_model", "none").Inc()
 		} else {
-			requestsTotal.WithLabelValues("refused", mode).Inc()
+			requestsTotal.WithLabelValues(req.Partition.Key().Model, "refused", mode).Inc()
 		}
 		return h.refuse(w, status, err)
 	}
@@ -217,7 +234,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	d := &decision{res: res, explain: h.Explain}
 	caddyhttp.SetVar(r.Context(), decisionVar, d)
 	d.annotate(w, r)
-	pw := &prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, res: res}
+	pw := newPrefillWriter(w, res, arrived)
+	defer pw.done()
 	err = next.ServeHTTP(pw, r)
 	if status, failed := proxyFailure(err); failed {
 		// reverse_proxy got no answer from the worker (or none in time):
@@ -232,7 +250,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return nil
 		}
 	}
+	if err == nil {
+		h.account(pw, req, mode, isChat(r))
+	}
 	return err
+}
+
+// isChat reports whether r is a chat completion, whose prompt the engine
+// renders with its chat template.
+func isChat(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/chat/completions") }
+
+// account compares the prediction made for req with the usage the engine
+// reported in its answer (accountability.go), for a complete 2xx answer.
+// An answer the worker compressed has no usage to be read: it counts as
+// an answer without usage.
+func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode string, chat bool) {
+	resp := pw.res.Response()
+	if resp == nil || pw.status < 200 || pw.status > 299 {
+		return
+	}
+	p := prediction{model: resp.ModelName, chat: chat, cachedTokens: resp.CachedTokens, blockSize: resp.BlockSize}
+	if mode == "kv" {
+		p.promptTokens = len(req.TokenIDs)
+	}
+	u, ok := findUsage(pw.tail.buf)
+	predictions.record(&p, u, ok, h.logger)
 }
 
 // refuse answers a request the handler will not pass on, in OpenAI's
@@ -252,7 +294,7 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 	if oai.TokenIDs != nil {
 		return oai.TokenIDs, oai.LoraName, oai.CacheSalt
 	}
-	chat := strings.HasSuffix(r.URL.Path, "/chat/completions")
+	chat := isChat(r)
 	if !chat && oai.promptTokens != nil {
 		return oai.promptTokens, oai.LoraName, oai.CacheSalt
 	}
@@ -304,17 +346,40 @@ func readAndRestore(r *http.Request, limit int64, buf []byte) ([]byte, int, erro
 }
 
 // prefillWriter follows the worker's answer: its status tells the
-// router's health whether the worker works (Reservation.Answered), and its
-// first body byte marks prefill complete (Reservation.PrefillDone).
+// router's health whether the worker works (Reservation.Answered), its
+// first body byte marks prefill complete (Reservation.PrefillDone) and
+// the time to first token, and its last bytes are kept to read the
+// engine's usage from (usage.go).
 type prefillWriter struct {
 	*caddyhttp.ResponseWriterWrapper
 	res         *selection.Reservation
+	arrived     time.Time // the request's arrival at the handler
+	tail        *responseTail
+	status      int
 	wroteHeader bool
+	firstByte   bool
+}
+
+// tails pools the response tails, a fixed 8 KiB each.
+var tails = sync.Pool{New: func() any { return &responseTail{buf: make([]byte, 0, usageTailSize)} }}
+
+func newPrefillWriter(w http.ResponseWriter, res *selection.Reservation, arrived time.Time) *prefillWriter {
+	t := tails.Get().(*responseTail)
+	t.buf = t.buf[:0]
+	return &prefillWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, res: res,
+		arrived: arrived, tail: t}
+}
+
+// done returns the tail to its pool once the answer has been read.
+func (w *prefillWriter) done() {
+	tails.Put(w.tail)
+	w.tail = nil
 }
 
 func (w *prefillWriter) WriteHeader(status int) {
 	if !w.wroteHeader && status >= 200 {
 		w.wroteHeader = true
+		w.status = status
 		w.res.Answered(status)
 	}
 	w.ResponseWriterWrapper.WriteHeader(status)
@@ -326,6 +391,15 @@ func (w *prefillWriter) Write(b []byte) (int, error) {
 	}
 	if len(b) > 0 {
 		w.res.PrefillDone()
+		if !w.firstByte {
+			w.firstByte = true
+			if resp := w.res.Response(); resp != nil {
+				ttftSeconds.WithLabelValues(resp.ModelName).Observe(time.Since(w.arrived).Seconds())
+			}
+		}
+		if w.tail != nil {
+			w.tail.write(b)
+		}
 	}
 	return w.ResponseWriterWrapper.Write(b)
 }

@@ -80,7 +80,9 @@ func registerMetrics(reg *prometheus.Registry) error {
 		return nil
 	}
 	for _, c := range []prometheus.Collector{eventCollector{}, requestsTotal, selectionSeconds,
-		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal} {
+		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
+		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
+		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal} {
 		err := reg.Register(c)
 		var are prometheus.AlreadyRegisteredError
 		if err != nil && !errors.As(err, &are) {
@@ -90,13 +92,15 @@ func registerMetrics(reg *prometheus.Registry) error {
 	return nil
 }
 
-// Proxy-path metrics: package-level, so they carry on across reloads.
+// Proxy-path metrics: package-level, so they carry on across reloads. The
+// model label is the partition's model (or "" for a model no worker
+// serves), so its values are bounded by the catalog, not by clients.
 var (
 	requestsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_requests_total",
-		Help: "Requests seen by the kv_router handler, by outcome (routed: a worker was reserved; unrouted: left to the fallback policy) and routing mode (kv: by prompt tokens; load: no tokens could be had).",
-	}, []string{"outcome", "mode"})
-	selectionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Help: "Requests seen by the kv_router handler, by model, outcome (routed: a worker was reserved; refused: a served model none of whose workers could take it; unknown_model: no worker serves the model) and routing mode (kv: by prompt tokens; load: no tokens could be had).",
+	}, []string{"model", "outcome", "mode"})
+	selectionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "kvrouter_selection_duration_seconds",
 		Help: "Time to select and reserve a worker for a request: hashing, index lookup, scoring and booking.",
 		// Ten buckets per decade from 10 µs to 10 s (each 26% wider than
@@ -104,15 +108,21 @@ var (
 		// of a quarter; under overload the time includes waiting for the
 		// router's locks, hence the long tail.
 		Buckets: prometheus.ExponentialBucketsRange(10e-6, 10, 61),
-	})
-	promptTokensTotal = prometheus.NewCounter(prometheus.CounterOpts{
+	}, []string{"model"})
+	promptTokensTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_prompt_tokens_total",
 		Help: "Prompt tokens of routed requests.",
-	})
-	cachedTokensTotal = prometheus.NewCounter(prometheus.CounterOpts{
+	}, []string{"model"})
+	cachedTokensTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_cached_tokens_total",
-		Help: "Prompt tokens already cached on the chosen worker; divided by kvrouter_prompt_tokens_total, the prefix hit ratio.",
-	})
+		Help: "Prompt tokens already cached on the chosen worker, as the gateway predicted at selection; divided by kvrouter_prompt_tokens_total, the prefix hit ratio.",
+	}, []string{"model"})
+	ttftSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "kvrouter_ttft_seconds",
+		Help: "Time to first token as the gateway measures it: from the request's arrival at the kv_router handler to the first byte of the worker's answer sent to the client (body read, tokenizing, selection and the worker's queue and prefill included).",
+		// Ten buckets per decade from 1 ms to 10 min.
+		Buckets: prometheus.ExponentialBucketsRange(1e-3, 600, 58),
+	}, []string{"model"})
 	tokenizeFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvrouter_tokenize_failures_total",
 		Help: "Calls to a worker's /tokenize that failed or timed out; those requests were routed by load.",
@@ -128,8 +138,9 @@ var (
 )
 
 func observeSelection(resp *selection.SelectResponse, promptTokens int, mode string, took time.Duration) {
-	requestsTotal.WithLabelValues("routed", mode).Inc()
-	selectionSeconds.Observe(took.Seconds())
-	promptTokensTotal.Add(float64(promptTokens))
-	cachedTokensTotal.Add(float64(min(resp.CachedTokens, uint64(promptTokens))))
+	model := resp.ModelName
+	requestsTotal.WithLabelValues(model, "routed", mode).Inc()
+	selectionSeconds.WithLabelValues(model).Observe(took.Seconds())
+	promptTokensTotal.WithLabelValues(model).Add(float64(promptTokens))
+	cachedTokensTotal.WithLabelValues(model).Add(float64(min(resp.CachedTokens, uint64(promptTokens))))
 }

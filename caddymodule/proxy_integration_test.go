@@ -187,8 +187,8 @@ func TestProxyRoutesByPrefix(t *testing.T) {
 		t.Errorf("/kv_router/stats: %s", stats)
 	}
 	metrics := admin("/metrics")
-	for _, want := range []string{`kvrouter_requests_total{mode="kv",outcome="routed"}`, `kvrouter_requests_total{mode="none",outcome="unknown_model"}`,
-		`kvrouter_worker_index_blocks{dp_rank="0",worker_id="3"} 16`, "kvrouter_selection_duration_seconds_count", "kvrouter_cached_tokens_total"} {
+	for _, want := range []string{`kvrouter_requests_total{mode="kv",model="m",outcome="routed"}`, `kvrouter_requests_total{mode="none",model="",outcome="unknown_model"}`,
+		`kvrouter_worker_index_blocks{dp_rank="0",worker_id="3"} 16`, `kvrouter_selection_duration_seconds_count{model="m"}`, `kvrouter_cached_tokens_total{model="m"}`, `kvrouter_ttft_seconds_count{model="m"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}

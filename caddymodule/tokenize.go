@@ -23,10 +23,11 @@ type tokenizer struct {
 	timeout time.Duration // for all of one request's tries
 	client  *http.Client
 	next    atomic.Uint64
+	cache   *tokenCache // nil when off
 }
 
-func newTokenizer(r *selection.Router, timeout time.Duration) *tokenizer {
-	return &tokenizer{router: r, timeout: timeout, client: &http.Client{}}
+func newTokenizer(r *selection.Router, timeout time.Duration, cacheTokens int) *tokenizer {
+	return &tokenizer{router: r, timeout: timeout, client: &http.Client{}, cache: newTokenCache(cacheTokens)}
 }
 
 // tokenizeResponse is the part of vLLM's /tokenize answer we read.
@@ -43,6 +44,19 @@ const maxTokenizeTries = 3
 // maxTokenizeTries, all within the one tokenize_timeout. A 4xx is the
 // request's own fault and would be the same anywhere.
 func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
+	key := tokenCacheKey(part.Model+"\x00"+part.Group, body)
+	if toks := t.cache.get(key); toks != nil {
+		return toks, nil
+	}
+	toks, err := t.askWorkers(ctx, part, body)
+	if err == nil {
+		t.cache.put(key, toks)
+	}
+	return toks, err
+}
+
+// askWorkers asks up to maxTokenizeTries workers of part in turn.
+func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
 	var endpoints []string
 	for _, w := range t.router.Catalog().ListWorkers(part.Model, part.Group) {
 		if w.Schedulable() && w.Endpoint != nil {

@@ -1,0 +1,76 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// What the engine says it did with a request: vLLM and SGLang end a
+// completion with an OpenAI usage object, in the JSON answer or, when
+// streaming with stream_options.include_usage (or an engine that forces
+// it), in the last chunk before [DONE]. Its prompt_tokens is what the
+// engine prefilled and prompt_tokens_details.cached_tokens what its prefix
+// cache served (vLLM reports it with --enable-prompt-tokens-details,
+// SGLang with --enable-cache-report).
+
+// usageTailSize is how much of the end of a response is kept to find the
+// usage object in. Both engines write usage last or nearly last (vLLM
+// follows it with a few null fields; a stream has only "data: [DONE]"
+// after it), so a few KiB hold it whatever the response's length, and the
+// memory per request stays fixed.
+const usageTailSize = 8 << 10
+
+// responseTail keeps the last usageTailSize bytes written through it. It
+// copies at most that much per write, so a long answer costs a bounded
+// copy, not a buffer of its size.
+type responseTail struct {
+	buf []byte // len ≤ usageTailSize
+}
+
+// write appends what the tail keeps of b.
+func (t *responseTail) write(b []byte) {
+	if len(b) >= usageTailSize {
+		t.buf = append(t.buf[:0], b[len(b)-usageTailSize:]...)
+		return
+	}
+	if over := len(t.buf) + len(b) - usageTailSize; over > 0 {
+		t.buf = t.buf[:copy(t.buf, t.buf[over:])]
+	}
+	t.buf = append(t.buf, b...)
+}
+
+// engineUsage is the part of a usage object the gateway compares with its
+// prediction.
+type engineUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens *int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// usageKey opens a usage field in a JSON answer or SSE chunk.
+var usageKey = []byte(`"usage":`)
+
+// findUsage returns the last usage object in tail: the one a stream's
+// final chunk or a JSON answer ends with. A "usage": null (some servers
+// write one in every chunk) or a key cut off by the tail's start is
+// skipped for the one before it. ok is false when there is none.
+func findUsage(tail []byte) (u engineUsage, ok bool) {
+	for end := len(tail); end > 0; {
+		i := bytes.LastIndex(tail[:end], usageKey)
+		if i < 0 {
+			return u, false
+		}
+		end = i
+		v := bytes.TrimLeft(tail[i+len(usageKey):], " \t\r\n")
+		if len(v) == 0 || v[0] != '{' {
+			continue
+		}
+		// Decode reads the one object and ignores what follows it.
+		if err := json.NewDecoder(bytes.NewReader(v)).Decode(&u); err != nil {
+			continue
+		}
+		return u, true
+	}
+	return u, false
+}
