@@ -79,10 +79,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{eventCollector{}, requestsTotal, selectionSeconds,
-		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
-		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
-		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal} {
+	for _, c := range registeredCollectors() {
 		err := reg.Register(c)
 		var are prometheus.AlreadyRegisteredError
 		if err != nil && !errors.As(err, &are) {
@@ -90,6 +87,14 @@ func registerMetrics(reg *prometheus.Registry) error {
 		}
 	}
 	return nil
+}
+
+// registeredCollectors are every collector the gateway exports.
+func registeredCollectors() []prometheus.Collector {
+	return []prometheus.Collector{eventCollector{}, requestsTotal, selectionSeconds,
+		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
+		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
+		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal}
 }
 
 // Proxy-path metrics: package-level, so they carry on across reloads. The
