@@ -4,5 +4,9 @@
 package kvrouter
 
 import (
+	// First, so that a build with cgo off says what it needs (cgo and
+	// libzmq) beside the errors of the ZMQ binding.
+	_ "github.com/kvrouter/caddy-kvrouter/internal/needcgo"
+
 	_ "github.com/kvrouter/caddy-kvrouter/caddymodule"
 )
