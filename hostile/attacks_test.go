@@ -147,7 +147,7 @@ func registerDPSize(n uint32, sayAlive bool) func(*run) result {
 		time.Sleep(300 * time.Millisecond)
 		ans := a.code()
 		if sayAlive {
-			if r.g.alive() {
+			if r.g.Alive() {
 				ans += ", alive"
 			} else {
 				ans += ", exited"
@@ -557,7 +557,7 @@ func flood(r *run) result {
 	// Wait for the gateway to go through the backlog: counters still for 1.5 s.
 	var s1 map[string]float64
 	still := time.Now()
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && r.g.alive(); {
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && r.g.Alive(); {
 		time.Sleep(250 * time.Millisecond)
 		s, err := r.g.stats()
 		if err != nil {
@@ -571,7 +571,7 @@ func flood(r *run) result {
 		}
 	}
 	if s1 == nil {
-		r.fatalf("no stats after the flood (the gateway %s)", map[bool]string{true: "is alive", false: "exited"}[r.g.alive()])
+		r.fatalf("no stats after the flood (the gateway %s)", map[bool]string{true: "is alive", false: "exited"}[r.g.Alive()])
 	}
 	evicted := 0.0
 	for k, v := range statsDelta(s0, s1, nil) {

@@ -7,32 +7,26 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/caddy-kvrouter/internal/proctest"
 )
 
 // gateway is one bin/caddy process and its three listeners.
 type gateway struct {
-	cmd     *exec.Cmd
-	pid     int
-	ports   ports
-	admin   string // http://127.0.0.1:<admin port>
-	proxy   string // the OpenAI routes
-	api     string // the selection API
-	token   string // the catalog's write token
-	logPath string // its stdout and stderr
-
-	exited   chan struct{}
-	exitErr  error
-	stopOnce sync.Once
+	*proctest.Process
+	pid   int
+	ports ports
+	admin string // http://127.0.0.1:<admin port>
+	proxy string // the OpenAI routes
+	api   string // the selection API
+	token string // the catalog's write token
 }
 
-// errBindClash is a gateway that could not bind a port freePorts chose:
+// errBindClash is a gateway that could not bind a port proctest.FreePorts chose:
 // another process took it in between.
 var errBindClash = errors.New("a listener port was taken")
 
@@ -42,7 +36,7 @@ var errBindClash = errors.New("a listener port was taken")
 // temporary directory), and by the kernel if the test binary dies first.
 // It reports errors rather than failing owner, which may be a parent test.
 func startGateway(owner *testing.T) (*gateway, error) {
-	bin, err := gatewayBinary()
+	bin, err := proctest.Binary("caddy")
 	if err != nil {
 		return nil, err
 	}
@@ -58,11 +52,11 @@ func startGateway(owner *testing.T) (*gateway, error) {
 }
 
 func tryStart(t *testing.T, bin string) (*gateway, error) {
-	pp, err := freePorts(3)
+	pp, err := proctest.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{ports: ports{admin: pp[0], proxy: pp[1], api: pp[2]}, exited: make(chan struct{})}
+	g := &gateway{ports: ports{admin: pp[0], proxy: pp[1], api: pp[2]}}
 	g.admin = fmt.Sprintf("http://127.0.0.1:%d", g.ports.admin)
 	g.proxy = fmt.Sprintf("http://127.0.0.1:%d", g.ports.proxy)
 	g.api = fmt.Sprintf("http://127.0.0.1:%d", g.ports.api)
@@ -73,48 +67,33 @@ func tryStart(t *testing.T, bin string) (*gateway, error) {
 	if err := os.WriteFile(conf, []byte(caddyfile(g.ports)), 0o600); err != nil {
 		return nil, err
 	}
-	g.logPath = filepath.Join(dir, "caddy.log")
-	logf, err := os.Create(g.logPath)
+	// Caddy's data and config directories go to the test's temporary
+	// directory, not the user's home.
+	g.Process, err = proctest.Start(t, dir, bin, []string{"run", "--config", conf, "--adapter", "caddyfile"},
+		[]string{"KVROUTER_WRITE_TOKEN=" + g.token, "HOME=" + dir,
+			"XDG_DATA_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")})
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close() // the child has its own descriptor
-	g.cmd = exec.Command(bin, "run", "--config", conf, "--adapter", "caddyfile")
-	// Caddy's data and config directories go to the test's temporary
-	// directory, not the user's home.
-	g.cmd.Env = append(os.Environ(), "KVROUTER_WRITE_TOKEN="+g.token, "HOME="+dir,
-		"XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-	g.cmd.Stdout, g.cmd.Stderr = logf, logf
-	// If the test binary is killed (a -timeout panic), take the gateway
-	// with it rather than leave it holding ports and memory.
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := g.cmd.Start(); err != nil {
-		return nil, err
-	}
-	g.pid = g.cmd.Process.Pid
-	go func() {
-		g.exitErr = g.cmd.Wait()
-		close(g.exited)
-	}()
-	t.Cleanup(g.stop)
+	g.pid = g.Pid
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
-		case <-g.exited:
-			log := g.logTail(30)
+		case <-g.Exited():
+			log := g.LogTail(30)
 			if strings.Contains(log, "address already in use") {
 				return nil, errBindClash
 			}
-			return nil, fmt.Errorf("the gateway exited at start (%v):\n%s", g.exitErr, log)
+			return nil, fmt.Errorf("the gateway exited at start (%v):\n%s", g.ExitErr(), log)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if g.ready() {
 			return g, nil
 		}
 		if time.Now().After(deadline) {
-			g.stop()
-			return nil, fmt.Errorf("the gateway did not answer within 30s:\n%s", g.logTail(30))
+			g.Stop()
+			return nil, fmt.Errorf("the gateway did not answer within 30s:\n%s", g.LogTail(30))
 		}
 	}
 }
@@ -132,63 +111,6 @@ func (g *gateway) ready() bool {
 		}
 	}
 	return true
-}
-
-// alive reports whether the process is still running.
-func (g *gateway) alive() bool {
-	select {
-	case <-g.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop ends the process: SIGTERM, then SIGKILL if it has not exited within
-// 5 s (a gateway wedged by an attack must not outlive the test).
-func (g *gateway) stop() {
-	g.stopOnce.Do(func() {
-		if !g.alive() {
-			return
-		}
-		_ = g.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-g.exited:
-		case <-time.After(5 * time.Second):
-			_ = g.cmd.Process.Kill()
-			<-g.exited
-		}
-	})
-}
-
-// logTail returns the last n lines the process wrote.
-func (g *gateway) logTail(n int) string {
-	b, err := os.ReadFile(g.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// exitReason says how the process ended, with the Go runtime's own words
-// when it died of a fatal error or a panic (the first such line of its
-// output; the goroutine dump after it is noise here).
-func (g *gateway) exitReason() string {
-	if g.alive() {
-		return ""
-	}
-	if b, err := os.ReadFile(g.logPath); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "fatal error:") || strings.HasPrefix(l, "panic:") {
-				return fmt.Sprintf("%v, %s", g.exitErr, l)
-			}
-		}
-	}
-	return fmt.Sprint(g.exitErr)
 }
 
 func randomToken() string {

@@ -105,7 +105,7 @@ func TestHostile(t *testing.T) {
 	)
 	defer func() {
 		if g != nil {
-			g.stop()
+			g.Stop()
 		}
 	}()
 	for _, a := range attacks {
@@ -116,9 +116,9 @@ func TestHostile(t *testing.T) {
 			// The gateway starts here, not before t.Run, so that a -run
 			// filter skips the gateways of the attacks it leaves out. It
 			// belongs to the parent test: the next attack may need it.
-			if !a.same || g == nil || !g.alive() {
+			if !a.same || g == nil || !g.Alive() {
 				if g != nil {
-					g.stop()
+					g.Stop()
 				}
 				var err error
 				if g, err = startGateway(t); err != nil {
@@ -156,12 +156,12 @@ func play(t *testing.T, rw *row, g *gateway, sh *shared) {
 		if rw.rss > 0 {
 			limit = rw.rss
 		}
-		if !g.alive() {
-			t.Errorf("the gateway exited: %s (its log: %s)", g.exitReason(), g.logPath)
+		if !g.Alive() {
+			t.Errorf("the gateway exited: %s (its log: %s)", g.ExitReason(), g.LogPath)
 			if !strings.Contains(rw.observed, "exited") {
 				rw.observed += ", exited"
 			}
-			rw.detail += "; the process exited: " + g.exitReason()
+			rw.detail += "; the process exited: " + g.ExitReason()
 		}
 		if rw.observed != rw.expected {
 			t.Errorf("observed %q, expected %q (%s)", rw.observed, rw.expected, rw.detail)
@@ -185,7 +185,7 @@ func printTable(rows []*row, took time.Duration) {
 	if baseline {
 		mode = ", baseline config (no issue-10 options)"
 	}
-	fmt.Fprintf(&b, "\nHostile inputs against %s (%d CPUs%s), %s in all\n\n", built.path, runtime.NumCPU(), mode, took.Round(time.Second))
+	fmt.Fprintf(&b, "\nHostile inputs against %s (%d CPUs%s), %s in all\n\n", gatewayPath(), runtime.NumCPU(), mode, took.Round(time.Second))
 	b.WriteString("| attack | expected | observed | RSS MB before → after (peak) | fds before → after (peak) | time | result |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {

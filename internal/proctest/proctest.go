@@ -1,0 +1,222 @@
+// Package proctest runs the project's binaries (bin/caddy, bin/kvmock) as
+// separate processes for end-to-end tests: the gateway and a simulated
+// fleet, as an operator runs them, with nothing shared but sockets.
+//
+// A binary is the one `make build` left in bin/; a checkout without it
+// (plain `go test ./...`) builds it once into a temporary directory, so a
+// test never skips for want of it. Every process is started with its own
+// log file, dies with the test binary (Pdeathsig), and is stopped by the
+// test's cleanup.
+package proctest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// builds remembers the binaries built in this test process.
+var builds struct {
+	mu   sync.Mutex
+	path map[string]string
+	dirs []string
+}
+
+// RepoRoot is the module's root, found upward from the working directory
+// (a test runs in its package's directory).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Binary returns bin/<name>, building ./cmd/<name> once into a temporary
+// directory when bin/<name> is missing.
+func Binary(name string) (string, error) {
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if p, ok := builds.path[name]; ok {
+		return p, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, "bin", name)
+	if _, err := os.Stat(bin); err != nil {
+		dir, err := os.MkdirTemp("", "proctest-"+name+"-")
+		if err != nil {
+			return "", err
+		}
+		builds.dirs = append(builds.dirs, dir)
+		bin = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1") // pebbe/zmq4 needs cgo
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("bin/%s is missing and building it failed: %v\n%s", name, err, msg)
+		}
+	}
+	if builds.path == nil {
+		builds.path = map[string]string{}
+	}
+	builds.path[name] = bin
+	return bin, nil
+}
+
+// RemoveBuilds removes the binaries Binary built; TestMain calls it after
+// the tests.
+func RemoveBuilds() {
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	for _, d := range builds.dirs {
+		_ = os.RemoveAll(d)
+	}
+	builds.dirs, builds.path = nil, nil
+}
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago: all n are held open together (so they differ), then
+// released for a process to bind. Another process can take one in
+// between; callers retry with new ports when a bind fails.
+func FreePorts(n int) ([]int, error) {
+	lns := make([]net.Listener, 0, n)
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Process is one started binary.
+type Process struct {
+	Cmd     *exec.Cmd
+	Pid     int
+	LogPath string // its stdout and stderr
+
+	exited   chan struct{}
+	exitErr  error
+	stopOnce sync.Once
+}
+
+// Start runs bin with args and extra environment variables (appended to
+// the test's), its output in a log file under dir. The process is stopped
+// by t's cleanup, and by the kernel if the test binary dies first.
+func Start(t testing.TB, dir, bin string, args, env []string) (*Process, error) {
+	p := &Process{exited: make(chan struct{}), LogPath: filepath.Join(dir, filepath.Base(bin)+".log")}
+	logf, err := os.Create(p.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own descriptor
+	p.Cmd = exec.Command(bin, args...)
+	p.Cmd.Env = append(os.Environ(), env...)
+	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
+	// If the test binary is killed (a -timeout panic), take the process
+	// with it rather than leave it holding ports and memory.
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.Cmd.Start(); err != nil {
+		return nil, err
+	}
+	p.Pid = p.Cmd.Process.Pid
+	go func() {
+		p.exitErr = p.Cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(p.Stop)
+	return p, nil
+}
+
+// Exited is closed when the process has ended.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// ExitErr is what Wait returned, once Exited is closed.
+func (p *Process) ExitErr() error { return p.exitErr }
+
+// Alive reports whether the process is still running.
+func (p *Process) Alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop ends the process: SIGTERM, then SIGKILL if it has not exited within
+// 5 s (a process wedged by a test must not outlive it).
+func (p *Process) Stop() {
+	p.stopOnce.Do(func() {
+		if !p.Alive() {
+			return
+		}
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+			_ = p.Cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+}
+
+// Log returns everything the process wrote.
+func (p *Process) Log() string {
+	b, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// LogTail returns the last n lines the process wrote.
+func (p *Process) LogTail(n int) string {
+	lines := strings.Split(strings.TrimRight(p.Log(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ExitReason says how the process ended, with the Go runtime's own words
+// when it died of a fatal error or a panic (the first such line of its
+// output; the goroutine dump after it is noise here).
+func (p *Process) ExitReason() string {
+	if p.Alive() {
+		return ""
+	}
+	for _, l := range strings.Split(p.Log(), "\n") {
+		if strings.HasPrefix(l, "fatal error:") || strings.HasPrefix(l, "panic:") {
+			return fmt.Sprintf("%v, %s", p.exitErr, l)
+		}
+	}
+	return fmt.Sprint(p.exitErr)
+}
