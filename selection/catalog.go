@@ -68,6 +68,12 @@ type WorkerRequest struct {
 	KVTransferPreferredWeight *float32          `json:"kv_transfer_preferred_weight,omitempty"`
 	RouterHintWorkerType      *string           `json:"router_hint_worker_type,omitempty"`
 	RouterHintSourceControl   map[string]string `json:"router_hint_source_control_endpoints,omitempty"`
+	// Our extensions (docs/engine-facts.md): what the worker's engine
+	// serves and runs with. The gateway reads them from the engine too;
+	// a value given here is the registration's own and wins over it.
+	LoraAdapters    []string `json:"lora_adapters,omitempty"`
+	MaxModelLen     *uint64  `json:"max_model_len,omitempty"`
+	EngineBlockSize *uint32  `json:"engine_block_size,omitempty"`
 }
 
 // WorkerRecord is a catalog entry as the API returns it.
@@ -95,6 +101,22 @@ type WorkerRecord struct {
 	RouterHintSourceControl   map[string]string `json:"router_hint_source_control_endpoints"`
 	Lifecycle                 string            `json:"lifecycle"`
 	NotSchedulableReasons     []string          `json:"not_schedulable_reasons"`
+	// LoraAdapters are the LoRA adapters the worker serves: a request
+	// naming one goes to this worker's partition, and only to workers
+	// that serve it (docs/engine-facts.md).
+	LoraAdapters []string `json:"lora_adapters,omitempty"`
+	// MaxModelLen is the engine's context length, in tokens (0: unknown).
+	MaxModelLen *uint64 `json:"max_model_len,omitempty"`
+	// EngineBlockSize is the block size the engine reports running with.
+	EngineBlockSize *uint32 `json:"engine_block_size,omitempty"`
+	// LoadOnlyReasons say why a schedulable worker is routed by load
+	// only, its cached prefixes not credited (an engine block size that
+	// is not the worker's block_size); empty when it is routed by cache.
+	LoadOnlyReasons []string `json:"load_only_reasons,omitempty"`
+
+	// given is what the registration gave of the fields an engine also
+	// reports; the engine's report fills in only the others.
+	given factFields
 }
 
 // Partition returns the record's partition key.
@@ -153,15 +175,22 @@ func (w *WorkerRecord) clone() WorkerRecord {
 	c.TopologyDomains = maps.Clone(w.TopologyDomains)
 	c.RouterHintSourceControl = maps.Clone(w.RouterHintSourceControl)
 	c.NotSchedulableReasons = slices.Clone(w.NotSchedulableReasons)
+	c.LoraAdapters = slices.Clone(w.LoraAdapters)
+	c.LoadOnlyReasons = slices.Clone(w.LoadOnlyReasons)
 	return c
 }
 
-// effectiveTaints are the worker's taints plus its topology labels.
+// effectiveTaints are the worker's taints plus its topology labels and
+// one taint per LoRA adapter it serves (AdapterTaint), which an adapter's
+// requests require.
 func (w *WorkerRecord) effectiveTaints() []string {
 	out := slices.Clone(w.Taints)
 	keys := slices.Sorted(maps.Keys(w.TopologyDomains))
 	for _, k := range keys {
 		out = append(out, "dynamo.topology/"+k+"="+w.TopologyDomains[k])
+	}
+	for _, a := range w.LoraAdapters {
+		out = append(out, AdapterTaint(a))
 	}
 	return out
 }
@@ -174,6 +203,7 @@ func (w *WorkerRecord) applyRequest(req *WorkerRequest) {
 			*dst = &v
 		}
 	}
+	w.given |= req.factFields()
 	if req.ModelName != nil {
 		w.ModelName = *req.ModelName
 	}
@@ -227,15 +257,34 @@ func (w *WorkerRecord) applyRequest(req *WorkerRequest) {
 	if req.RouterHintSourceControl != nil {
 		w.RouterHintSourceControl = maps.Clone(req.RouterHintSourceControl)
 	}
+	if req.LoraAdapters != nil {
+		w.LoraAdapters = normalAdapters(req.LoraAdapters)
+	}
+	if req.MaxModelLen != nil {
+		v := *req.MaxModelLen
+		w.MaxModelLen = &v
+	}
+	if req.EngineBlockSize != nil {
+		v := *req.EngineBlockSize
+		w.EngineBlockSize = &v
+	}
 }
 
 // prepare makes a merged record ready to commit: partition names with
 // their defaults, bounds, then lifecycle. Bounds come first because
 // validate lists the record's ranks.
 func (w *WorkerRecord) prepare(cfg *Config) error {
+	if w.BlockSize == nil && w.EngineBlockSize != nil {
+		// Nothing declared a block size: the engine's is the one.
+		v := *w.EngineBlockSize
+		w.BlockSize = &v
+	}
 	key := w.Partition()
 	w.ModelName, w.RoutingGroup = key.Model, key.Group
 	if err := w.checkBounds(cfg); err != nil {
+		return err
+	}
+	if err := w.checkAdapterBounds(); err != nil {
 		return err
 	}
 	w.validate(cfg)
@@ -252,6 +301,7 @@ func (w *WorkerRecord) validate(cfg *Config) {
 		w.Lifecycle = LifecycleIncomplete
 	}
 	w.NotSchedulableReasons = reasons
+	w.LoadOnlyReasons = w.loadOnlyReasons()
 }
 
 // incompleteReasons lists what the record lacks to be scheduled, nil when
@@ -304,6 +354,9 @@ func newWorkerRecord(id uint64, cfg *Config) WorkerRecord {
 	if cfg.DefaultBlockSize > 0 {
 		bs := cfg.DefaultBlockSize
 		w.BlockSize = &bs
+		// The catalog's default is a declaration too: an engine that runs
+		// another block size is reported, not followed (docs/engine-facts.md).
+		w.given |= factBlockSize
 	}
 	return w
 }

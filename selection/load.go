@@ -26,6 +26,7 @@ type rankState struct {
 	totalKV    uint64
 	taints     []string
 	removed    bool
+	loadOnly   bool // its engine runs another block size than the prompts are hashed with: no cache credit (enginefacts.go)
 	down       bool // unreachable (health.go): not a candidate
 
 	prefillTokens uint64

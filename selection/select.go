@@ -143,7 +143,7 @@ func (p *partition) scoreInputs(w *work) {
 	clear(w.tiers)
 	clear(w.hits)
 	for _, m := range w.matches.List {
-		if rs := p.byRank[m.Rank]; rs != nil {
+		if rs := p.byRank[m.Rank]; rs != nil && !rs.loadOnly {
 			w.tiers[rs.idx] = m.Tiers
 		}
 	}

@@ -28,11 +28,14 @@ type Catalog struct {
 	parts   map[PartitionKey]*partition
 	ranks   int            // data-parallel ranks over workers, for MaxRanks
 	models  map[string]int // workers per model name, schedulable or not
+	// adapters are the LoRA adapters the workers serve, and the lookup
+	// the proxy path reads without a lock (adapters.go).
+	adapters adapterIndex
 }
 
 func newCatalog(cfg *liveConfig) *Catalog {
 	return &Catalog{cfg: cfg, workers: make(map[uint64]*WorkerRecord), parts: make(map[PartitionKey]*partition),
-		models: make(map[string]int)}
+		models: make(map[string]int), adapters: newAdapterIndex()}
 }
 
 // servesModel reports whether any worker, schedulable or not, names the
@@ -101,10 +104,23 @@ func (c *Catalog) schedulablePartition(k PartitionKey) (*partition, error) {
 // a worker's endpoint (here or in PatchWorker) replaces the server: its
 // cached prefixes, bookings, session bindings, pending selections and
 // failure history are dropped before the new record commits.
+//
+// An upsert of the same server (the same endpoint) keeps what its engine
+// reported (ApplyEngineFacts) for the fields req does not give, so that
+// a config reload, which declares its workers again, does not undo them;
+// if the record with them cannot be written, the record req alone makes
+// is.
 func (c *Catalog) UpsertWorker(req *WorkerRequest) (WorkerRecord, error) {
 	rec, err := c.cfg.get().recordFor(req)
 	if err != nil {
 		return WorkerRecord{}, err
+	}
+	if old, ok := c.Worker(rec.WorkerID); ok && endpointOf(&old) == endpointOf(&rec) {
+		carried := rec.clone()
+		carried.carryFacts(&old)
+		if out, err := c.writeWorker(&carried, true); err == nil {
+			return out, nil
+		}
 	}
 	return c.writeWorker(&rec, true)
 }
@@ -176,6 +192,11 @@ func (c *Catalog) writeWorker(rec *WorkerRecord, create bool) (WorkerRecord, err
 func (c *Catalog) commitWorker(rec *WorkerRecord, create bool, checked string) (WorkerRecord, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	return c.commitWorkerLocked(rec, create, checked)
+}
+
+// commitWorkerLocked is commitWorker with writeMu held.
+func (c *Catalog) commitWorkerLocked(rec *WorkerRecord, create bool, checked string) (WorkerRecord, error) {
 	c.mu.Lock()
 	old := c.workers[rec.WorkerID]
 	if !create && old == nil {
@@ -224,6 +245,7 @@ func (c *Catalog) commitWorker(rec *WorkerRecord, create bool, checked string) (
 		countModel(c.models, old.ModelName, -1)
 	}
 	countModel(c.models, stored.ModelName, 1)
+	c.adapters.recount(old, &stored, c.models)
 	c.workers[rec.WorkerID] = &stored
 	c.ranks = ranks
 	c.mu.Unlock()
@@ -317,6 +339,7 @@ func (c *Catalog) addRanksLocked(key PartitionKey, rec *WorkerRecord) {
 		rs.endpoint = *rec.Endpoint
 		rs.maxBatched, rs.totalKV = deref(rec.MaxNumBatchedTokens), deref(rec.TotalKVBlocks)
 		rs.taints = taints
+		rs.loadOnly = rec.loadOnly()
 	}
 	sortRanks(p.ranks)
 }
@@ -362,6 +385,7 @@ func (c *Catalog) DeleteWorker(id uint64) (WorkerRecord, error) {
 	c.dropRanksLocked(old, nil)
 	delete(c.workers, id)
 	countModel(c.models, old.ModelName, -1)
+	c.adapters.recount(old, nil, c.models)
 	c.ranks -= int(old.DataParallelSize)
 	c.mu.Unlock()
 	c.index.RemoveWorker(old.Partition(), id)
