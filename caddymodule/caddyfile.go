@@ -309,6 +309,7 @@ func parseRouterHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //		tokenize on|off
 //		tokenize_timeout <duration>
 //		tokenize_cache <tokens>
+//		request_usage on|off
 //		explain on|off
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -334,6 +335,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if n, err = parseCount(d); err == nil {
 				h.TokenizeCacheTokens = &n
 			}
+		case "request_usage":
+			h.RequestUsage, err = parseBool(d)
 		case "explain":
 			var v *bool
 			if v, err = parseBool(d); err == nil {

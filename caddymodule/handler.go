@@ -75,6 +75,14 @@ type Handler struct {
 	// Default: 4194304 (16 MiB).
 	TokenizeCacheTokens *int `json:"tokenize_cache_tokens,omitempty"`
 
+	// RequestUsage asks the worker for usage on a streamed request that
+	// did not (one with stream true and no stream_options): the request
+	// goes on with stream_options.include_usage true, the worker's usage
+	// chunk is read to check the gateway's prediction, and it is not
+	// passed to the client, which gets the stream it asked for. Default:
+	// true.
+	RequestUsage *bool `json:"request_usage,omitempty"`
+
 	// Explain adds X-KVRouter-Explain to responses: for the cheapest
 	// candidates, their cached blocks, load and cost. Default: false.
 	Explain bool `json:"explain,omitempty"`
@@ -153,6 +161,8 @@ type openAIRequest struct {
 	// What else the engine's tokenizer or chat template reads, passed on
 	// to /tokenize as the client sent it (tokenize.go).
 	templateFields
+	// Whether a stream asked for usage (stream_usage.go).
+	streamFields
 
 	promptTokens []uint32
 }
@@ -234,9 +244,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	d := &decision{res: res, explain: h.Explain}
 	caddyhttp.SetVar(r.Context(), decisionVar, d)
 	d.annotate(w, r)
-	pw := newPrefillWriter(w, res, arrived)
+	out := http.ResponseWriter(w)
+	var strip *usageStripper
+	if (h.RequestUsage == nil || *h.RequestUsage) && oai.wantsUsageAdded() && addUsageOption(r, body) {
+		strip = newUsageStripper(w)
+		out = strip
+	}
+	pw := newPrefillWriter(out, res, arrived)
 	defer pw.done()
 	err = next.ServeHTTP(pw, r)
+	if strip != nil {
+		strip.finish()
+	}
 	if status, failed := proxyFailure(err); failed {
 		// reverse_proxy got no answer from the worker (or none in time):
 		// its own 502, 503 or 504 stands for the worker's, a failure to
