@@ -12,6 +12,9 @@ type answer struct {
 	created int64
 	model   []byte // JSON string
 	prompt  int    // prompt tokens
+	// cachedDetails is --enable-prompt-tokens-details: whether usage may
+	// carry prompt_tokens_details.
+	cachedDetails bool
 }
 
 // head appends the fields every document starts with.
@@ -27,18 +30,29 @@ func (a *answer) head(dst []byte, object string) []byte {
 	return dst
 }
 
-// appendUsage appends the usage object vLLM reports, with the prompt
-// tokens found in the prefix cache.
-func (a *answer) appendUsage(dst []byte, p progress) []byte {
+// appendUsage appends the usage object vLLM reports. The prompt tokens
+// found in the prefix cache are in prompt_tokens_details only under
+// --enable-prompt-tokens-details, and even then only when there are some:
+// vLLM tests the count for truth, so a request that hit nothing has no
+// details at all. Where details are left out, a whole answer says
+// "prompt_tokens_details":null and a stream's usage chunk has no key, as
+// vLLM writes them (the chunk is written without None fields).
+func (a *answer) appendUsage(dst []byte, p progress, stream bool) []byte {
 	dst = append(dst, `"usage":{"prompt_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(a.prompt), 10)
 	dst = append(dst, `,"completion_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(p.generated), 10)
 	dst = append(dst, `,"total_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(a.prompt+p.generated), 10)
-	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
-	dst = strconv.AppendInt(dst, int64(p.cachedTokens), 10)
-	return append(dst, "}}"...)
+	switch {
+	case a.cachedDetails && p.cachedTokens > 0:
+		dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+		dst = strconv.AppendInt(dst, int64(p.cachedTokens), 10)
+		dst = append(dst, '}')
+	case !stream:
+		dst = append(dst, `,"prompt_tokens_details":null`...)
+	}
+	return append(dst, '}')
 }
 
 // finishReason is "length": generation always runs to max_tokens.
@@ -80,7 +94,7 @@ func (a *answer) appendUsageChunk(dst []byte, p progress) []byte {
 	}
 	dst = a.head(dst, object)
 	dst = append(dst, `,"choices":[],`...)
-	dst = a.appendUsage(dst, p)
+	dst = a.appendUsage(dst, p, true)
 	return append(dst, "}\n\n"...)
 }
 
@@ -102,6 +116,6 @@ func (a *answer) appendWhole(dst []byte, p progress) []byte {
 		dst = append(dst, `"`...)
 	}
 	dst = append(dst, `,"logprobs":null,"finish_reason":"length"}],`...)
-	dst = a.appendUsage(dst, p)
+	dst = a.appendUsage(dst, p, false)
 	return append(dst, "}\n"...)
 }

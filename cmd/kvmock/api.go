@@ -19,24 +19,70 @@ import (
 const maxBody = 64 << 20
 
 // apiRequest is the union of the fields kvmock reads from completion,
-// chat and tokenize requests.
+// chat and tokenize requests. Fields whose absence means a default that
+// differs per route are pointers.
 type apiRequest struct {
 	Model    string          `json:"model"`
 	Prompt   json.RawMessage `json:"prompt"`
 	TokenIDs []uint32        `json:"token_ids"` // extension: a pre-tokenized prompt
 	Messages []apiMessage    `json:"messages"`
+	// The fields besides the messages that the chat template reads
+	// (chattemplate.go), kept raw until chatInputOf checks them.
+	Tools                json.RawMessage `json:"tools"`
+	Documents            json.RawMessage `json:"documents"`
+	ChatTemplate         *string         `json:"chat_template"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage *bool           `json:"continue_final_message"`
+	// AddSpecialTokens defaults to true for a text prompt and to false for
+	// chat, where the template writes the BOS token itself.
+	AddSpecialTokens *bool `json:"add_special_tokens"`
+	// ReturnTokenStrs asks /tokenize for each token's text too.
+	ReturnTokenStrs bool `json:"return_token_strs"`
 	// MaxTokens and MaxCompletionTokens are the OpenAI spellings of the
 	// output length; the second is the chat API's newer name.
-	MaxTokens           *int  `json:"max_tokens"`
-	MaxCompletionTokens *int  `json:"max_completion_tokens"`
-	Stream              bool  `json:"stream"`
-	AddGenerationPrompt *bool `json:"add_generation_prompt"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       json.RawMessage `json:"stream_options"`
 }
 
 // apiMessage is one chat message as it arrives.
 type apiMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	ToolCalls []struct {
+		Function struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// streamOptions is the part of stream_options kvmock reads.
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// includeUsage reports whether a stream ends with a usage chunk: when the
+// request asks for it, or when the server forces it, as vLLM's
+// --enable-force-include-usage does.
+func (req *apiRequest) includeUsage(force bool) bool {
+	if force {
+		return true
+	}
+	var o streamOptions
+	return len(req.StreamOptions) > 0 && json.Unmarshal(req.StreamOptions, &o) == nil && o.IncludeUsage
+}
+
+// checkStreamOptions refuses stream_options on a request that does not
+// stream, as vLLM does (an empty object passes, as it does there).
+func (req *apiRequest) checkStreamOptions() error {
+	raw := bytes.TrimSpace(req.StreamOptions)
+	if req.Stream || len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("{}")) {
+		return nil
+	}
+	return &apiError{status: http.StatusBadRequest, msg: "Stream options can only be defined when `stream=True`.", param: "stream_options"}
 }
 
 // apiError is an error answer in vLLM's shape.
@@ -71,19 +117,12 @@ func readRequest(rw http.ResponseWriter, r *http.Request) (*apiRequest, error) {
 	return &req, nil
 }
 
-// checkModel answers vLLM's 404 for a model the fleet does not serve; an
-// absent model means the served one, as vLLM accepts too.
-func (c *Config) checkModel(model string) error {
-	if model != "" && model != c.Model {
-		return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", model), param: "model"}
-	}
-	return nil
-}
-
 // promptTokens returns the tokens of a completion prompt: the token_ids
 // extension if given, else prompt as a string, an array of token ids, or a
 // one-element batch of either. Batches of several prompts are refused: each
-// would be its own request in vLLM, and nobody here needs them.
+// would be its own request in vLLM, and nobody here needs them. A text
+// prompt gets a BOS token in front unless add_special_tokens is false
+// (vLLM's completions default is true); token ids are taken as given.
 func promptTokens(req *apiRequest) ([]uint32, error) {
 	if req.TokenIDs != nil {
 		return req.TokenIDs, nil
@@ -92,83 +131,44 @@ func promptTokens(req *apiRequest) ([]uint32, error) {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, badRequest("either prompt or token_ids is required")
 	}
-	return decodePrompt(raw)
+	text, ids, err := decodePrompt(raw)
+	if err != nil || ids != nil {
+		return ids, err
+	}
+	toks := tokenize(nil, text)
+	if req.AddSpecialTokens == nil || *req.AddSpecialTokens {
+		toks = withBOS(toks)
+	}
+	return toks, nil
 }
 
-// decodePrompt decodes a non-empty prompt value.
-func decodePrompt(raw []byte) ([]uint32, error) {
+// decodePrompt decodes a non-empty prompt value into its text or its
+// token ids (never both).
+func decodePrompt(raw []byte) (string, []uint32, error) {
 	switch raw[0] {
 	case '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, badRequest("prompt: %v", err)
+			return "", nil, badRequest("prompt: %v", err)
 		}
-		return tokenize(nil, s), nil
+		return s, nil, nil
 	case '[':
 		var ids []uint32
 		if err := json.Unmarshal(raw, &ids); err == nil {
-			return ids, nil
+			return "", ids, nil
 		}
 		var batch []json.RawMessage
 		if err := json.Unmarshal(raw, &batch); err != nil {
-			return nil, badRequest("prompt must be a string, an array of token ids, or a batch of one: %v", err)
+			return "", nil, badRequest("prompt must be a string, an array of token ids, or a batch of one: %v", err)
 		}
 		if len(batch) != 1 {
-			return nil, badRequest("batched prompts are not supported (got %d)", len(batch))
+			return "", nil, badRequest("batched prompts are not supported (got %d)", len(batch))
 		}
 		if inner := bytes.TrimSpace(batch[0]); len(inner) > 0 && (inner[0] == '"' || inner[0] == '[') {
 			return decodePrompt(inner)
 		}
 	}
-	return nil, badRequest("prompt must be a string or an array of token ids")
-}
-
-// chatTokens renders and tokenizes chat messages.
-func chatTokens(req *apiRequest) ([]uint32, error) {
-	if len(req.Messages) == 0 {
-		return nil, badRequest("messages is required")
-	}
-	msgs := make([]chatMessage, len(req.Messages))
-	for i, m := range req.Messages {
-		text, err := messageText(m.Content)
-		if err != nil {
-			return nil, badRequest("messages[%d].content: %v", i, err)
-		}
-		msgs[i] = chatMessage{Role: m.Role, Content: text}
-	}
-	gen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
-	return tokenize(nil, renderChat(msgs, gen)), nil
-}
-
-// messageText is a message's content: a string, or the text parts of a
-// list of parts joined by spaces. Other parts (images) have no tokens here.
-func messageText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return "", nil
-	}
-	if raw[0] == '"' {
-		var s string
-		err := json.Unmarshal(raw, &s)
-		return s, err
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", err
-	}
-	var b bytes.Buffer
-	for _, p := range parts {
-		if p.Type == "text" {
-			if b.Len() > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String(), nil
+	return "", nil, badRequest("prompt must be a string or an array of token ids")
 }
 
 // outputLength validates the requested output length against the

@@ -17,6 +17,20 @@ const (
 // It is fixed, so that every worker (and every restart) agrees.
 var noneHash = fnvString("kvmock-none-hash")
 
+// rootHash is the parent of the first block of a request served by the
+// LoRA adapter lora ("" for the base model). vLLM puts the adapter into
+// every block's hash as an extra key; chaining from an adapter's own root
+// has the same effect here: no block of one adapter ever has the hash of
+// another's, or of the base model's, even for the same tokens. A gateway
+// learns the adapter from the events' lora_name, not from these hashes,
+// which stay opaque to it.
+func rootHash(lora string) uint64 {
+	if lora == "" {
+		return noneHash
+	}
+	return fnvString("kvmock-none-hash\x00lora\x00" + lora)
+}
+
 // fnvString hashes a string with FNV-1a 64.
 func fnvString(s string) uint64 {
 	h := uint64(fnvOffset64)
@@ -42,12 +56,13 @@ func blockHash(parent uint64, tokens []uint32) uint64 {
 	return h
 }
 
-// blockHashes returns the chained hashes of the full blocks of tokens; a
-// trailing partial block has none, as in vLLM.
-func blockHashes(tokens []uint32, blockSize int) []uint64 {
+// blockHashes returns the chained hashes of the full blocks of tokens, as
+// the LoRA adapter lora ("" for none) computes them; a trailing partial
+// block has none, as in vLLM.
+func blockHashes(tokens []uint32, blockSize int, lora string) []uint64 {
 	n := len(tokens) / blockSize
 	out := make([]uint64, n)
-	parent := noneHash
+	parent := rootHash(lora)
 	for i := range n {
 		parent = blockHash(parent, tokens[i*blockSize:(i+1)*blockSize])
 		out[i] = parent

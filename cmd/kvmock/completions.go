@@ -13,9 +13,11 @@ import (
 // The completion endpoints: POST /v1/completions and
 // POST /v1/chat/completions, each answered as one JSON document or, with
 // "stream": true, as server-sent events with one chunk per output token.
-// Usage (with prompt_tokens_details.cached_tokens) is always reported: in
-// the JSON answer, or in a last chunk with no choices before [DONE], as
-// vLLM does with stream_options.include_usage.
+// Usage is reported as vLLM reports it: always in the JSON answer; in a
+// stream, in a last chunk with no choices before [DONE] only when the
+// request sets stream_options.include_usage (or the fleet runs with
+// --enable-force-include-usage); and with prompt_tokens_details.cached_tokens
+// only under --enable-prompt-tokens-details (usage.go).
 
 // handleCompletions serves POST /v1/completions.
 func (w *worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {
@@ -31,18 +33,7 @@ func (w *worker) handleChat(rw http.ResponseWriter, r *http.Request) {
 // answers as the request asked.
 func (w *worker) complete(rw http.ResponseWriter, r *http.Request, chat bool) {
 	rw.Header().Set("X-Kvmock-Worker", strconv.Itoa(w.id))
-	req, err := readRequest(rw, r)
-	if err == nil {
-		err = w.cfg.checkModel(req.Model)
-	}
-	var prompt []uint32
-	if err == nil {
-		if chat {
-			prompt, err = chatTokens(req)
-		} else {
-			prompt, err = promptTokens(req)
-		}
-	}
+	prompt, lora, req, err := w.decodeCompletion(rw, r, chat)
 	var maxTokens int
 	if err == nil {
 		maxTokens, err = w.cfg.outputLength(req, len(prompt))
@@ -51,24 +42,57 @@ func (w *worker) complete(rw http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(rw, err)
 		return
 	}
-	// Hashing here, on the handler's goroutine, keeps the per-worker
-	// scheduler free for scheduling.
-	rq := newRequest(prompt, blockHashes(prompt, w.cfg.BlockSize), maxTokens, w.cfg.BlockSize)
+	// Hashing in newRequest, on the handler's goroutine, keeps the
+	// per-worker scheduler free for scheduling.
+	rq := newRequest(prompt, lora, maxTokens, w.cfg.BlockSize)
 	e := w.pickEngine(r)
 	rw.Header().Set("X-Kvmock-Dp-Rank", strconv.Itoa(e.dpRank))
 	e.submit(rq)
 
-	out := &answer{chat: chat, created: time.Now().Unix(), model: w.modelJSON(), prompt: len(prompt)}
+	// vLLM answers with the name the request used: an adapter's for a
+	// LoRA request.
+	name := w.cfg.Model
+	if lora != "" {
+		name = lora
+	}
+	model, _ := json.Marshal(name)
+	out := &answer{chat: chat, created: time.Now().Unix(), model: model, prompt: len(prompt),
+		cachedDetails: w.cfg.EnablePromptTokensDetails}
 	prefix := "cmpl-"
 	if chat {
 		prefix = "chatcmpl-"
 	}
 	out.id = prefix + strconv.Itoa(w.id) + "-" + strconv.FormatUint(w.nextID.Add(1), 10)
 	if req.Stream {
-		w.stream(rw, r, e, rq, out)
+		w.stream(rw, r, e, rq, out, req.includeUsage(w.cfg.EnableForceIncludeUsage))
 	} else {
 		w.whole(rw, r, e, rq, out)
 	}
+}
+
+// decodeCompletion reads a completion request and its prompt tokens, and
+// the LoRA adapter that serves it ("" for the base model).
+func (w *worker) decodeCompletion(rw http.ResponseWriter, r *http.Request, chat bool) ([]uint32, string, *apiRequest, error) {
+	req, err := readRequest(rw, r)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	lora, err := w.resolveModel(req.Model)
+	if err == nil {
+		err = req.checkStreamOptions()
+	}
+	if err != nil {
+		return nil, "", req, err
+	}
+	if !chat {
+		prompt, err := promptTokens(req)
+		return prompt, lora, req, err
+	}
+	in, err := chatInputOf(req, true)
+	if err != nil {
+		return nil, "", req, err
+	}
+	return chatTokens(req, in), lora, req, nil
 }
 
 // wait blocks until the request has more than sent tokens or is done. It
@@ -114,7 +138,7 @@ func (w *worker) whole(rw http.ResponseWriter, r *http.Request, e *engine, rq *r
 // stream answers with server-sent events. Nothing, not even the headers,
 // is sent before the first token: a gateway may take the first byte as the
 // end of prefill.
-func (w *worker) stream(rw http.ResponseWriter, r *http.Request, e *engine, rq *request, out *answer) {
+func (w *worker) stream(rw http.ResponseWriter, r *http.Request, e *engine, rq *request, out *answer, withUsage bool) {
 	rc := http.NewResponseController(rw)
 	sent := 0
 	var buf []byte
@@ -139,7 +163,9 @@ func (w *worker) stream(rw http.ResponseWriter, r *http.Request, e *engine, rq *
 			sent++
 		}
 		if p.done {
-			buf = out.appendUsageChunk(buf, p)
+			if withUsage {
+				buf = out.appendUsageChunk(buf, p)
+			}
 			buf = append(buf, "data: [DONE]\n\n"...)
 		}
 		_, err := rw.Write(buf)
@@ -180,10 +206,4 @@ func writeError(rw http.ResponseWriter, err error) {
 	rw.Header().Set("Content-Type", "application/json")
 	rw.WriteHeader(ae.status)
 	_, _ = rw.Write(b)
-}
-
-// modelJSON is the model name as a JSON string.
-func (w *worker) modelJSON() []byte {
-	b, _ := json.Marshal(w.cfg.Model)
-	return b
 }

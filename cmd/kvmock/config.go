@@ -58,6 +58,22 @@ type Config struct {
 	MaxModelLen int
 	// ReplayBuffer is the number of batches each publisher keeps for replay.
 	ReplayBuffer int
+
+	// LoraModules are the LoRA adapters the workers of LoraWorkers load
+	// (vLLM's --lora-modules).
+	LoraModules []LoraModule
+	// LoraWorkers are the ids of the workers that load LoraModules; empty
+	// means every worker.
+	LoraWorkers []int
+	// EnablePromptTokensDetails makes usage report
+	// prompt_tokens_details.cached_tokens, as vLLM's
+	// --enable-prompt-tokens-details does; off, as in vLLM, usage has no
+	// cached tokens at all.
+	EnablePromptTokensDetails bool
+	// EnableForceIncludeUsage ends every stream with a usage chunk, as
+	// vLLM's --enable-force-include-usage does; off, only a request with
+	// stream_options.include_usage gets one.
+	EnableForceIncludeUsage bool
 }
 
 // DefaultConfig returns the settings of the command-line defaults. The
@@ -120,6 +136,9 @@ func (c *Config) Validate() error {
 		return errors.New("--replay-buffer must be at least 1")
 	case c.Model == "":
 		return errors.New("--model must not be empty")
+	}
+	if err := c.validateLora(); err != nil {
+		return err
 	}
 	ranks := c.Workers * c.DPRanks
 	var ranges []portRange

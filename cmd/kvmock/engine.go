@@ -341,7 +341,7 @@ func (e *engine) cacheBlocks(r *request, upTo int, events []any) []any {
 			continue
 		}
 		if cur == nil {
-			cur = &indexer.StoredBlocks{BlockSize: bs, Medium: "GPU"}
+			cur = &indexer.StoredBlocks{BlockSize: bs, Medium: "GPU", LoraName: r.lora}
 			if k > 0 {
 				parent := r.hashes[k-1]
 				cur.Parent = &parent

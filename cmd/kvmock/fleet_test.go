@@ -32,6 +32,8 @@ func testConfig() Config {
 	cfg.DecodeTime = time.Millisecond
 	cfg.MaxTokens = 2
 	cfg.ReplayBuffer = 100
+	// The tests read the cached tokens from usage.
+	cfg.EnablePromptTokensDetails = true
 	return cfg
 }
 

@@ -62,7 +62,8 @@ func TestTextAndTokenPromptsAgree(t *testing.T) {
 	if err := json.Unmarshal(b, &tok); err != nil {
 		t.Fatal(err)
 	}
-	if tok.Count != 40 || len(tok.Tokens) != 40 || tok.MaxModelLen != 131072 {
+	// The completion form adds the BOS token by default, as vLLM's does.
+	if tok.Count != 41 || len(tok.Tokens) != 41 || tok.Tokens[0] != tokBOS || tok.MaxModelLen != 131072 {
 		t.Fatalf("tokenize answer %s", b)
 	}
 	// A text prompt and its tokens (through the token_ids extension) are the
@@ -76,8 +77,8 @@ func TestTextAndTokenPromptsAgree(t *testing.T) {
 	if err := json.Unmarshal(b, &c); err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", res.StatusCode, b)
 	}
-	if c.Usage.PromptTokens != 40 || c.Usage.PromptTokensDetails.CachedTokens != 32 {
-		t.Fatalf("usage %+v, want 32 of 40 tokens cached", *c.Usage)
+	if c.Usage.PromptTokens != 41 || c.Usage.PromptTokensDetails.CachedTokens != 32 {
+		t.Fatalf("usage %+v, want 32 of 41 tokens cached", *c.Usage)
 	}
 }
 
@@ -124,8 +125,11 @@ func TestChatTokensMatchTokenize(t *testing.T) {
 	if err := json.Unmarshal(b, &c); err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", res.StatusCode, b)
 	}
-	if c.Usage.PromptTokens != tok.Count || tok.Count != 32 {
-		t.Fatalf("chat prompt_tokens %d, /tokenize count %d, want 32 (role, 30 words, generation prompt)", c.Usage.PromptTokens, tok.Count)
+	// The system block the template always writes (15 tokens), the user
+	// message (header, 30 words, end of turn: 34) and the generation
+	// prompt (3).
+	if c.Usage.PromptTokens != tok.Count || tok.Count != 52 {
+		t.Fatalf("chat prompt_tokens %d, /tokenize count %d, want 52", c.Usage.PromptTokens, tok.Count)
 	}
 	if c.Choices[0].Message.Content != " the cache is" || c.Choices[0].FinishReason != "length" {
 		t.Fatalf("chat answer %s", b)
@@ -138,7 +142,7 @@ func TestChatTokensMatchTokenize(t *testing.T) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Usage.PromptTokensDetails.CachedTokens != 32 {
+	if c.Usage.PromptTokensDetails.CachedTokens != 48 {
 		t.Fatalf("second turn: %s", b)
 	}
 }
@@ -179,10 +183,12 @@ func readSSE(t *testing.T, res *http.Response) []completion {
 func TestStreaming(t *testing.T) {
 	f := newTestFleet(t, nil)
 	for _, chat := range []bool{false, true} {
-		path, body := "/v1/completions", map[string]any{"prompt": words("s", 20), "max_tokens": 5, "stream": true}
+		usage := map[string]any{"include_usage": true}
+		path, body := "/v1/completions", map[string]any{"prompt": words("s", 20), "max_tokens": 5, "stream": true, "stream_options": usage}
 		if chat {
 			path = "/v1/chat/completions"
-			body = map[string]any{"messages": []map[string]any{{"role": "user", "content": words("s", 20)}}, "max_tokens": 5, "stream": true}
+			body = map[string]any{"messages": []map[string]any{{"role": "user", "content": words("s", 20)}}, "max_tokens": 5,
+				"stream": true, "stream_options": usage}
 		}
 		res, err := http.Post(f.url(2)+path, "application/json", strings.NewReader(mustJSON(t, body)))
 		if err != nil {
@@ -217,9 +223,9 @@ func TestStreaming(t *testing.T) {
 		if len(last.Choices) != 0 || last.Usage == nil || last.Usage.CompletionTokens != 5 {
 			t.Fatalf("usage chunk %+v", last)
 		}
-		wantPrompt := 20
+		wantPrompt := 21 // BOS and 20 words
 		if chat {
-			wantPrompt = 22
+			wantPrompt = 15 + 24 + 3 // system block, user message, generation prompt
 		}
 		if last.Usage.PromptTokens != wantPrompt || last.Usage.TotalTokens != wantPrompt+5 {
 			t.Fatalf("usage %+v", *last.Usage)
@@ -288,7 +294,9 @@ func TestBadRequests(t *testing.T) {
 		status int
 	}{
 		{`{"prompt": "a b", "model": "other"}`, http.StatusNotFound},
-		{`{"prompt": ""}`, http.StatusBadRequest},
+		{`{"prompt": "", "add_special_tokens": false}`, http.StatusBadRequest},
+		{`{"prompt": "", "max_tokens": 1}`, http.StatusOK}, // the BOS token alone, as in vLLM
+		{`{"prompt": "a", "stream_options": {"include_usage": true}}`, http.StatusBadRequest},
 		{`{}`, http.StatusBadRequest},
 		{`{"prompt": [[1,2],[3]]}`, http.StatusBadRequest},
 		{`{"prompt": "a b", "max_tokens": 0}`, http.StatusBadRequest},

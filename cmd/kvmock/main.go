@@ -63,7 +63,21 @@ func parseFlags(args []string) (Config, error) {
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "output tokens of a request that does not set max_tokens")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "maximum prompt plus output tokens")
 	fs.IntVar(&cfg.ReplayBuffer, "replay-buffer", cfg.ReplayBuffer, "batches each publisher keeps for replay")
+	loraModules := fs.String("lora-modules", "",
+		"LoRA adapters as name=path, separated by commas (vLLM's syntax); a request whose model names one is served only by a worker that loaded it")
+	loraWorkers := fs.String("lora-workers", "", "ids of the workers that load --lora-modules, separated by commas (default: all)")
+	fs.BoolVar(&cfg.EnablePromptTokensDetails, "enable-prompt-tokens-details", false,
+		"report usage.prompt_tokens_details.cached_tokens (when non-zero), as vLLM's flag of that name; off, usage has no cached tokens")
+	fs.BoolVar(&cfg.EnableForceIncludeUsage, "enable-force-include-usage", false,
+		"end every stream with a usage chunk, as vLLM's flag of that name; off, only requests with stream_options.include_usage get one")
 	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	var err error
+	if cfg.LoraModules, err = parseLoraModules(*loraModules); err != nil {
+		return cfg, err
+	}
+	if cfg.LoraWorkers, err = parseWorkerIDs(*loraWorkers); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {

@@ -9,7 +9,9 @@ import (
 // GET /metrics in the Prometheus text format with vLLM's metric names, so
 // that tools that scrape vLLM (load-aware routers, dashboards) work against
 // the simulation. Each engine (DP rank) is one series, labelled as vLLM
-// labels them: model_name and engine.
+// labels them: model_name and engine. vllm:cache_config_info is the
+// exception, as in vLLM: an info gauge of value 1 whose labels are the
+// engine's cache config as strings, and engine, with no model_name.
 
 // metric is one family: its name, type, help and how to read an engine.
 type metric struct {
@@ -47,6 +49,7 @@ func (w *worker) handleMetrics(rw http.ResponseWriter, _ *http.Request) {
 	for i, e := range w.engines {
 		labels[i] = `{engine="` + strconv.Itoa(e.dpRank) + `",model_name="` + promEscape(w.cfg.Model) + `"} `
 	}
+	b = w.appendCacheConfigInfo(b)
 	for _, m := range metrics {
 		b = append(b, "# HELP "+m.name+" "+m.help+"\n# TYPE "+m.name+" "+m.typ+"\n"...)
 		for i, e := range w.engines {
@@ -63,4 +66,48 @@ func (w *worker) handleMetrics(rw http.ResponseWriter, _ *http.Request) {
 // promEscape escapes a label value.
 func promEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+// cacheConfigLabels are vllm:cache_config_info's labels of one engine, in
+// the order vLLM writes its CacheConfig's fields, each value as Python's
+// str() writes it. What kvmock has no notion of carries vLLM's default.
+// prefix_caching_hash_algo says sha256 though kvmock hashes with FNV: both
+// tell a gateway the same, that it cannot reproduce the engine's hashes
+// and must key by the events' token ids.
+func (c *Config) cacheConfigLabels(dpRank int) [][2]string {
+	return [][2]string{
+		{"block_size", strconv.Itoa(c.BlockSize)},
+		{"gpu_memory_utilization", "0.9"},
+		{"swap_space", "4"},
+		{"cache_dtype", "auto"},
+		{"is_attention_free", "False"},
+		{"num_gpu_blocks_override", "None"},
+		{"sliding_window", "None"},
+		{"enable_prefix_caching", "True"},
+		{"prefix_caching_hash_algo", "sha256"},
+		{"cpu_offload_gb", "0"},
+		{"calculate_kv_scales", "False"},
+		{"kv_sharing_fast_prefill", "False"},
+		{"mamba_page_size_padded", "None"},
+		{"num_gpu_blocks", strconv.Itoa(c.KVBlocks)},
+		{"num_cpu_blocks", "None"},
+		{"engine", strconv.Itoa(dpRank)},
+	}
+}
+
+// appendCacheConfigInfo appends the vllm:cache_config_info family.
+func (w *worker) appendCacheConfigInfo(b []byte) []byte {
+	const name = "vllm:cache_config_info"
+	b = append(b, "# HELP "+name+" Information of the LLMEngine CacheConfig\n# TYPE "+name+" gauge\n"...)
+	for _, e := range w.engines {
+		b = append(b, name+"{"...)
+		for i, l := range w.cfg.cacheConfigLabels(e.dpRank) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, l[0]+`="`+promEscape(l[1])+`"`...)
+		}
+		b = append(b, "} 1\n"...)
+	}
+	return b
 }

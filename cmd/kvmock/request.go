@@ -23,6 +23,7 @@ var (
 type request struct {
 	prompt    []uint32
 	hashes    []uint64 // chained hashes of the prompt's full blocks
+	lora      string   // the LoRA adapter serving it, "" for the base model
 	maxTokens int
 	arrived   time.Time
 
@@ -55,12 +56,13 @@ type progress struct {
 	err          error
 }
 
-// newRequest returns a request that needs blocks for its prompt and
-// maxTokens output tokens.
-func newRequest(prompt []uint32, hashes []uint64, maxTokens, blockSize int) *request {
+// newRequest returns a request of the adapter lora ("" for the base
+// model) that needs blocks for its prompt and maxTokens output tokens.
+func newRequest(prompt []uint32, lora string, maxTokens, blockSize int) *request {
 	return &request{
 		prompt:     prompt,
-		hashes:     hashes,
+		hashes:     blockHashes(prompt, blockSize, lora),
+		lora:       lora,
 		maxTokens:  maxTokens,
 		arrived:    time.Now(),
 		needBlocks: (len(prompt) + maxTokens + blockSize - 1) / blockSize,

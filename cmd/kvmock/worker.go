@@ -15,10 +15,12 @@ type worker struct {
 	id      int // 1-based
 	cfg     *Config
 	engines []*engine
-	addr    string // the bound host:port
-	srv     *http.Server
-	ln      net.Listener
-	served  chan struct{} // closed when Serve returns
+	// adapters are the LoRA adapters this worker loaded, by name.
+	adapters map[string]LoraModule
+	addr     string // the bound host:port
+	srv      *http.Server
+	ln       net.Listener
+	served   chan struct{} // closed when Serve returns
 
 	nextID   atomic.Uint64 // completion ids
 	stopOnce sync.Once
@@ -34,13 +36,14 @@ func newWorker(cfg *Config, id int, engines []*engine) (*worker, error) {
 		return nil, err
 	}
 	w := &worker{
-		id:      id,
-		cfg:     cfg,
-		engines: engines,
-		addr:    ln.Addr().String(),
-		ln:      ln,
-		served:  make(chan struct{}),
-		started: time.Now(),
+		id:       id,
+		cfg:      cfg,
+		engines:  engines,
+		adapters: cfg.adaptersFor(id),
+		addr:     ln.Addr().String(),
+		ln:       ln,
+		served:   make(chan struct{}),
+		started:  time.Now(),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", w.handleCompletions)
