@@ -17,7 +17,7 @@ import (
 // stream, in a last chunk with no choices before [DONE] only when the
 // request sets stream_options.include_usage (or the fleet runs with
 // --enable-force-include-usage); and with prompt_tokens_details.cached_tokens
-// only under --enable-prompt-tokens-details (usage.go).
+// only under --enable-prompt-tokens-details (answer.go).
 
 // handleCompletions serves POST /v1/completions.
 func (w *worker) handleCompletions(rw http.ResponseWriter, r *http.Request) {

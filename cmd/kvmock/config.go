@@ -74,6 +74,10 @@ type Config struct {
 	// vLLM's --enable-force-include-usage does; off, only a request with
 	// stream_options.include_usage gets one.
 	EnableForceIncludeUsage bool
+	// TokenizeSkew makes /tokenize disagree with what the completion
+	// routes prefill, on purpose, so that a gateway's test can prove it
+	// notices (tokenize.go).
+	TokenizeSkew TokenizeSkew
 }
 
 // DefaultConfig returns the settings of the command-line defaults. The
@@ -98,6 +102,7 @@ func DefaultConfig() Config {
 		MaxTokens:        16,
 		MaxModelLen:      131072,
 		ReplayBuffer:     10_000,
+		TokenizeSkew:     SkewNone,
 	}
 }
 
@@ -136,6 +141,9 @@ func (c *Config) Validate() error {
 		return errors.New("--replay-buffer must be at least 1")
 	case c.Model == "":
 		return errors.New("--model must not be empty")
+	}
+	if err := c.TokenizeSkew.validate(); err != nil {
+		return err
 	}
 	if err := c.validateLora(); err != nil {
 		return err

@@ -70,9 +70,12 @@ func parseFlags(args []string) (Config, error) {
 		"report usage.prompt_tokens_details.cached_tokens (when non-zero), as vLLM's flag of that name; off, usage has no cached tokens")
 	fs.BoolVar(&cfg.EnableForceIncludeUsage, "enable-force-include-usage", false,
 		"end every stream with a usage chunk, as vLLM's flag of that name; off, only requests with stream_options.include_usage get one")
+	skew := fs.String("tokenize-skew", string(SkewNone),
+		"make /tokenize disagree with what the completion routes prefill, for testing a gateway: none; bos (a chat answer lacks the BOS token the template writes); template (chat is rendered without the tools)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	cfg.TokenizeSkew = TokenizeSkew(*skew)
 	var err error
 	if cfg.LoraModules, err = parseLoraModules(*loraModules); err != nil {
 		return cfg, err

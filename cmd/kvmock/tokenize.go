@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -18,7 +19,32 @@ import (
 //
 // and one answer, {count, max_model_len, tokens, token_strs}. The chat form
 // renders the template exactly as /v1/chat/completions does, so the two
-// agree.
+// agree unless --tokenize-skew says otherwise.
+
+// TokenizeSkew is a deliberate disagreement between /tokenize and the
+// completion routes.
+type TokenizeSkew string
+
+// The skews --tokenize-skew offers.
+const (
+	// SkewNone: /tokenize answers what the completion routes prefill.
+	SkewNone TokenizeSkew = "none"
+	// SkewBOS: the chat form's answer lacks the BOS token the template
+	// writes, like a tokenizer service that strips special tokens.
+	SkewBOS TokenizeSkew = "bos"
+	// SkewTemplate: the chat form renders the template without the
+	// tools, like a tokenizer that ignores fields it does not know.
+	SkewTemplate TokenizeSkew = "template"
+)
+
+// validate refuses an unknown skew.
+func (s TokenizeSkew) validate() error {
+	switch s {
+	case SkewNone, SkewBOS, SkewTemplate:
+		return nil
+	}
+	return fmt.Errorf("--tokenize-skew must be none, bos or template, not %q", string(s))
+}
 
 // handleTokenize serves POST /tokenize.
 func (w *worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
@@ -76,7 +102,14 @@ func (w *worker) tokenizeRequest(req *apiRequest) ([]uint32, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if w.cfg.TokenizeSkew == SkewTemplate {
+		in.Tools = nil
+	}
 	text := renderChat(in)
+	if w.cfg.TokenizeSkew == SkewBOS {
+		// The text starts with the BOS token the template writes.
+		text = text[len("<|begin_of_text|>"):]
+	}
 	tokens, strs := tokensOf(text, req.AddSpecialTokens != nil && *req.AddSpecialTokens, req.ReturnTokenStrs)
 	return tokens, strs, nil
 }
