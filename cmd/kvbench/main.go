@@ -13,7 +13,10 @@
 //	                     random) through a gateway and report TTFT, latency,
 //	                     prefix hit ratio and per-worker spread; --compare
 //	                     runs the same trace through several gateways
-//	                     (policies) side by side
+//	                     (policies) side by side; a share of the agentic
+//	                     sessions (--chat-share) talk chat with tools, and
+//	                     --predictions reports the gateway's prediction
+//	                     accuracy per policy
 //	kvbench stats        read a gateway's selection latency histogram and
 //	                     KV-event counters (and a kvmock fleet's): wait
 //	                     until every worker is followed, record them before

@@ -33,6 +33,14 @@ type summary struct {
 	Moves       int     `json:"session_moves"`
 	CPUPerReqMs float64 `json:"gateway_cpu_ms_per_request,omitempty"`
 	FirstError  string  `json:"first_error,omitempty"`
+	// ChatRequests are the requests sent as chat completions.
+	ChatRequests int `json:"chat_requests"`
+	// CachedInUsage counts the requests whose usage reported cached
+	// tokens; the others' come from kvmock's header, if at all.
+	CachedInUsage int `json:"cached_in_usage"`
+	// Predictions are the gateway's prediction counts during the run
+	// (predictions.go), with --predictions.
+	Predictions *predictionReport `json:"predictions,omitempty"`
 	ttfts       []float64
 }
 
@@ -65,6 +73,12 @@ func summarize(policy, url string, rs []result, elapsed time.Duration, cpuTicksU
 		e2e = append(e2e, float64(r.E2E)/1e6)
 		s.PromptTokens += int64(r.PromptTokens)
 		s.CachedTokens += int64(r.CachedTokens)
+		if r.CachedReported {
+			s.CachedInUsage++
+		}
+		if r.Session >= 0 && r.Session < len(trace) && trace[r.Session].Chat {
+			s.ChatRequests++
+		}
 		s.PerWorker[r.Worker]++
 	}
 	s.Moves = sessionMoves(rs)
@@ -144,6 +158,13 @@ func printTable(sums []summary) {
 		if s.CPUPerReqMs > 0 {
 			fmt.Printf("%-12s gateway CPU %.2f ms per request\n", "", s.CPUPerReqMs)
 		}
+		if s.ChatRequests > 0 {
+			fmt.Printf("%-12s %d of %d requests were chat completions with tools\n", "", s.ChatRequests, s.Requests)
+		}
+		if s.CachedInUsage == 0 && s.CachedTokens > 0 {
+			// vLLM reports cached tokens only with --enable-prompt-tokens-details.
+			fmt.Printf("%-12s no usage reported cached tokens (a worker without --enable-prompt-tokens-details?): the hit ratio is kvmock's header's\n", "")
+		}
 		if s.FirstError != "" {
 			fmt.Printf("%-12s first error: %s\n", "", s.FirstError)
 		}
@@ -180,6 +201,10 @@ func runWorkload(args []string) error {
 	taskTokens := fs.Int("task-tokens", 6000, "agentic: mean tokens of each session's starting context")
 	output := fs.Int("output-tokens", 16, "output tokens per turn")
 	maxISL := fs.Int("max-isl", 16384, "a context longer than this is compacted to half of it (system prompt and latest turns)")
+	chatShare := fs.Float64("chat-share", 0.5,
+		"agentic: the share of sessions sent as /v1/chat/completions with text messages and tools (the gateway tokenizes them through a worker's /tokenize); the rest send token ids")
+	predictions := fs.String("predictions", "",
+		"the gateway's Caddy admin /kv_router/stats URL, e.g. http://127.0.0.1:2019/kv_router/stats: report each policy's prediction accuracy (cached tokens predicted = reported) during its run")
 	duration := fs.Duration("duration", 60*time.Second, "stop each run after this long")
 	seed := fs.Uint64("seed", 1, "trace seed: the same seed gives the same trace")
 	blockSize := fs.Int("block-size", 16, "the workers' KV block size, for the hit-ratio ceiling")
@@ -189,11 +214,15 @@ func runWorkload(args []string) error {
 	plotOut := fs.String("plot", "", "write TTFT distributions per policy as SVG to this file")
 	_ = fs.Parse(args)
 
+	if *chatShare < 0 || *chatShare > 1 {
+		return fmt.Errorf("--chat-share must be between 0 and 1, not %v", *chatShare)
+	}
 	trace, err := buildTrace(workloadConfig{Kind: *kind, Sessions: *sessions, Turns: *turns, SystemTokens: *system, TaskTokens: *taskTokens,
-		TurnTokens: *turnTokens, OutputTokens: *output, MaxISL: *maxISL, Seed: *seed})
+		TurnTokens: *turnTokens, OutputTokens: *output, MaxISL: *maxISL, ChatShare: *chatShare, Seed: *seed})
 	if err != nil {
 		return err
 	}
+	watch := newPredictionWatch(*predictions)
 	targets := [][2]string{{"gateway", *url}}
 	if *compare != "" {
 		targets = nil
@@ -205,12 +234,15 @@ func runWorkload(args []string) error {
 			targets = append(targets, [2]string{name, u})
 		}
 	}
-	var total int
+	var total, chats int
 	for _, s := range trace {
 		total += len(s.Turns)
+		if s.Chat {
+			chats++
+		}
 	}
-	fmt.Printf("workload %s: %d sessions x %d turns (%d requests), concurrency %d, seed %d, up to %v per policy\n",
-		*kind, *sessions, *turns, total, *conc, *seed, *duration)
+	fmt.Printf("workload %s: %d sessions x %d turns (%d requests), %d sessions as chat with tools, concurrency %d, seed %d, up to %v per policy\n",
+		*kind, *sessions, *turns, total, chats, *conc, *seed, *duration)
 	var sums []summary
 	for _, tg := range targets {
 		if *reset != "" {
@@ -223,6 +255,7 @@ func runWorkload(args []string) error {
 		if *pid > 0 {
 			cpu0, _ = cpuTicks(*pid)
 		}
+		watch.start()
 		start := time.Now()
 		rs := runTrace(context.Background(), tg[1], *model, trace, *conc, *duration)
 		elapsed := time.Since(start)
@@ -232,11 +265,13 @@ func runWorkload(args []string) error {
 			used = cpu1 - cpu0
 		}
 		s := summarize(tg[0], tg[1], rs, elapsed, used, trace, *blockSize)
+		s.Predictions = watch.stop()
 		sums = append(sums, s)
 		fmt.Printf("  %s: %d requests in %.1fs\n", tg[0], s.Requests+s.Errors, s.Seconds)
 	}
 	fmt.Println()
 	printTable(sums)
+	printPredictions(watch, sums)
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(sums, "", "  ")
 		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {

@@ -20,8 +20,15 @@ type result struct {
 	TTFT, E2E     time.Duration
 	PromptTokens  int
 	CachedTokens  int
-	Worker        string
-	Err           error
+	// CachedReported is set when usage carried
+	// prompt_tokens_details.cached_tokens; otherwise CachedTokens comes
+	// from kvmock's X-Kvmock-Cached-Tokens header, if any (see request).
+	CachedReported bool
+	Worker         string
+	// Text is the answer's text, which a chat session's next turn sends
+	// back as the assistant's message.
+	Text string
+	Err  error
 }
 
 // runTrace plays the sessions through url with conc concurrent sessions,
@@ -50,12 +57,14 @@ func runTrace(ctx context.Context, url, model string, sessions []session, conc i
 		go func() {
 			defer wg.Done()
 			for s := range queue {
-				for t, tr := range s.Turns {
+				answers := make([]string, len(s.Turns))
+				for t := range s.Turns {
 					if ctx.Err() != nil {
 						return
 					}
-					r := request(ctx, client, url, model, tr)
+					r := request(ctx, client, url, model, s, t, answers)
 					r.Session, r.Turn = s.ID, t
+					answers[t] = r.Text
 					if ctx.Err() != nil && r.Err != nil {
 						return // cut by the deadline: not a failure of the gateway
 					}
@@ -93,8 +102,8 @@ func pacedDialer(n int) func(ctx context.Context, network, addr string) (net.Con
 	}
 }
 
-// request sends one streaming completion and times its first token.
-func request(ctx context.Context, client *http.Client, url, model string, tr turn) result {
+// completionBody is the body of a streamed completion of a turn's token ids.
+func completionBody(model string, tr turn) []byte {
 	var body bytes.Buffer
 	body.WriteString(`{"model":`)
 	body.WriteString(strconv.Quote(model))
@@ -108,8 +117,48 @@ func request(ctx context.Context, client *http.Client, url, model string, tr tur
 		body.WriteString(strconv.FormatUint(uint64(t), 10))
 	}
 	body.WriteString("]}")
+	return body.Bytes()
+}
+
+// streamChunk is the part of a stream's chunk request reads: the text of
+// a completion or chat chunk, and usage.
+type streamChunk struct {
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens  int `json:"prompt_tokens"`
+		PromptDetails *struct {
+			CachedTokens *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+// request sends turn t of session s as one streaming completion (or chat
+// completion, for a chat session) and times its first token. answers are
+// the texts of the session's earlier answers. Prompt and cached tokens are
+// read from the usage chunk; when usage has no cached tokens (vLLM without
+// --enable-prompt-tokens-details, or with it and none cached), kvmock's
+// X-Kvmock-Cached-Tokens header stands in, so that a run against a fleet
+// started without the flag still measures its hit ratio.
+func request(ctx context.Context, client *http.Client, url, model string, s *session, t int, answers []string) result {
+	tr := s.Turns[t]
 	r := result{PromptTokens: len(tr.Prompt)}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", &body)
+	path, body := "/v1/completions", []byte(nil)
+	if s.Chat {
+		var err error
+		if body, err = chatBody(model, s.ID, tr, answers); err != nil {
+			r.Err = err
+			return r
+		}
+		path = "/v1/chat/completions"
+	} else {
+		body = completionBody(model, tr)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+path, bytes.NewReader(body))
 	if err != nil {
 		r.Err = err
 		return r
@@ -129,6 +178,10 @@ func request(ctx context.Context, client *http.Client, url, model string, tr tur
 		r.Err = fmt.Errorf("status %d", res.StatusCode)
 		return r
 	}
+	if h := res.Header.Get("X-Kvmock-Cached-Tokens"); h != "" {
+		r.CachedTokens, _ = strconv.Atoi(h)
+	}
+	var text strings.Builder
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -143,25 +196,24 @@ func request(ctx context.Context, client *http.Client, url, model string, tr tur
 		if bytes.Equal(data, []byte("[DONE]")) {
 			break
 		}
-		if bytes.Contains(data, []byte(`"usage"`)) {
-			var u struct {
-				Usage *struct {
-					PromptTokens  int `json:"prompt_tokens"`
-					PromptDetails *struct {
-						CachedTokens int `json:"cached_tokens"`
-					} `json:"prompt_tokens_details"`
-				} `json:"usage"`
+		var c streamChunk
+		if json.Unmarshal(data, &c) != nil {
+			continue
+		}
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Text)
+			text.WriteString(ch.Delta.Content)
+		}
+		if u := c.Usage; u != nil {
+			if u.PromptTokens > 0 {
+				r.PromptTokens = u.PromptTokens
 			}
-			if json.Unmarshal(data, &u) == nil && u.Usage != nil {
-				if u.Usage.PromptTokens > 0 {
-					r.PromptTokens = u.Usage.PromptTokens
-				}
-				if u.Usage.PromptDetails != nil {
-					r.CachedTokens = u.Usage.PromptDetails.CachedTokens
-				}
+			if u.PromptDetails != nil && u.PromptDetails.CachedTokens != nil {
+				r.CachedTokens, r.CachedReported = *u.PromptDetails.CachedTokens, true
 			}
 		}
 	}
+	r.Text = text.String()
 	r.E2E = time.Since(start)
 	if err := sc.Err(); err != nil {
 		r.Err = err
