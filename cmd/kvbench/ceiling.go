@@ -16,6 +16,11 @@ func commonPrefix(a, b []uint32) int {
 	return n
 }
 
+// A chat session's turns count one token per word of their messages
+// (workload.go): the chat template's own tokens (headers, the tools) are
+// not in them, so for chat sessions the ceiling is a little low, and a
+// run where most requests hit can show a hit ratio just above it.
+
 // reusable is how many of prompt's tokens a prefix cache holding the
 // earlier prompts could serve: whole blocks only, and never the last
 // token, which a vLLM engine always computes to sample from.

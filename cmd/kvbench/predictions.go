@@ -91,8 +91,13 @@ func readPredictions(client *http.Client, url string) (sum modelPredictions, ok 
 	return sum, true, nil
 }
 
-// settle is how long stop waits before its reading.
-const settle = 200 * time.Millisecond
+// The gateway counts an answer as its handler returns, a little after
+// the client has read the end of the stream, so stop reads until two
+// readings settleStep apart agree, for at most settleMax.
+const (
+	settleStep = 250 * time.Millisecond
+	settleMax  = 3 * time.Second
+)
 
 // predictionWatch reads the predictions before and after each run.
 type predictionWatch struct {
@@ -126,12 +131,18 @@ func (w *predictionWatch) stop() *predictionReport {
 	if w == nil || w.state != "" {
 		return nil
 	}
-	// The gateway counts an answer as its handler returns, just after the
-	// client has read the end of the stream: give the last ones a moment.
-	time.Sleep(settle)
-	after, ok, err := readPredictions(w.client, w.url)
-	if w.state = unavailable(ok, err); w.state != "" {
-		return nil
+	var after modelPredictions
+	for deadline := time.Now().Add(settleMax); ; {
+		time.Sleep(settleStep)
+		p, ok, err := readPredictions(w.client, w.url)
+		if w.state = unavailable(ok, err); w.state != "" {
+			return nil
+		}
+		if p == after || time.Now().After(deadline) {
+			after = p
+			break
+		}
+		after = p
 	}
 	r := &predictionReport{modelPredictions: after.minus(w.before)}
 	if n := r.Requests - r.NoCachedTokens; n > 0 {
