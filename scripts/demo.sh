@@ -4,8 +4,13 @@
 # agentic trace (shared system prompt, long growing contexts, tool-call
 # turns) played through kv_router and through ordinary load balancing
 # (round_robin, least_conn, random), with the workers' caches emptied
-# before each run. It prints what KV-aware routing gained and where the
-# TTFT plot is, and stops everything it started.
+# before each run. Half the sessions send token ids; the other half talk
+# chat with a tools array, as a coding agent does, which the gateway must
+# tokenize through a worker's /tokenize (chat template, tools and all)
+# before it can route them by prefix. It prints what KV-aware routing
+# gained, how often the gateway predicted exactly the cached tokens the
+# workers reported, and where the TTFT plot is, and stops everything it
+# started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -21,6 +26,11 @@ DURATION=${DEMO_DURATION:-15s}   # per policy; four policies: about a minute
 # and a small part of what it is asked for when every worker sees every
 # session.
 KV_BLOCKS=${DEMO_KV_BLOCKS:-4096}
+# The share of the sessions sent as chat with tools instead of token ids.
+CHAT_SHARE=${DEMO_CHAT_SHARE:-0.5}
+# Caddy's admin API (Caddyfile.example's admin address), where
+# /kv_router/stats has the gateway's predictions.
+CADDY_ADMIN=http://localhost:2019
 mkdir -p "$OUT"
 API=http://127.0.0.1:8092
 # Caddyfile.example reads the selection API's write token from the
@@ -41,7 +51,11 @@ trap cleanup EXIT
 wait_healthy "$API" "$OUT/gateway.log" || exit 1
 
 echo "== starting 8 simulated workers (kvmock), registered through the selection API"
-./bin/kvmock --workers 8 --kv-blocks "$KV_BLOCKS" --register "$API" --admin 127.0.0.1:8000 >"$OUT/kvmock.log" 2>&1 &
+# --enable-prompt-tokens-details: as with vLLM, usage reports cached
+# tokens only when asked to, and both kvbench's hit ratio and the
+# gateway's prediction accuracy read them there.
+./bin/kvmock --workers 8 --kv-blocks "$KV_BLOCKS" --register "$API" --admin 127.0.0.1:8000 \
+	--enable-prompt-tokens-details >"$OUT/kvmock.log" 2>&1 &
 MOCK=$!
 for _ in $(seq 1 150); do
 	curl -fsS "$API/ready" 2>/dev/null | grep -q '"schedulable_workers":8' && break
@@ -51,7 +65,8 @@ curl -fsS "$API/ready" | grep -q '"schedulable_workers":8' || { echo "workers di
 
 echo "== the agentic trace through each policy ($DURATION each)"
 ./bin/kvbench run --workload agentic --sessions 64 --turns 32 --concurrency 32 --duration "$DURATION" \
-	--system-tokens 1024 --task-tokens 8000 --turn-tokens 128 --max-isl 32768 \
+	--system-tokens 1024 --task-tokens 8000 --turn-tokens 128 --max-isl 32768 --chat-share "$CHAT_SHARE" \
+	--predictions "$CADDY_ADMIN/kv_router/stats" \
 	--compare kv_router=http://127.0.0.1:8080,round_robin=http://127.0.0.1:8081,least_conn=http://127.0.0.1:8082,random=http://127.0.0.1:8083 \
 	--reset http://127.0.0.1:8000/reset --pid "$GW" --json "$OUT/results.json" --plot "$OUT/ttft.svg"
 echo
