@@ -5,7 +5,12 @@
 // format (PUB socket plus replay ROUTER). A scheduler per engine models
 // chunked prefill and decode steps in real time, so a request whose prefix
 // is cached gets its first token sooner, which is what a KV-aware router is
-// for. A fleet admin API resets caches, restarts or stops workers and loses
+// for. Prompts are tokenized as vLLM serving a Llama 3 model would: special
+// tokens, a Llama-3.1-style chat template that writes the BOS and renders
+// tools and documents (tokenizer.go, chattemplate.go), vLLM's defaults per
+// route and its /tokenize; LoRA adapters, usage and /metrics follow vLLM's
+// flags and shapes. --tokenize-skew makes /tokenize disagree on purpose. A
+// fleet admin API resets caches, restarts or stops workers and loses
 // events on purpose.
 //
 //	kvmock --workers 8 --register http://127.0.0.1:8092
