@@ -137,6 +137,16 @@ func TestModelsListsAdapters(t *testing.T) {
 	}
 }
 
+func TestRegistrationNamesTheAdapters(t *testing.T) {
+	f := loraFleet(t)
+	if reg := f.workers[0].registration(); reg.LoraAdapters != nil || reg.MaxModelLen != 131072 {
+		t.Fatalf("worker 1 registration %+v", reg)
+	}
+	if reg := f.workers[1].registration(); !slices.Equal(reg.LoraAdapters, []string{"sql-lora", "chat-lora"}) {
+		t.Fatalf("worker 2 registers adapters %v", reg.LoraAdapters)
+	}
+}
+
 func TestLoraFlags(t *testing.T) {
 	cfg, err := parseFlags([]string{"--workers", "4", "--lora-modules", "a=/p/a,b=/p/b", "--lora-workers", "1,3", "--admin", ""})
 	if err != nil {

@@ -25,6 +25,11 @@ type registration struct {
 	TotalKVBlocks       int               `json:"total_kv_blocks"`
 	MaxNumBatchedTokens int               `json:"max_num_batched_tokens"`
 	DataParallelSize    int               `json:"data_parallel_size,omitempty"`
+	// LoraAdapters are the adapters the worker loaded: the gateway sends
+	// a request naming one only to workers that serve it.
+	LoraAdapters []string `json:"lora_adapters,omitempty"`
+	// MaxModelLen is the engine's context length, as /v1/models says it.
+	MaxModelLen int `json:"max_model_len,omitempty"`
 }
 
 // registration describes the worker to the gateway. With several DP ranks
@@ -38,6 +43,13 @@ func (w *worker) registration() registration {
 		BlockSize:           w.cfg.BlockSize,
 		TotalKVBlocks:       w.cfg.KVBlocks,
 		MaxNumBatchedTokens: w.cfg.MaxBatchedTokens,
+		MaxModelLen:         w.cfg.MaxModelLen,
+	}
+	// In --lora-modules order, as /v1/models lists them.
+	for _, a := range w.cfg.LoraModules {
+		if _, ok := w.adapters[a.Name]; ok {
+			reg.LoraAdapters = append(reg.LoraAdapters, a.Name)
+		}
 	}
 	if len(w.engines) == 1 {
 		reg.KVEventsEndpoint = w.engines[0].pub.PubEndpoint
