@@ -188,6 +188,9 @@ func putRequest(o *openAIRequest) {
 // errors it decides, and the worker failures reverse_proxy returns, are
 // answered in OpenAI's error shape (openai_errors.go).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+		return h.serveModels(w) // every catalog model, not one worker's (models.go)
+	}
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
 		return next.ServeHTTP(w, r)
 	}
@@ -215,7 +218,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if req.Placement.SessionID == "" {
 		req.Placement.SessionID = oai.SessionID
 	}
-	req.TokenIDs, req.LoraName, req.CacheSalt = h.tokens(r, oai, req.Partition.Key())
+	// A LoRA adapter's request goes to the workers of its base model that
+	// serve it, hashed with its name as the engine hashes its blocks, and
+	// is tokenized by one of them (models.go).
+	tr := r
+	adapter := routeAdapter(h.router.Catalog(), req)
+	if adapter != "" {
+		tr = r.WithContext(withTokenizeAdapter(r.Context(), adapter))
+	}
+	req.TokenIDs, req.LoraName, req.CacheSalt = h.tokens(tr, oai, req.Partition.Key())
+	if adapter != "" {
+		req.LoraName = adapter
+	}
 	mode := "kv"
 	if req.TokenIDs == nil {
 		// No tokens: book the request by load alone (an empty prompt).
@@ -269,9 +283,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return nil
 		}
 	}
-	if err == nil {
-		h.account(pw, req, mode, isChat(r))
-	}
+	h.account(pw, req, mode, isChat(r), err == nil)
 	return err
 }
 
@@ -280,19 +292,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func isChat(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/chat/completions") }
 
 // account compares the prediction made for req with the usage the engine
-// reported in its answer (accountability.go), for a complete 2xx answer.
-// An answer the worker compressed has no usage to be read: it counts as
-// an answer without usage.
-func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode string, chat bool) {
+// reported in a 2xx answer (accountability.go). An answer cut short after
+// its usage (a client that hung up after the last chunk, before the
+// worker's end of stream) still counts; one cut before it, or one the
+// worker compressed, has no usage to read: the first is not counted, the
+// second counts as an answer without usage.
+func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode string, chat, complete bool) {
 	resp := pw.res.Response()
 	if resp == nil || pw.status < 200 || pw.status > 299 {
+		return
+	}
+	u, ok := findUsage(pw.tail.buf)
+	if !ok && !complete {
 		return
 	}
 	p := prediction{model: resp.ModelName, chat: chat, cachedTokens: resp.CachedTokens, blockSize: resp.BlockSize}
 	if mode == "kv" {
 		p.promptTokens = len(req.TokenIDs)
 	}
-	u, ok := findUsage(pw.tail.buf)
 	predictions.record(&p, u, ok, h.logger)
 }
 
