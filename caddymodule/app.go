@@ -185,6 +185,11 @@ type App struct {
 	// gateway hold (limits.go); their fields sit at this level.
 	Limits
 
+	// EngineFactsConfig is how the workers' engines are read for what
+	// their registrations left out (enginefacts.go); its fields sit at
+	// this level.
+	EngineFactsConfig
+
 	// Workers are the workers declared in the config. They are upserted into
 	// the catalog on every config load, replacing any change made through
 	// the selection API, and a worker removed from this list is deleted on
@@ -196,6 +201,7 @@ type App struct {
 	settings selection.Config // this config's router settings, applied in Start
 	loaded   bool             // routers holds one reference for this App
 	logger   *zap.Logger
+	facts    *engineReader // reads the engines from Start to Stop; nil when off
 }
 
 // CaddyModule returns the Caddy module information.
@@ -210,6 +216,9 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // config, and brings the catalog in line with the declared workers.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	if err := a.EngineFactsConfig.validate(); err != nil {
+		return err
+	}
 	cfg, workers, err := a.build()
 	if err != nil {
 		return err
@@ -254,8 +263,14 @@ func (a *App) Validate() error {
 // listeners. It runs in Start, not Provision, so a config that fails to
 // provision leaves the running settings alone. The few settings that
 // shape what the router and its listeners built at start keep their
-// running values until Caddy restarts, and the log names them.
-func (a *App) Start() error {
+// running values until Caddy restarts, and the log names them. A config
+// that starts reads its workers' engines until it stops (enginefacts.go).
+func (a *App) Start() (err error) {
+	defer func() {
+		if err == nil {
+			a.facts = a.EngineFactsConfig.start(a.state.router.Catalog(), a.logger.Named("engine_facts"))
+		}
+	}()
 	running := a.state.router.Config()
 	changed := changedSettings(running, a.settings)
 	if len(changed) == 0 && a.state.created == a.eventSettings() {
@@ -278,9 +293,13 @@ func (a *App) Start() error {
 	return nil
 }
 
-// Stop implements caddy.App. The router outlives the config (see Cleanup),
-// so there is nothing to stop.
-func (a *App) Stop() error { return nil }
+// Stop implements caddy.App. The router outlives the config (see
+// Cleanup); only this config's reading of the engines stops.
+func (a *App) Stop() error {
+	a.facts.stop()
+	a.facts = nil
+	return nil
+}
 
 // Cleanup releases this config's reference to the pooled router; the last
 // release closes it.

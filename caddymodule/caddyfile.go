@@ -80,6 +80,10 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		kv_events_max_message <size>
 //		kv_events_max_gap <count>
 //
+//		engine_facts on|off
+//		engine_facts_interval <duration>
+//		engine_facts_timeout <duration>
+//
 //		worker <id> {
 //			endpoint <host:port>
 //			model_name <name>
@@ -192,7 +196,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			var handled bool
 			if handled, err = a.Limits.unmarshalCaddyfile(d); !handled {
-				return d.Errf("unrecognized subdirective %s", name)
+				if handled, err = a.EngineFactsConfig.unmarshalCaddyfile(d); !handled {
+					return d.Errf("unrecognized subdirective %s", name)
+				}
 			}
 		}
 		if err != nil {

@@ -19,8 +19,9 @@ import (
 )
 
 // testWorker is a small vLLM stand-in on 127.0.0.1: /v1/completions and
-// /v1/chat/completions (JSON or SSE), /tokenize, and a ZMQ publisher for
-// its KV events. Behaviour switches let tests make it slow or fail.
+// /v1/chat/completions (JSON or SSE), /tokenize, /v1/models and /metrics
+// (its engine, testengine_test.go), and a ZMQ publisher for its KV
+// events. Behaviour switches let tests make it slow or fail.
 type testWorker struct {
 	t         *testing.T
 	id        uint64
@@ -54,6 +55,8 @@ type testWorker struct {
 	// hold, when set, is offered each completion request first (see
 	// newH2CTestWorker).
 	hold func(http.ResponseWriter, *http.Request) bool
+	// engine is what it serves and runs with (testengine_test.go).
+	engine testEngine
 
 	zctx  *zmq.Context
 	pub   *zmq.Socket
@@ -87,7 +90,7 @@ func newH2CTestWorker(t *testing.T, id uint64, streams int, hold func(http.Respo
 // it serves.
 func startTestWorker(t *testing.T, id uint64, setup func(*testWorker)) *testWorker {
 	t.Helper()
-	w := &testWorker{t: t, id: id, streamDelay: 20 * time.Millisecond}
+	w := &testWorker{t: t, id: id, streamDelay: 20 * time.Millisecond, engine: defaultTestEngine()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +101,8 @@ func startTestWorker(t *testing.T, id uint64, setup func(*testWorker)) *testWork
 	mux.HandleFunc("POST /v1/chat/completions", w.complete)
 	mux.HandleFunc("POST /tokenize", w.tokenize)
 	mux.HandleFunc("GET /health", w.health)
+	mux.HandleFunc("GET /v1/models", w.models)
+	mux.HandleFunc("GET /metrics", w.metrics)
 	w.srv = &http.Server{Handler: mux, ConnState: w.countConns}
 	if setup != nil {
 		setup(w)
@@ -180,9 +185,17 @@ func (w *testWorker) waitSubscribed() {
 // announce publishes a BlockStored for the full blocks of tokens.
 func (w *testWorker) announce(tokens []uint32, blockSize int) {
 	w.t.Helper()
+	w.announceLora(tokens, blockSize, "")
+}
+
+// announceLora publishes a BlockStored for the full blocks of tokens
+// computed with the LoRA adapter lora ("" for the base model), whose
+// name vLLM puts in the event.
+func (w *testWorker) announceLora(tokens []uint32, blockSize int, lora string) {
+	w.t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ev := &indexer.StoredBlocks{BlockSize: blockSize, TokenIDs: tokens[:len(tokens)/blockSize*blockSize]}
+	ev := &indexer.StoredBlocks{BlockSize: blockSize, TokenIDs: tokens[:len(tokens)/blockSize*blockSize], LoraName: lora}
 	for b := range len(tokens) / blockSize {
 		ev.BlockHashes = append(ev.BlockHashes, w.id<<48|w.seq<<24|uint64(b)+1) // unique per announce
 	}
@@ -205,6 +218,9 @@ func textTokens(s string) []uint32 {
 
 func (w *testWorker) tokenize(rw http.ResponseWriter, r *http.Request) {
 	w.tokenized.Add(1)
+	if !w.checkModel(rw, r) {
+		return
+	}
 	if w.chatTemplate {
 		vllmTokenize(rw, r)
 		return
@@ -229,13 +245,19 @@ func (w *testWorker) tokenize(rw http.ResponseWriter, r *http.Request) {
 
 func (w *testWorker) complete(rw http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Stream bool `json:"stream"`
+		Stream bool   `json:"stream"`
+		Model  string `json:"model"`
 	}
 	body, _ := io.ReadAll(r.Body)
 	_ = json.Unmarshal(body, &req)
 	if w.hold != nil && w.hold(rw, r) {
 		return
 	}
+	if !w.serves(req.Model) {
+		answerModelNotFound(rw, req.Model)
+		return
+	}
+	w.countModel(req.Model)
 	if code := int(w.status.Load()); code != 0 {
 		w.answerError(rw, code)
 		return

@@ -58,8 +58,9 @@ func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, b
 // askWorkers asks up to maxTokenizeTries workers of part in turn.
 func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
 	var endpoints []string
+	adapter := tokenizeAdapter(ctx)
 	for _, w := range t.router.Catalog().ListWorkers(part.Model, part.Group) {
-		if w.Schedulable() && w.Endpoint != nil {
+		if w.Schedulable() && w.Endpoint != nil && canTokenize(&w, adapter) {
 			endpoints = append(endpoints, *w.Endpoint)
 		}
 	}
