@@ -53,9 +53,13 @@ type modelPredictions struct {
 	// did not ask for it, or an engine that does not write it.
 	NoUsage uint64 `json:"no_usage"`
 	// NoCachedTokens are usages without prompt_tokens_details.cached_tokens
-	// (vLLM without --enable-prompt-tokens-details, SGLang without
+	// before the model's engines ever reported one (vLLM without
+	// --enable-prompt-tokens-details, SGLang without
 	// --enable-cache-report): nothing to compare the prediction with.
 	NoCachedTokens uint64 `json:"no_cached_tokens"`
+	// ReportsCached is true once an engine of the model reported cached
+	// tokens; from then on a usage without them reports 0.
+	ReportsCached bool `json:"reports_cached_tokens"`
 	// PromptTokensMismatch are usages whose prompt_tokens differ from the
 	// prompt the gateway routed (requests routed by load are not counted).
 	PromptTokensMismatch uint64 `json:"prompt_tokens_mismatch"`
@@ -87,6 +91,12 @@ type predictionLedger struct {
 	models   map[string]*modelPredictions
 	lastWarn map[string]time.Time // by model and cause
 }
+
+// vLLM writes prompt_tokens_details only when it has something in it:
+// with --enable-prompt-tokens-details, a request that found nothing
+// cached has no details at all. So once a model's engines have reported
+// cached tokens, a usage without them reports 0; before that, it says
+// nothing (the engines may not report them at all).
 
 var predictions = &predictionLedger{
 	models:   map[string]*modelPredictions{},
@@ -124,6 +134,11 @@ func (l *predictionLedger) record(p *prediction, u engineUsage, ok bool, logger 
 	var accuracy float64
 	l.count(model, func(m *modelPredictions) {
 		m.Requests++
+		if reported != nil {
+			m.ReportsCached = true
+		} else if m.ReportsCached {
+			reported = new(int64) // none cached: vLLM leaves the details out
+		}
 		if mismatch {
 			m.PromptTokensMismatch++
 		}

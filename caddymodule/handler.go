@@ -283,9 +283,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return nil
 		}
 	}
-	if err == nil {
-		h.account(pw, req, mode, isChat(r))
-	}
+	h.account(pw, req, mode, isChat(r), err == nil)
 	return err
 }
 
@@ -294,19 +292,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func isChat(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/chat/completions") }
 
 // account compares the prediction made for req with the usage the engine
-// reported in its answer (accountability.go), for a complete 2xx answer.
-// An answer the worker compressed has no usage to be read: it counts as
-// an answer without usage.
-func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode string, chat bool) {
+// reported in a 2xx answer (accountability.go). An answer cut short after
+// its usage (a client that hung up after the last chunk, before the
+// worker's end of stream) still counts; one cut before it, or one the
+// worker compressed, has no usage to read: the first is not counted, the
+// second counts as an answer without usage.
+func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode string, chat, complete bool) {
 	resp := pw.res.Response()
 	if resp == nil || pw.status < 200 || pw.status > 299 {
+		return
+	}
+	u, ok := findUsage(pw.tail.buf)
+	if !ok && !complete {
 		return
 	}
 	p := prediction{model: resp.ModelName, chat: chat, cachedTokens: resp.CachedTokens, blockSize: resp.BlockSize}
 	if mode == "kv" {
 		p.promptTokens = len(req.TokenIDs)
 	}
-	u, ok := findUsage(pw.tail.buf)
 	predictions.record(&p, u, ok, h.logger)
 }
 

@@ -18,6 +18,15 @@ import (
 // the engine's defaults for the two that decide special tokens when the
 // client left them out, rather than relying on /tokenize's own defaults
 // (which are the same in vLLM, but are not everywhere).
+//
+// Two fields need more than passing on. vLLM's chat route hands the
+// request's documents to the template along with chat_template_kwargs
+// (the kwargs win on a clash), but its /tokenize has no documents field
+// and would drop them; so documents travel inside chat_template_kwargs,
+// where both render them. SGLang's /tokenize takes messages too, and its
+// chat route also reads tool_choice (tools reach the template only when it
+// is not "none") and reasoning_effort; they are passed on when the client
+// sent them, which vLLM's /tokenize ignores.
 
 // templateFields are the request fields, besides the messages or the
 // prompt, that the engine's chat template or tokenizer reads. Each is
@@ -30,6 +39,8 @@ type templateFields struct {
 	ContinueFinalMessage selection.RawJSON `json:"continue_final_message"`
 	Documents            selection.RawJSON `json:"documents"`
 	AddSpecialTokens     selection.RawJSON `json:"add_special_tokens"`
+	ToolChoice           selection.RawJSON `json:"tool_choice"`
+	ReasoningEffort      selection.RawJSON `json:"reasoning_effort"`
 }
 
 // chatTokenizeBody is the /tokenize body for a chat request: the model,
@@ -41,12 +52,41 @@ func chatTokenizeBody(o *openAIRequest) []byte {
 		{"messages", o.Messages, ""},
 		{"tools", o.Tools, ""},
 		{"chat_template", o.ChatTemplate, ""},
-		{"chat_template_kwargs", o.ChatTemplateKwargs, ""},
+		{"chat_template_kwargs", templateKwargs(o.ChatTemplateKwargs, o.Documents), ""},
 		{"continue_final_message", o.ContinueFinalMessage, ""},
-		{"documents", o.Documents, ""},
+		{"tool_choice", o.ToolChoice, ""},
+		{"reasoning_effort", o.ReasoningEffort, ""},
 		{"add_generation_prompt", o.AddGenerationPrompt, "true"},
 		{"add_special_tokens", o.AddSpecialTokens, "false"},
 	})
+}
+
+// templateKwargs is the chat_template_kwargs sent to /tokenize: the
+// client's, with the request's documents under "documents" unless the
+// client's kwargs name one themselves (of two equal keys in a JSON
+// object, both engines keep the last, so the client's come after). Kwargs
+// that are not an object are passed as they are, for the engine to refuse
+// as its chat route would.
+func templateKwargs(kwargs, documents selection.RawJSON) selection.RawJSON {
+	docs, kw := bytes.TrimSpace(documents), bytes.TrimSpace(kwargs)
+	if len(docs) == 0 || string(docs) == "null" {
+		return kwargs
+	}
+	if len(kw) == 0 || string(kw) == "null" {
+		kw = []byte("{}")
+	}
+	if kw[0] != '{' || kw[len(kw)-1] != '}' {
+		return kwargs
+	}
+	inner := bytes.TrimSpace(kw[1 : len(kw)-1])
+	out := make([]byte, 0, len(docs)+len(inner)+16)
+	out = append(out, `{"documents":`...)
+	out = append(out, docs...)
+	if len(inner) > 0 {
+		out = append(out, ',')
+		out = append(out, inner...)
+	}
+	return append(out, '}')
 }
 
 // completionTokenizeBody is the /tokenize body for a text prompt, with

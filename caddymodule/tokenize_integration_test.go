@@ -83,9 +83,16 @@ func TestTokenizeBodies(t *testing.T) {
 		{"chat, the client's template fields", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
 			Tools: []byte(`[{"type":"function"}]`), ChatTemplate: []byte(`"{{x}}"`), ChatTemplateKwargs: []byte(`{"enable_thinking":false}`),
 			AddGenerationPrompt: []byte(`false`), ContinueFinalMessage: []byte(`true`), Documents: []byte(`[{"text":"d"}]`),
-			AddSpecialTokens: []byte(`true`)}}, true,
-			`{"model":"m","messages":[],"tools":[{"type":"function"}],"chat_template":"{{x}}","chat_template_kwargs":{"enable_thinking":false},` +
-				`"continue_final_message":true,"documents":[{"text":"d"}],"add_generation_prompt":false,"add_special_tokens":true}`},
+			AddSpecialTokens: []byte(`true`), ToolChoice: []byte(`"auto"`), ReasoningEffort: []byte(`"low"`)}}, true,
+			`{"model":"m","messages":[],"tools":[{"type":"function"}],"chat_template":"{{x}}",` +
+				`"chat_template_kwargs":{"documents":[{"text":"d"}],"enable_thinking":false},` +
+				`"continue_final_message":true,"tool_choice":"auto","reasoning_effort":"low","add_generation_prompt":false,"add_special_tokens":true}`},
+		{"chat, documents without kwargs", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
+			Documents: []byte(`[{"text":"d"}]`)}}, true,
+			`{"model":"m","messages":[],"chat_template_kwargs":{"documents":[{"text":"d"}]},"add_generation_prompt":true,"add_special_tokens":false}`},
+		{"chat, the client's kwargs name documents themselves", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
+			Documents: []byte(`[1]`), ChatTemplateKwargs: []byte(`{"documents":[2]}`)}}, true,
+			`{"model":"m","messages":[],"chat_template_kwargs":{"documents":[1],"documents":[2]},"add_generation_prompt":true,"add_special_tokens":false}`},
 		{"chat, null fields take the defaults", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
 			Tools: []byte(`null`), AddSpecialTokens: []byte(` null `)}}, true,
 			`{"model":"m","messages":[],"add_generation_prompt":true,"add_special_tokens":false}`},

@@ -49,14 +49,25 @@ func chatInputOf(req *apiRequest, onChatRoute bool) (*chatInput, error) {
 	if in.Tools, err = toolsOf(req.Tools, onChatRoute); err != nil {
 		return nil, err
 	}
-	if isSet(req.Documents) {
-		if err := json.Unmarshal(req.Documents, &in.Documents); err != nil {
-			return nil, badRequest("documents must be a list of objects of strings: %v", err)
-		}
+	// The template's variables are vLLM's: documents from the chat
+	// route's documents field (vLLM's /tokenize has no such field and
+	// ignores it), then chat_template_kwargs over them, so a documents
+	// key there wins, on either route.
+	documents := req.Documents
+	if !onChatRoute {
+		documents = nil
 	}
 	if isSet(req.ChatTemplateKwargs) {
 		if err := json.Unmarshal(req.ChatTemplateKwargs, &in.Kwargs); err != nil {
 			return nil, badRequest("chat_template_kwargs must be an object: %v", err)
+		}
+		if d, ok := in.Kwargs["documents"]; ok {
+			documents = d
+		}
+	}
+	if isSet(documents) {
+		if err := json.Unmarshal(documents, &in.Documents); err != nil {
+			return nil, badRequest("documents must be a list of objects of strings: %v", err)
 		}
 	}
 	if req.ChatTemplate != nil {

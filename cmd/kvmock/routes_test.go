@@ -170,7 +170,9 @@ func TestTokenizeFields(t *testing.T) {
 		"tools":                {"messages": msgs, "tools": []json.RawMessage{weatherTool}},
 		"chat_template":        {"messages": msgs, "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
 		"chat_template_kwargs": {"messages": msgs, "chat_template_kwargs": map[string]any{"date_string": "2 Feb 2026"}},
-		"documents":            {"messages": msgs, "documents": []map[string]string{{"title": "Doc", "text": "some text"}}},
+		// vLLM's /tokenize has no documents field; the template reads
+		// chat_template_kwargs, which the chat route merges over them.
+		"documents in kwargs": {"messages": msgs, "chat_template_kwargs": map[string]any{"documents": []map[string]string{{"title": "Doc", "text": "some text"}}}},
 	} {
 		got := tokenizeVia(t, f, 1, body)
 		if slices.Equal(got.Tokens, base.Tokens) {
@@ -180,6 +182,16 @@ func TestTokenizeFields(t *testing.T) {
 		if c.Usage.PromptTokens != got.Count {
 			t.Errorf("%s: chat prefilled %d, /tokenize says %d", name, c.Usage.PromptTokens, got.Count)
 		}
+	}
+	// documents as a field: the chat route renders them, /tokenize ignores
+	// them, as vLLM's does.
+	docs := map[string]any{"messages": msgs, "documents": []map[string]string{{"title": "Doc", "text": "some text"}}}
+	if got := tokenizeVia(t, f, 1, docs); !slices.Equal(got.Tokens, base.Tokens) {
+		t.Error("/tokenize rendered a documents field vLLM's would ignore")
+	}
+	inKwargs := tokenizeVia(t, f, 1, map[string]any{"messages": msgs, "chat_template_kwargs": map[string]any{"documents": docs["documents"]}})
+	if c := completeVia(t, f, 1, "/v1/chat/completions", with(docs, "max_tokens", 1)); c.Usage.PromptTokens != inKwargs.Count {
+		t.Errorf("documents: chat prefilled %d, /tokenize with them in chat_template_kwargs says %d", c.Usage.PromptTokens, inKwargs.Count)
 	}
 	// return_token_strs gives each token's text.
 	strs := tokenizeVia(t, f, 1, map[string]any{"prompt": "hi<|eot_id|>", "return_token_strs": true})

@@ -13,9 +13,13 @@ import (
 // forms, told apart by messages:
 //
 //	{model, prompt, add_special_tokens (default true), return_token_strs}
-//	{model, messages, tools, documents, chat_template, chat_template_kwargs,
+//	{model, messages, tools, chat_template, chat_template_kwargs,
 //	 add_generation_prompt (default true), continue_final_message (default
 //	 false), add_special_tokens (default false), return_token_strs}
+//
+// Like vLLM's, the chat form has no documents field (one sent is ignored);
+// documents reach its template through chat_template_kwargs, as the chat
+// route's documents do.
 //
 // and one answer, {count, max_model_len, tokens, token_strs}. The chat form
 // renders the template exactly as /v1/chat/completions does, so the two
