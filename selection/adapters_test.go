@@ -107,3 +107,40 @@ func TestServedModels(t *testing.T) {
 		t.Fatalf("served models:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// TestAdapterBaseUnderConcurrentWrites: the proxy path's lock-free lookup
+// while workers come, change adapters and go (run with -race).
+func TestAdapterBaseUnderConcurrentWrites(t *testing.T) {
+	r := newTestRouter(t, nil)
+	c := r.Catalog()
+	addWorker(t, r, 1, func(w *WorkerRequest) { w.ModelName, w.LoraAdapters = ptr("m"), []string{"stay"} })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			id := uint64(2 + i%5)
+			if i%3 == 2 {
+				_, _ = c.DeleteWorker(id)
+				continue
+			}
+			_, _ = c.UpsertWorker(&WorkerRequest{WorkerID: ptr(id), Endpoint: ptr("127.0.0.1:9"), BlockSize: ptr(uint32(16)),
+				ModelName: ptr("m"), LoraAdapters: []string{"a", string(rune('b' + i%7))}})
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			if base, ok := c.AdapterBase("stay"); !ok || base != "m" {
+				t.Fatalf("stay resolves to %q, %v", base, ok)
+			}
+			return
+		default:
+		}
+		if base, ok := c.AdapterBase("stay"); !ok || base != "m" {
+			t.Fatalf("stay resolves to %q, %v mid-way", base, ok)
+		}
+		if base, ok := c.AdapterBase("a"); ok && base != "m" {
+			t.Fatalf("a resolves to %q", base)
+		}
+	}
+}
