@@ -38,17 +38,19 @@ bin/kvmock: $(shell find cmd/kvmock indexer selection -name '*.go') go.mod
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # test: gofmt, vet and staticcheck, every package's tests (the Caddy integration
-# tests included), make hostile's attacks on their own (they measure the
-# gateway's RSS and flood it with events: beside the other packages' tests
-# on two cores they would starve them, and their peaks would measure the
-# neighbours), then the race detector over the concurrent packages.
-test: deps build
+# tests included), then the end-to-end packages one at a time (fidelity: the
+# built gateway in front of a faithful kvmock; make hostile's attacks: they
+# measure the gateway's RSS and flood it with events, and beside the other
+# packages' tests on two cores they would starve them and their peaks would
+# measure the neighbours), then the race detector over the concurrent
+# packages.
+test: deps build bin/kvmock
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*')); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /hostile)
-	$(GO) test -count=1 ./hostile/
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/hostile$$\|/fidelity$$')
+	$(GO) test -count=1 -p 1 ./fidelity/ ./hostile/
 	$(GO) test -race -count=1 ./selection/... ./indexer/ ./caddymodule/
 	$(MAKE) fuzz-ci
 

@@ -10,7 +10,9 @@
 package proctest
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -49,7 +51,8 @@ func RepoRoot() (string, error) {
 }
 
 // Binary returns bin/<name>, building ./cmd/<name> once into a temporary
-// directory when bin/<name> is missing.
+// directory when bin/<name> is missing or older than a source file (a test
+// of a stale binary would test code that is no longer there).
 func Binary(name string) (string, error) {
 	builds.mu.Lock()
 	defer builds.mu.Unlock()
@@ -61,7 +64,7 @@ func Binary(name string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(root, "bin", name)
-	if _, err := os.Stat(bin); err != nil {
+	if !newerThanSources(bin, root) {
 		dir, err := os.MkdirTemp("", "proctest-"+name+"-")
 		if err != nil {
 			return "", err
@@ -80,6 +83,36 @@ func Binary(name string) (string, error) {
 	}
 	builds.path[name] = bin
 	return bin, nil
+}
+
+// newerThanSources reports whether bin exists and is newer than every Go
+// source file and go.mod/go.sum of the module at root.
+func newerThanSources(bin, root string) bool {
+	info, err := os.Stat(bin)
+	if err != nil {
+		return false
+	}
+	built := info.ModTime()
+	stale := errors.New("stale")
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (name == "bin" || strings.HasPrefix(name, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if name := d.Name(); !strings.HasSuffix(name, ".go") && name != "go.mod" && name != "go.sum" {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil && fi.ModTime().After(built) {
+			return stale
+		}
+		return nil
+	})
+	return err == nil
 }
 
 // RemoveBuilds removes the binaries Binary built; TestMain calls it after
