@@ -197,10 +197,10 @@ func (g *gateway) waitSchedulable(t *testing.T, n int) {
 
 // answer is one completion through the gateway.
 type answer struct {
-	status  int
-	header  http.Header
-	body    []byte
-	usage   usage
+	status   int
+	header   http.Header
+	body     []byte
+	usage    usage
 	reported bool // the answer carried usage
 }
 
