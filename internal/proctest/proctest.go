@@ -86,7 +86,7 @@ func Binary(name string) (string, error) {
 }
 
 // newerThanSources reports whether bin exists and is newer than every Go
-// source file and go.mod/go.sum of the module at root.
+// non-test source file and go.mod/go.sum of the module at root.
 func newerThanSources(bin, root string) bool {
 	info, err := os.Stat(bin)
 	if err != nil {
@@ -104,8 +104,9 @@ func newerThanSources(bin, root string) bool {
 			}
 			return nil
 		}
-		if name := d.Name(); !strings.HasSuffix(name, ".go") && name != "go.mod" && name != "go.sum" {
-			return nil
+		name := d.Name()
+		if !strings.HasSuffix(name, ".go") && name != "go.mod" && name != "go.sum" || strings.HasSuffix(name, "_test.go") {
+			return nil // tests are not in the binaries
 		}
 		if fi, err := d.Info(); err == nil && fi.ModTime().After(built) {
 			return stale
