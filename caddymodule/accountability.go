@@ -65,6 +65,13 @@ type modelPredictions struct {
 	PromptTokensMismatch uint64 `json:"prompt_tokens_mismatch"`
 	// CachedExact are usages whose cached_tokens equal the prediction.
 	CachedExact uint64 `json:"cached_exact"`
+	// CachedMore are usages whose engine had more cached than predicted:
+	// blocks stored after the selection (a request ahead of it in the
+	// worker's queue prefilled them) or whose events had not arrived yet.
+	CachedMore uint64 `json:"cached_more"`
+	// CachedLess are usages whose engine had less cached than predicted:
+	// blocks evicted after their events were indexed, or a wrong index.
+	CachedLess uint64 `json:"cached_less"`
 	// PredictedCachedTokens and ReportedCachedTokens sum the two sides
 	// over the usages that had cached_tokens.
 	PredictedCachedTokens uint64 `json:"predicted_cached_tokens"`
@@ -147,8 +154,13 @@ func (l *predictionLedger) record(p *prediction, u engineUsage, ok bool, logger 
 		} else {
 			m.PredictedCachedTokens += expected
 			m.ReportedCachedTokens += uint64(max(*reported, 0))
-			if uint64(max(*reported, 0)) == expected {
+			switch got := uint64(max(*reported, 0)); {
+			case got == expected:
 				m.CachedExact++
+			case got > expected:
+				m.CachedMore++
+			default:
+				m.CachedLess++
 			}
 			if n := m.Requests - m.NoCachedTokens; n > 0 {
 				m.Accuracy = float64(m.CachedExact) / float64(n)

@@ -43,7 +43,7 @@ func TestPredictionLedger(t *testing.T) {
 	l.record(&p, usageOf(65, 32), true, logger)
 	got := l.snapshot()["m"]
 	want := modelPredictions{Requests: 5, NoUsage: 1, NoCachedTokens: 1, ReportsCached: true, PromptTokensMismatch: 2,
-		CachedExact: 3, PredictedCachedTokens: 4 * 32, ReportedCachedTokens: 3 * 32, Accuracy: 0.75}
+		CachedExact: 3, CachedLess: 1, PredictedCachedTokens: 4 * 32, ReportedCachedTokens: 3 * 32, Accuracy: 0.75}
 	if got != want {
 		t.Fatalf("counts %+v\nwant   %+v", got, want)
 	}

@@ -306,7 +306,7 @@ func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode 
 	if !ok && !complete {
 		return
 	}
-	p := prediction{model: resp.ModelName, chat: chat, cachedTokens: resp.CachedTokens, blockSize: resp.BlockSize}
+	p := prediction{model: resp.ModelName, chat: chat, cachedTokens: resp.ExpectedCachedTokens, blockSize: resp.BlockSize}
 	if mode == "kv" {
 		p.promptTokens = len(req.TokenIDs)
 	}

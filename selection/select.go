@@ -168,6 +168,10 @@ type selection struct {
 	potDec  uint64
 	explain []Candidate
 	isl     uint64
+	// inflight is how many leading blocks of the prompt bookings in
+	// flight on the rank hold: prompts ahead of this one that the engine
+	// caches by the time it admits this one.
+	inflight uint32
 }
 
 // choice is what choose needs to know of the request besides its prompt:
@@ -299,6 +303,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	sel.cached = s.cachedTokens(sel.tiers, p.blockSize)
 	sel.prefill = effectivePrefill(np.isl, sel.cached)
 	sel.newBlks = nTrack - uint64(w.hits[i])
+	sel.inflight = w.hits[i]
 	sel.potDec = rs.decodeBlocks() + sel.newBlks
 	if c.explain {
 		sel.explain = make([]Candidate, len(w.cands))
@@ -341,6 +346,7 @@ func response(p *partition, sel *selection, id string) *SelectResponse {
 		EffectivePrefillTokens: sel.prefill,
 		PotentialDecodeBlocks:  sel.potDec,
 		CachedTokens:           uint64(sel.tiers.Device) * bs,
+		ExpectedCachedTokens:   uint64(max(sel.tiers.Device, sel.inflight)) * bs,
 		Candidates:             sel.explain,
 		Overlap: Overlap{
 			LongestMatched: uint64(sel.longest) * bs,

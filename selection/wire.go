@@ -209,6 +209,12 @@ type SelectResponse struct {
 	// kept for in-process callers (the proxy's response headers) and never
 	// serialized: Dynamo removed cached_tokens from the wire.
 	CachedTokens uint64 `json:"-"`
+	// ExpectedCachedTokens is what the engine should find cached when it
+	// admits the request: the device-tier hit, or the blocks of the
+	// prompt that requests booked on the rank before it hold, if more
+	// (they are prefilled, and cached, ahead of it). In-process only,
+	// like CachedTokens; the proxy checks it against the engine's usage.
+	ExpectedCachedTokens uint64 `json:"-"`
 	// Candidates is the per-rank breakdown, filled only when asked for
 	// (Explain); never serialized on the selection API.
 	Candidates []Candidate `json:"-"`

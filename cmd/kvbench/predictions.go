@@ -24,6 +24,8 @@ type modelPredictions struct {
 	NoCachedTokens        int64 `json:"no_cached_tokens"`
 	PromptTokensMismatch  int64 `json:"prompt_tokens_mismatch"`
 	CachedExact           int64 `json:"cached_exact"`
+	CachedMore            int64 `json:"cached_more"`
+	CachedLess            int64 `json:"cached_less"`
 	PredictedCachedTokens int64 `json:"predicted_cached_tokens"`
 	ReportedCachedTokens  int64 `json:"reported_cached_tokens"`
 }
@@ -36,6 +38,8 @@ func (p modelPredictions) minus(old modelPredictions) modelPredictions {
 		NoCachedTokens:        p.NoCachedTokens - old.NoCachedTokens,
 		PromptTokensMismatch:  p.PromptTokensMismatch - old.PromptTokensMismatch,
 		CachedExact:           p.CachedExact - old.CachedExact,
+		CachedMore:            p.CachedMore - old.CachedMore,
+		CachedLess:            p.CachedLess - old.CachedLess,
 		PredictedCachedTokens: p.PredictedCachedTokens - old.PredictedCachedTokens,
 		ReportedCachedTokens:  p.ReportedCachedTokens - old.ReportedCachedTokens,
 	}
@@ -48,6 +52,8 @@ func (p *modelPredictions) add(o modelPredictions) {
 	p.NoCachedTokens += o.NoCachedTokens
 	p.PromptTokensMismatch += o.PromptTokensMismatch
 	p.CachedExact += o.CachedExact
+	p.CachedMore += o.CachedMore
+	p.CachedLess += o.CachedLess
 	p.PredictedCachedTokens += o.PredictedCachedTokens
 	p.ReportedCachedTokens += o.ReportedCachedTokens
 }
@@ -178,8 +184,8 @@ func printPredictions(w *predictionWatch, sums []summary) {
 		printed = true
 		fmt.Printf("prediction accuracy (%s): %.3f of %d requests had predicted cached tokens = reported; prompt-token mismatches: %d\n",
 			s.Policy, p.Accuracy, p.Requests-p.NoCachedTokens, p.PromptTokensMismatch)
-		fmt.Printf("%-12s predicted %d cached tokens, reported %d; answers without usage %d, usage without cached tokens %d\n",
-			"", p.PredictedCachedTokens, p.ReportedCachedTokens, p.NoUsage, p.NoCachedTokens)
+		fmt.Printf("%-12s predicted %d cached tokens, reported %d; the engine had more %d times, less %d times; answers without usage %d, usage without cached tokens %d\n",
+			"", p.PredictedCachedTokens, p.ReportedCachedTokens, p.CachedMore, p.CachedLess, p.NoUsage, p.NoCachedTokens)
 	}
 	switch {
 	case w.state != "":
