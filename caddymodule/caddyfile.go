@@ -339,7 +339,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "tokenize_cache":
 			var n int
 			if n, err = parseCount(d); err == nil {
-				h.TokenizeCacheTokens = &n
+				h.TokenizeCache = &n
 			}
 		case "request_usage":
 			h.RequestUsage, err = parseBool(d)

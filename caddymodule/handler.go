@@ -68,12 +68,12 @@ type Handler struct {
 	// included; past it the request is routed by load. Default: 500ms.
 	TokenizeTimeout caddy.Duration `json:"tokenize_timeout,omitempty"`
 
-	// TokenizeCacheTokens bounds the cache of /tokenize answers, in
+	// TokenizeCache bounds the cache of /tokenize answers, in
 	// tokens (4 bytes each): a request whose /tokenize body is the same
 	// as an earlier one's (a retry, n samples sent as n requests, an
 	// unchanged conversation) is not tokenized again. 0 turns it off.
 	// Default: 4194304 (16 MiB).
-	TokenizeCacheTokens *int `json:"tokenize_cache_tokens,omitempty"`
+	TokenizeCache *int `json:"tokenize_cache,omitempty"`
 
 	// RequestUsage asks the worker for usage on a streamed request that
 	// did not (one with stream true and no stream_options): the request
@@ -126,8 +126,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	if h.Tokenize == nil || *h.Tokenize {
 		cacheTokens := 4 << 20
-		if h.TokenizeCacheTokens != nil {
-			cacheTokens = *h.TokenizeCacheTokens
+		if h.TokenizeCache != nil {
+			cacheTokens = *h.TokenizeCache
 		}
 		h.tokenizer = newTokenizer(h.router, timeout, cacheTokens)
 	}
@@ -142,8 +142,8 @@ func (h *Handler) Validate() error {
 	if h.TokenizeTimeout < 0 {
 		return errors.New("tokenize_timeout must not be negative")
 	}
-	if h.TokenizeCacheTokens != nil && *h.TokenizeCacheTokens < 0 {
-		return errors.New("tokenize_cache_tokens must not be negative")
+	if h.TokenizeCache != nil && *h.TokenizeCache < 0 {
+		return errors.New("tokenize_cache must not be negative")
 	}
 	return nil
 }

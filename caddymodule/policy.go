@@ -29,7 +29,9 @@ func init() {
 // dynamic kv_router they always do.
 type Policy struct {
 	// FallbackRaw is the policy for requests without a kv_router decision
-	// (the handler did not run, or no worker could be reserved).
+	// (the handler did not run: not a POST with a body, or another route).
+	// A request the handler saw but could not route is answered by it
+	// (404 or 503), never by the fallback.
 	// Default: least_conn.
 	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
 
