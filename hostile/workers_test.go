@@ -71,7 +71,9 @@ func (w *worker) kill() {
 // gate applies the worker's mode before vLLM's routes.
 func (w *worker) gate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") {
+		// Completions only: the gateway's engine-facts reader asks every
+		// worker GET /v1/models, and that is not a routed request.
+		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/") {
 			w.completions.Add(1)
 		}
 		if w.mode == only503 {
