@@ -12,10 +12,12 @@ import (
 // tokenCache remembers /tokenize answers by the request that produced
 // them, so the same request is not tokenized twice: a client's retry, the
 // n samples of one prompt sent as n requests, an agent that resends its
-// conversation unchanged. The key is the whole /tokenize body (model,
-// messages or prompt, and every template field) and the workers it went
-// to, so an answer is reused only where the engine would give the same
-// tokens again: the same tokenizer, the same template, the same input.
+// conversation unchanged. The key is the partition (model and routing
+// group) and the whole /tokenize body (its model, which names the adapter
+// when the request does, the messages or prompt, and every template
+// field), so an answer is reused only where the engine would give the
+// same tokens again: the same tokenizer, the same template, the same
+// input.
 //
 // A session's next turn is not served from its previous turn's tokens:
 // the gateway cannot know where the engine's template puts the token
@@ -48,8 +50,8 @@ func newTokenCache(maxTokens int) *tokenCache {
 	return &tokenCache{maxTokens: maxTokens, order: list.New(), byKey: map[xxh3.Uint128]*list.Element{}}
 }
 
-// tokenCacheKey hashes what decides a /tokenize answer: the workers asked
-// (their partition and any filter) and the body.
+// tokenCacheKey hashes what decides a /tokenize answer: the partition
+// asked and the body.
 func tokenCacheKey(scope string, body []byte) xxh3.Uint128 {
 	h := xxh3.New()
 	_, _ = h.WriteString(scope)

@@ -180,3 +180,12 @@ func TestLoadOnlyWorkerIsNotCreditedForItsCache(t *testing.T) {
 		t.Fatalf("select after the fix: %+v %v", res, err)
 	}
 }
+
+// An engine block size of 0 is refused: no engine runs with it.
+func TestEngineBlockSizeZeroRefused(t *testing.T) {
+	r := newTestRouter(t, nil)
+	_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("127.0.0.1:9"), EngineBlockSize: ptr(uint32(0))})
+	if StatusOf(err) != 422 {
+		t.Fatalf("engine_block_size 0: %v", err)
+	}
+}

@@ -49,6 +49,11 @@ func (req *WorkerRequest) checkBounds() error {
 	if req.TenantID != nil && len(*req.TenantID) > MaxFieldBytes {
 		return tooLong("tenant_id", len(*req.TenantID), MaxFieldBytes)
 	}
+	// An engine runs with some block size: 0 would make the worker
+	// load-only for nothing, or be taken as its block size.
+	if req.EngineBlockSize != nil && *req.EngineBlockSize == 0 {
+		return errorf(KindUnprocessable, "engine_block_size must be at least 1")
+	}
 	return nil
 }
 

@@ -303,7 +303,9 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	sel.cached = s.cachedTokens(sel.tiers, p.blockSize)
 	sel.prefill = effectivePrefill(np.isl, sel.cached)
 	sel.newBlks = nTrack - uint64(w.hits[i])
-	sel.inflight = w.hits[i]
+	if !rs.loadOnly { // a load-only rank is credited no cache, booked or indexed
+		sel.inflight = w.hits[i]
+	}
 	sel.potDec = rs.decodeBlocks() + sel.newBlks
 	if c.explain {
 		sel.explain = make([]Candidate, len(w.cands))
