@@ -5,12 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,38 +36,15 @@ type gateway struct {
 }
 
 // startGateway starts bin/caddy on fresh loopback ports and waits until
-// it answers; it retries when a port was taken in between.
+// it answers.
 func startGateway(t *testing.T) *gateway {
 	t.Helper()
-	bin, err := proctest.Binary("caddy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for attempt := 1; ; attempt++ {
-		g, err := tryGateway(t, bin)
-		if err == nil {
-			return g
-		}
-		if !errors.Is(err, errPortTaken) || attempt == 4 {
-			t.Fatal(err)
-		}
-	}
-}
-
-var errPortTaken = errors.New("a listener port was taken")
-
-func tryGateway(t *testing.T, bin string) (*gateway, error) {
-	pp, err := proctest.FreePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	g := &gateway{
-		admin: fmt.Sprintf("http://127.0.0.1:%d", pp[0]),
-		proxy: fmt.Sprintf("http://127.0.0.1:%d", pp[1]),
-		api:   fmt.Sprintf("http://127.0.0.1:%d", pp[2]),
-		token: randomToken(),
-	}
-	conf := fmt.Sprintf(`{
+	g := &gateway{token: randomToken()}
+	p, _, err := proctest.StartCaddy(t, 3, func(pp []int) string {
+		g.admin = fmt.Sprintf("http://127.0.0.1:%d", pp[0])
+		g.proxy = fmt.Sprintf("http://127.0.0.1:%d", pp[1])
+		g.api = fmt.Sprintf("http://127.0.0.1:%d", pp[2])
+		return fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
 	auto_https off
@@ -95,33 +70,14 @@ func tryGateway(t *testing.T, bin string) (*gateway, error) {
 	}
 }
 `, pp[0], blockSize, pp[1], pp[2])
-	dir := t.TempDir()
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		return nil, err
-	}
-	g.Process, err = proctest.Start(t, dir, bin, []string{"run", "--config", path, "--adapter", "caddyfile"},
-		[]string{"KVROUTER_WRITE_TOKEN=" + g.token, "HOME=" + dir,
-			"XDG_DATA_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")})
+	}, []string{"KVROUTER_WRITE_TOKEN=" + g.token}, func([]int) bool {
+		return status(g.api+"/health") == http.StatusOK && status(g.admin+"/kv_router/stats") == http.StatusOK
+	})
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		select {
-		case <-g.Exited():
-			if strings.Contains(g.Log(), "address already in use") {
-				return nil, errPortTaken
-			}
-			return nil, fmt.Errorf("the gateway exited at start (%v):\n%s", g.ExitErr(), g.LogTail(30))
-		case <-time.After(50 * time.Millisecond):
-		}
-		if status(g.api+"/health") == http.StatusOK && status(g.admin+"/kv_router/stats") == http.StatusOK {
-			return g, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the gateway did not answer within 30s:\n%s", g.LogTail(30))
-		}
-	}
+	g.Process = p
+	return g
 }
 
 // status is the status of GET url, or 0 when it cannot be had.

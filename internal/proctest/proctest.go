@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -253,4 +254,63 @@ func (p *Process) ExitReason() string {
 		}
 	}
 	return fmt.Sprint(p.exitErr)
+}
+
+// ErrPortTaken is a Caddy that could not bind a port FreePorts chose:
+// another process took it in between.
+var ErrPortTaken = errors.New("a listener port was taken")
+
+// StartCaddy starts bin/caddy with the Caddyfile caddyfile(ports) on n
+// fresh loopback ports, with env added to the environment, and waits up to
+// 30 s until ready(ports) is true. Caddy's data and config directories go
+// to a temporary directory of t's, not the user's home. When a port was
+// taken in between it starts again on new ports, up to four times. The
+// process is stopped by t's cleanup.
+func StartCaddy(t testing.TB, n int, caddyfile func(ports []int) string, env []string, ready func(ports []int) bool) (*Process, []int, error) {
+	bin, err := Binary("caddy")
+	if err != nil {
+		return nil, nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		p, ports, err := tryCaddy(t, bin, n, caddyfile, env, ready)
+		if err == nil || !errors.Is(err, ErrPortTaken) || attempt == 4 {
+			return p, ports, err
+		}
+	}
+}
+
+func tryCaddy(t testing.TB, bin string, n int, caddyfile func([]int) string, env []string, ready func([]int) bool) (*Process, []int, error) {
+	ports, err := FreePorts(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(conf, []byte(caddyfile(ports)), 0o600); err != nil {
+		return nil, nil, err
+	}
+	env = append(slices.Clone(env), "HOME="+dir,
+		"XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+	p, err := Start(t, dir, bin, []string{"run", "--config", conf, "--adapter", "caddyfile"}, env)
+	if err != nil {
+		return nil, nil, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		select {
+		case <-p.Exited():
+			log := p.LogTail(30)
+			if strings.Contains(log, "address already in use") {
+				return nil, nil, ErrPortTaken
+			}
+			return nil, nil, fmt.Errorf("caddy exited at start (%v):\n%s", p.ExitErr(), log)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if ready(ports) {
+			return p, ports, nil
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			return nil, nil, fmt.Errorf("caddy did not answer within 30s:\n%s", p.LogTail(30))
+		}
+	}
 }
