@@ -17,6 +17,12 @@
 //	                     sessions (--chat-share) talk chat with tools, and
 //	                     --predictions reports the gateway's prediction
 //	                     accuracy per policy
+//	kvbench replay       replay a request trace (Mooncake JSON Lines:
+//	                     arrival times, lengths, 512-token block ids)
+//	                     open loop through one gateway or several
+//	                     (--compare) and report what run reports plus
+//	                     the hit ratio as a share of two ceilings the
+//	                     trace allows (replay.go, trace.go)
 //	kvbench stats        read a gateway's selection latency histogram and
 //	                     KV-event counters (and a kvmock fleet's): wait
 //	                     until every worker is followed, record them before
@@ -51,8 +57,15 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "replay" {
+		if err := runReplay(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "kvbench replay:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "select" && os.Args[1] != "completions" {
-		fmt.Fprintln(os.Stderr, "usage: kvbench select|completions|sink|run|stats [flags]   (see kvbench run -h)")
+		fmt.Fprintln(os.Stderr, "usage: kvbench select|completions|sink|run|replay|stats [flags]   (see kvbench run -h, kvbench replay -h)")
 		os.Exit(2)
 	}
 	mode := os.Args[1]
