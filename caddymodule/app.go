@@ -190,6 +190,10 @@ type App struct {
 	// this level.
 	EngineFactsConfig
 
+	// DiscoveryConfig is how workers are found through DNS
+	// (discover.go); its field sits at this level.
+	DiscoveryConfig
+
 	// Workers are the workers declared in the config. They are upserted into
 	// the catalog on every config load, replacing any change made through
 	// the selection API, and a worker removed from this list is deleted on
@@ -202,6 +206,7 @@ type App struct {
 	loaded   bool             // routers holds one reference for this App
 	logger   *zap.Logger
 	facts    *engineReader // reads the engines from Start to Stop; nil when off
+	discover *discoverer   // follows the discovered names from Start to Stop
 }
 
 // CaddyModule returns the Caddy module information.
@@ -217,6 +222,9 @@ func (App) CaddyModule() caddy.ModuleInfo {
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	if err := a.EngineFactsConfig.validate(); err != nil {
+		return err
+	}
+	if err := a.DiscoveryConfig.validate(); err != nil {
 		return err
 	}
 	cfg, workers, err := a.build()
@@ -264,11 +272,13 @@ func (a *App) Validate() error {
 // provision leaves the running settings alone. The few settings that
 // shape what the router and its listeners built at start keep their
 // running values until Caddy restarts, and the log names them. A config
-// that starts reads its workers' engines until it stops (enginefacts.go).
+// that starts reads its workers' engines until it stops (enginefacts.go),
+// and follows its discovered names (discover.go).
 func (a *App) Start() (err error) {
 	defer func() {
 		if err == nil {
 			a.facts = a.EngineFactsConfig.start(a.state.router.Catalog(), a.logger.Named("engine_facts"))
+			a.discover = a.DiscoveryConfig.start(a.state.router.Catalog(), a.BlockSize, a.logger.Named("discovery"))
 		}
 	}()
 	running := a.state.router.Config()
@@ -294,10 +304,13 @@ func (a *App) Start() (err error) {
 }
 
 // Stop implements caddy.App. The router outlives the config (see
-// Cleanup); only this config's reading of the engines stops.
+// Cleanup); only this config's reading of the engines and its DNS
+// discovery stop (the discovered workers stay, for the next config).
 func (a *App) Stop() error {
 	a.facts.stop()
 	a.facts = nil
+	a.discover.stop()
+	a.discover = nil
 	return nil
 }
 

@@ -84,6 +84,10 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		engine_facts_interval <duration>
 //		engine_facts_timeout <duration>
 //
+//		discover dns <name> {
+//			(docs/discovery.md; DiscoveryConfig.unmarshalCaddyfile)
+//		}
+//
 //		worker <id> {
 //			endpoint <host:port>
 //			model_name <name>
@@ -197,7 +201,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			var handled bool
 			if handled, err = a.Limits.unmarshalCaddyfile(d); !handled {
 				if handled, err = a.EngineFactsConfig.unmarshalCaddyfile(d); !handled {
-					return d.Errf("unrecognized subdirective %s", name)
+					if handled, err = a.DiscoveryConfig.unmarshalCaddyfile(d); !handled {
+						return d.Errf("unrecognized subdirective %s", name)
+					}
 				}
 			}
 		}

@@ -94,7 +94,7 @@ func registeredCollectors() []prometheus.Collector {
 	return []prometheus.Collector{eventCollector{}, requestsTotal, selectionSeconds,
 		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
 		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
-		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal, engineFactsCollector{}}
+		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal, engineFactsCollector{}, discoveryCollector{}}
 }
 
 // Proxy-path metrics: package-level, so they carry on across reloads. The

@@ -1,0 +1,311 @@
+package caddymodule
+
+import (
+	"context"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// removeAfterMisses is how many answers in a row must lack a worker's
+// record before the worker is deleted: two, so that one answer that
+// missed a server (a pod briefly unready, a partial answer) does not
+// drop its cache and bookings. A worker leaves between one and two
+// refreshes after its record did; a failed resolution counts for nothing.
+const removeAfterMisses = 2
+
+// discoverer follows a config's discovered names from App.Start to Stop:
+// one goroutine per name resolves it every refresh and brings the
+// catalog in line with the answer, through the catalog's usual writes
+// (its bounds and the self-endpoint check apply).
+type discoverer struct {
+	catalog   *selection.Catalog
+	ledger    *discoveryLedger
+	blockSize uint32 // the app's block_size, the default of the workers' own
+	log       *zap.Logger
+	watches   []*nameWatch
+	ctx       context.Context // the goroutines' and their lookups', ended by stop
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// nameWatch is one name. Apart from its settings and resolver, its fields
+// belong to its goroutine.
+type nameWatch struct {
+	dnsSettings
+	resolver *net.Resolver
+	failing  bool              // the last resolution failed (and was logged)
+	emptied  bool              // the last answer had no records (and was logged)
+	over     bool              // the last answer was past max_workers (and was logged)
+	warned   map[uint64]string // per worker id, the skip last logged, so each is logged once
+}
+
+// start starts following the names. It always joins the catalog's ledger,
+// even with no name to follow, so that the workers of names an earlier
+// config followed and this one does not are deleted, as a worker removed
+// from the Caddyfile is; nil only without a catalog.
+func (c *DiscoveryConfig) start(catalog *selection.Catalog, blockSize uint32, logger *zap.Logger) *discoverer {
+	d := c.join(catalog, blockSize, logger)
+	if d != nil {
+		for _, w := range d.watches {
+			d.wg.Go(func() { d.follow(d.ctx, w) })
+		}
+	}
+	return d
+}
+
+// join makes the config's discoverer, the catalog's writer from now on,
+// and deletes the workers of names it does not follow; its goroutines
+// are not started (tests drive its refreshes themselves).
+func (c *DiscoveryConfig) join(catalog *selection.Catalog, blockSize uint32, logger *zap.Logger) *discoverer {
+	if catalog == nil {
+		return nil
+	}
+	settings, err := c.settings()
+	if err != nil {
+		logger.Error("DNS discovery not started", zap.Error(err)) // Provision refuses such a config
+		return nil
+	}
+	d := &discoverer{catalog: catalog, ledger: ledgerFor(catalog), blockSize: blockSize, log: logger}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	for _, s := range settings {
+		d.watches = append(d.watches, &nameWatch{dnsSettings: s, resolver: newResolver(s.resolver), warned: map[uint64]string{}})
+	}
+	d.ledger.mu.Lock()
+	d.ledger.running = append(d.ledger.running, d)
+	d.sweepLocked()
+	d.ledger.recount()
+	d.ledger.mu.Unlock()
+	return d
+}
+
+// stop stops the goroutines, their lookups cancelled, and waits for them.
+// The workers stay: the next config takes them over, or deletes them if
+// it follows their names no more.
+func (d *discoverer) stop() {
+	if d == nil {
+		return
+	}
+	d.cancel()
+	d.wg.Wait()
+	d.ledger.leave(d)
+}
+
+// follow resolves w's name now and every refresh until ctx ends.
+func (d *discoverer) follow(ctx context.Context, w *nameWatch) {
+	t := time.NewTicker(w.refresh)
+	defer t.Stop()
+	for {
+		d.refresh(ctx, w)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh resolves w's name once and applies the answer. A config that is
+// not the writer (an older one during a reload) does not even resolve.
+func (d *discoverer) refresh(ctx context.Context, w *nameWatch) {
+	d.ledger.mu.Lock()
+	writing := d.ledger.writer() == d
+	known := d.ledger.known(w.key)
+	d.ledger.mu.Unlock()
+	if !writing {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, min(w.refresh, resolveTimeout))
+	ans, err := w.resolve(rctx, w.resolver, known)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		w.failed(d.log, err, len(known.endpoints))
+		return
+	}
+	w.answered(d.log, &ans)
+	d.apply(ctx, w, &ans)
+}
+
+// apply brings w's workers in line with an answer: a new server is added,
+// a changed one updated, and one the answers have lacked
+// removeAfterMisses times in a row deleted.
+func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
+	l := d.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.writer() != d {
+		return
+	}
+	defer l.recount()
+	holders := map[string]uint64{} // endpoint → the id of the catalog worker there
+	for _, rec := range d.catalog.ListWorkers("", "") {
+		if ep := recordEndpoint(&rec); ep != "" {
+			holders[ep] = rec.WorkerID
+		}
+	}
+	want := make(map[uint64]bool, len(ans.specs))
+	for i := range ans.specs {
+		if ctx.Err() != nil {
+			return // stopping: the next config carries on from here
+		}
+		spec := &ans.specs[i]
+		id := discoveredID(w.key, spec.endpoint())
+		want[id] = true
+		d.ensureLocked(w, id, spec, holders)
+	}
+	for _, id := range slices.Sorted(maps.Keys(l.owned)) {
+		o := l.owned[id]
+		if o.name != w.key || want[id] {
+			continue
+		}
+		if o.misses++; o.misses >= removeAfterMisses {
+			d.removeLocked(id, o, "its record went away")
+		}
+	}
+	maps.DeleteFunc(w.warned, func(id uint64, _ string) bool { return !want[id] })
+}
+
+// ensureLocked makes the catalog hold spec as worker id, unless the id or
+// the endpoint belongs to a worker discovery did not create.
+func (d *discoverer) ensureLocked(w *nameWatch, id uint64, spec *workerSpec, holders map[string]uint64) {
+	l := d.ledger
+	o := l.owned[id]
+	rec, exists := d.catalog.Worker(id)
+	if o != nil && exists && recordEndpoint(&rec) != o.spec.endpoint() {
+		// Registered again through the API as another server: no longer
+		// discovery's.
+		delete(l.owned, id)
+		o = nil
+	}
+	switch holder, held := holders[spec.endpoint()]; {
+	case o != nil && o.name != w.key:
+		d.skip(w, id, spec, "taken", "a worker of another discovered name has the id this server would get")
+		return
+	case o == nil && exists:
+		d.skip(w, id, spec, "taken", "a worker discovery did not create has the id this server would get")
+		return
+	case held && holder != id:
+		d.skip(w, id, spec, "taken", "another worker has this server's endpoint")
+		return
+	}
+	if o != nil {
+		o.misses = 0
+		if exists && o.spec == *spec {
+			delete(w.warned, id)
+			return
+		}
+	}
+	if _, err := d.catalog.UpsertWorker(spec.request(id, d.blockSize)); err != nil {
+		if !exists {
+			delete(l.owned, id)
+		}
+		d.skip(w, id, spec, "refused", "the catalog refused a discovered worker: "+err.Error())
+		return
+	}
+	change := "added"
+	if exists {
+		change = "updated"
+	}
+	l.owned[id] = &ownedWorker{name: w.key, spec: *spec}
+	delete(w.warned, id)
+	discoveryChanges.WithLabelValues(w.key, change).Inc()
+	d.log.Info("discovered worker "+change, zap.String("name", w.name), zap.Uint64("worker_id", id),
+		zap.String("endpoint", spec.endpoint()), zap.Uint16("kv_events_port", spec.eventsPort),
+		zap.Uint16("replay_port", spec.replayPort))
+}
+
+// skip counts a server that did not become a worker and logs why, once
+// while the reason lasts.
+func (d *discoverer) skip(w *nameWatch, id uint64, spec *workerSpec, reason, msg string) {
+	discoverySkipped.WithLabelValues(w.key, reason).Inc()
+	if w.warned[id] == msg {
+		return
+	}
+	w.warned[id] = msg
+	d.log.Warn(msg, zap.String("name", w.name), zap.Uint64("worker_id", id), zap.String("endpoint", spec.endpoint()))
+}
+
+// removeLocked forgets an owned worker and deletes it from the catalog,
+// unless it is gone already or was registered again as another server.
+func (d *discoverer) removeLocked(id uint64, o *ownedWorker, why string) {
+	delete(d.ledger.owned, id)
+	rec, exists := d.catalog.Worker(id)
+	if !exists || recordEndpoint(&rec) != o.spec.endpoint() {
+		return
+	}
+	if _, err := d.catalog.DeleteWorker(id); err != nil {
+		return // deleted meanwhile through the API
+	}
+	discoveryChanges.WithLabelValues(o.name, "removed").Inc()
+	d.log.Info("discovered worker removed", zap.String("name", o.name), zap.Uint64("worker_id", id),
+		zap.String("endpoint", o.spec.endpoint()), zap.String("reason", why))
+}
+
+// sweepLocked deletes the workers of names this config does not follow.
+func (d *discoverer) sweepLocked() {
+	follows := map[string]bool{}
+	for _, w := range d.watches {
+		follows[w.key] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(d.ledger.owned)) {
+		if o := d.ledger.owned[id]; !follows[o.name] {
+			d.removeLocked(id, o, "the config no longer follows its name")
+		}
+	}
+}
+
+// recordEndpoint is a record's endpoint as host:port, or "".
+func recordEndpoint(rec *selection.WorkerRecord) string {
+	if rec.Endpoint == nil {
+		return ""
+	}
+	return selection.HostPort(*rec.Endpoint)
+}
+
+// failed counts a resolution that had no answer; the workers stay as they
+// are. The first failure in a row is a warning.
+func (w *nameWatch) failed(log *zap.Logger, err error, held int) {
+	discoveryResolutions.WithLabelValues(w.key, "failed").Inc()
+	if w.failing {
+		log.Debug("DNS discovery: the name still cannot be resolved", zap.String("name", w.name), zap.Error(err))
+		return
+	}
+	w.failing = true
+	log.Warn("DNS discovery: the name cannot be resolved; its workers stay as they are",
+		zap.String("name", w.name), zap.Error(err), zap.Int("workers", held))
+}
+
+// answered counts an answer and logs what changed in how the name
+// answers: resolving again, no records, more servers than max_workers.
+func (w *nameWatch) answered(log *zap.Logger, ans *answer) {
+	outcome := "ok"
+	if ans.empty {
+		outcome = "empty"
+	}
+	discoveryResolutions.WithLabelValues(w.key, outcome).Inc()
+	if w.failing {
+		w.failing = false
+		log.Info("DNS discovery: the name resolves again", zap.String("name", w.name))
+	}
+	if ans.empty && !w.emptied {
+		log.Info("DNS discovery: the name has no records; its workers leave", zap.String("name", w.name))
+	}
+	w.emptied = ans.empty
+	if ans.dropped > 0 {
+		discoverySkipped.WithLabelValues(w.key, "over_max_workers").Add(float64(ans.dropped))
+		if !w.over {
+			log.Warn("DNS discovery: the name has more servers than its max_workers; the rest are left out",
+				zap.String("name", w.name), zap.Int("max_workers", w.maxWorkers), zap.Int("left_out", ans.dropped))
+		}
+	}
+	w.over = ans.dropped > 0
+}

@@ -1,0 +1,121 @@
+package caddymodule
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// A ledger per catalog remembers the workers discovery created in it and
+// which config's discoverer may write. It is kept apart from the configs
+// because the catalog outlives them: a reload hands the running router to
+// the next config, whose discoverer must know which workers are its own to
+// update or delete (and which it must never touch: those declared in the
+// Caddyfile or registered through the API). During a reload the new
+// config starts before the old one stops; the newest running discoverer
+// alone writes, and if the new config fails to start, the old one writes
+// again.
+var discoveryLedgers = struct {
+	mu sync.Mutex
+	// The key is weak so that a closed router's ledger goes with it.
+	m map[weak.Pointer[selection.Catalog]]*discoveryLedger
+}{m: map[weak.Pointer[selection.Catalog]]*discoveryLedger{}}
+
+// discoveryLedger is one catalog's.
+type discoveryLedger struct {
+	mu      sync.Mutex
+	owned   map[uint64]*ownedWorker // the workers discovery created, by id
+	running []*discoverer           // started and not stopped, oldest first: the last one writes
+	// counts are the workers per name, for the gauge: a copy replaced
+	// after each change, so a scrape never waits for a refresh's writes.
+	counts atomic.Pointer[map[string]int]
+}
+
+// ownedWorker is a worker discovery created.
+type ownedWorker struct {
+	name   string     // the canonical name it was found under
+	spec   workerSpec // what was last written
+	misses int        // answers in a row without its record
+}
+
+// ledgerFor returns catalog's ledger, made on first use.
+func ledgerFor(catalog *selection.Catalog) *discoveryLedger {
+	discoveryLedgers.mu.Lock()
+	defer discoveryLedgers.mu.Unlock()
+	maps.DeleteFunc(discoveryLedgers.m, func(k weak.Pointer[selection.Catalog], _ *discoveryLedger) bool {
+		return k.Value() == nil
+	})
+	key := weak.Make(catalog)
+	l := discoveryLedgers.m[key]
+	if l == nil {
+		l = &discoveryLedger{owned: map[uint64]*ownedWorker{}}
+		discoveryLedgers.m[key] = l
+	}
+	return l
+}
+
+// writer is the discoverer that may write; nil when none runs. Under mu.
+func (l *discoveryLedger) writer() *discoverer {
+	if len(l.running) == 0 {
+		return nil
+	}
+	return l.running[len(l.running)-1]
+}
+
+// leave takes d out of the running discoverers; the one before it, if
+// any, writes again.
+func (l *discoveryLedger) leave(d *discoverer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.running = slices.DeleteFunc(l.running, func(r *discoverer) bool { return r == d })
+	l.recount()
+}
+
+// known returns what name holds. Under mu.
+func (l *discoveryLedger) known(name string) knownServers {
+	k := knownServers{endpoints: map[string]bool{}, targets: map[string]bool{}}
+	for _, o := range l.owned {
+		if o.name == name {
+			k.endpoints[o.spec.endpoint()] = true
+			if o.spec.target != "" {
+				k.targets[o.spec.target] = true
+			}
+		}
+	}
+	return k
+}
+
+// recount publishes the workers per name for the gauge, 0 for a name
+// the writer follows that has none. Under mu.
+func (l *discoveryLedger) recount() {
+	counts := map[string]int{}
+	if w := l.writer(); w != nil {
+		for _, watch := range w.watches {
+			counts[watch.key] = 0
+		}
+	}
+	for _, o := range l.owned {
+		counts[o.name]++
+	}
+	l.counts.Store(&counts)
+}
+
+// discoveredCounts sums the workers per name over the live ledgers.
+func discoveredCounts() map[string]int {
+	discoveryLedgers.mu.Lock()
+	ledgers := slices.Collect(maps.Values(discoveryLedgers.m))
+	discoveryLedgers.mu.Unlock()
+	out := map[string]int{}
+	for _, l := range ledgers {
+		if c := l.counts.Load(); c != nil {
+			for name, n := range *c {
+				out[name] += n
+			}
+		}
+	}
+	return out
+}

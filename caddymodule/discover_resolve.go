@@ -1,0 +1,276 @@
+package caddymodule
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Resolution bounds.
+const (
+	// resolveTimeout bounds one resolution, all its queries together (a
+	// refresh shorter than it bounds it instead), so that a resolver that
+	// does not answer delays nothing but the next refresh.
+	resolveTimeout = 5 * time.Second
+	// targetLookups bounds the SRV targets looked up at once.
+	targetLookups = 8
+)
+
+// newResolver is Go's resolver, asking server (host:port) when set and
+// the name servers of /etc/resolv.conf otherwise. Go's own resolver rather
+// than the C library's: its errors say whether a name has no records, and
+// its lookups can be cancelled. It ends a query's read only at the query's
+// deadline, though, even once the lookup is cancelled; so each connection
+// is closed when its query's context ends, and a stopping app leaves no
+// query behind.
+func newResolver(server string) *net.Resolver {
+	var d net.Dialer
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+		if server != "" {
+			address = server
+		}
+		c, err := d.DialContext(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		// The resolver closes the connection after its query too; the
+		// second Close is harmless.
+		context.AfterFunc(ctx, func() { _ = c.Close() })
+		return c, nil
+	}}
+}
+
+// answer is one resolution of a name.
+type answer struct {
+	specs   []workerSpec
+	dropped int  // servers past max_workers, left out
+	empty   bool // the name has no records (NXDOMAIN, or no data)
+}
+
+// isNotFound reports a DNS answer that the name has no such records,
+// which is an answer (no workers), not a failure.
+func isNotFound(err error) bool {
+	var de *net.DNSError
+	return errors.As(err, &de) && de.IsNotFound
+}
+
+// knownServers are what a name holds: its workers' endpoints and, for
+// SRV records, their targets. A name past its bound keeps them first.
+type knownServers struct {
+	endpoints map[string]bool
+	targets   map[string]bool
+}
+
+// resolve reads the name's records as servers, at most maxWorkers of them:
+// first those known, then the others in address order, so that a name
+// past its bound keeps what it has and the same answer always gives the
+// same servers. An error means the answer could not be had (the resolver
+// failed or timed out).
+func (s *dnsSettings) resolve(ctx context.Context, r *net.Resolver, known knownServers) (answer, error) {
+	var specs []workerSpec
+	var dropped int
+	var err error
+	if s.recordType == recordSRV {
+		specs, dropped, err = s.resolveSRV(ctx, r, known)
+	} else {
+		specs, err = s.resolveAddrs(ctx, r)
+	}
+	if isNotFound(err) {
+		return answer{empty: true}, nil
+	}
+	if err != nil {
+		return answer{}, err
+	}
+	slices.SortFunc(specs, func(a, b workerSpec) int {
+		ka, kb := known.endpoints[a.endpoint()], known.endpoints[b.endpoint()]
+		if ka != kb {
+			if ka {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(a.ip.Compare(b.ip), cmp.Compare(a.httpPort, b.httpPort))
+	})
+	specs = slices.CompactFunc(specs, func(a, b workerSpec) bool { return a.endpoint() == b.endpoint() })
+	if len(specs) > s.maxWorkers {
+		dropped += len(specs) - s.maxWorkers
+		specs = specs[:s.maxWorkers]
+	}
+	return answer{specs: specs, dropped: dropped, empty: len(specs) == 0 && dropped == 0}, nil
+}
+
+// resolveAddrs reads A or AAAA records: a server per address, on the
+// configured ports.
+func (s *dnsSettings) resolveAddrs(ctx context.Context, r *net.Resolver) ([]workerSpec, error) {
+	network := "ip4"
+	if s.recordType == recordAAAA {
+		network = "ip6"
+	}
+	ips, err := r.LookupNetIP(ctx, network, s.name)
+	if err != nil {
+		return nil, err
+	}
+	specs := make([]workerSpec, 0, len(ips))
+	for _, ip := range ips {
+		spec := s.spec(ip.Unmap(), s.httpPort, "")
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+// spec is a server of this name at ip:httpPort, with the configured
+// event and replay ports.
+func (s *dnsSettings) spec(ip netip.Addr, httpPort uint16, target string) workerSpec {
+	return workerSpec{ip: ip, httpPort: httpPort, eventsPort: s.eventsPort, replayPort: s.replayPort, target: target,
+		model: s.model, group: s.group, blockSize: s.blockSize, dpSize: s.dpSize}
+}
+
+// srvRecord is one SRV record that names a server.
+type srvRecord struct {
+	target string // canonicalName of the record's target
+	port   uint16
+}
+
+// resolveSRV reads SRV records: a server per record, at its target's IPv4
+// addresses and its port, with the event and replay ports of the sibling
+// names when configured. Priorities and weights are ignored: every record
+// is a worker. At most maxWorkers records are followed to their targets,
+// those whose target the name holds first; it returns how many were not.
+func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, known knownServers) ([]workerSpec, int, error) {
+	recs, err := lookupSRV(ctx, r, s.name)
+	if err != nil {
+		return nil, 0, err
+	}
+	dropped := 0
+	if len(recs) > s.maxWorkers {
+		slices.SortStableFunc(recs, func(a, b srvRecord) int {
+			ka, kb := known.targets[a.target], known.targets[b.target]
+			switch {
+			case ka && !kb:
+				return -1
+			case kb && !ka:
+				return 1
+			}
+			return 0
+		})
+		dropped, recs = len(recs)-s.maxWorkers, recs[:s.maxWorkers]
+	}
+	var events, replay map[string]uint16
+	if s.eventsSRV != "" {
+		if events, err = siblingPorts(ctx, r, s.eventsSRV); err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", s.eventsSRV, err)
+		}
+	}
+	if s.replaySRV != "" {
+		if replay, err = siblingPorts(ctx, r, s.replaySRV); err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", s.replaySRV, err)
+		}
+	}
+	addrs, err := lookupTargets(ctx, r, recs)
+	if err != nil {
+		return nil, 0, err
+	}
+	var specs []workerSpec
+	for i, rec := range recs {
+		for _, ip := range addrs[i] {
+			spec := s.spec(ip, rec.port, rec.target)
+			if events != nil {
+				spec.eventsPort = events[rec.target]
+				if int(spec.eventsPort)+int(s.dpSize)-1 > 65535 {
+					spec.eventsPort = 0
+				}
+			}
+			if replay != nil {
+				spec.replayPort = replay[rec.target]
+			}
+			specs = append(specs, spec)
+		}
+	}
+	return specs, dropped, nil
+}
+
+// lookupSRV reads a name's SRV records, without repeats, in (target, port)
+// order, leaving out those that name no server (target ".", port 0).
+func lookupSRV(ctx context.Context, r *net.Resolver, name string) ([]srvRecord, error) {
+	_, srvs, err := r.LookupSRV(ctx, "", "", name)
+	if err != nil && len(srvs) == 0 {
+		return nil, err
+	}
+	// An error with records: Go left out the records whose target is not
+	// a valid name, and those kept are usable.
+	recs := make([]srvRecord, 0, len(srvs))
+	for _, srv := range srvs {
+		target := canonicalName(srv.Target)
+		if target == "" || srv.Port == 0 {
+			continue
+		}
+		recs = append(recs, srvRecord{target: target, port: srv.Port})
+	}
+	slices.SortFunc(recs, func(a, b srvRecord) int {
+		return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.port, b.port))
+	})
+	return slices.Compact(recs), nil
+}
+
+// siblingPorts reads a sibling SRV name as target → port; a name without
+// records gives none.
+func siblingPorts(ctx context.Context, r *net.Resolver, name string) (map[string]uint16, error) {
+	recs, err := lookupSRV(ctx, r, name)
+	if isNotFound(err) {
+		return map[string]uint16{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint16, len(recs))
+	for _, rec := range recs {
+		if _, dup := out[rec.target]; !dup { // the lowest port of a target listed twice
+			out[rec.target] = rec.port
+		}
+	}
+	return out, nil
+}
+
+// lookupTargets finds the IPv4 addresses of the records' targets, a few at
+// once. A target without an address gives none; any other failure fails
+// the whole resolution, which then keeps the workers as they are.
+func lookupTargets(ctx context.Context, r *net.Resolver, recs []srvRecord) ([][]netip.Addr, error) {
+	addrs := make([][]netip.Addr, len(recs))
+	errs := make([]error, len(recs))
+	byTarget := map[string]int{} // the first record of each target: its lookup serves the others
+	sem := make(chan struct{}, targetLookups)
+	var wg sync.WaitGroup
+	for i, rec := range recs {
+		if _, dup := byTarget[rec.target]; dup {
+			continue
+		}
+		byTarget[rec.target] = i
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ips, err := r.LookupNetIP(ctx, "ip4", rec.target+".")
+			if isNotFound(err) {
+				err = nil
+			}
+			for j := range ips {
+				ips[j] = ips[j].Unmap()
+			}
+			addrs[i], errs[i] = ips, err
+		})
+	}
+	wg.Wait()
+	for i, rec := range recs {
+		first := byTarget[rec.target]
+		if errs[first] != nil {
+			return nil, fmt.Errorf("%s: %w", rec.target, errs[first])
+		}
+		addrs[i] = addrs[first]
+	}
+	return addrs, nil
+}

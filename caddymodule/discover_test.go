@@ -1,0 +1,465 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// The discoverer against a DNS server started by the test (testDNS), in a
+// router of its own. The tests drive the refreshes themselves
+// (refreshAll), so that what one refresh does is checked without timing;
+// TestDiscoveryStopsWithItsLookupInFlight runs the goroutines.
+
+// discoveryRouter is a router in approximate mode with a default block
+// size, so that a discovered worker is schedulable as soon as it is added.
+func discoveryRouter(t *testing.T, opts ...selection.Option) *selection.Router {
+	t.Helper()
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents = false
+	cfg.DefaultBlockSize = 16
+	r, err := selection.NewRouter(cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// joinDiscovery joins a discoverer for entries, each asking srv, with
+// its goroutines not started; it stops with the test.
+func joinDiscovery(t *testing.T, r *selection.Router, srv *testDNS, log *zap.Logger, entries ...DNSDiscovery) *discoverer {
+	t.Helper()
+	for i := range entries {
+		entries[i].Resolver = srv.addr
+	}
+	cfg := &DiscoveryConfig{Discover: entries}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	d := cfg.join(r.Catalog(), 0, log)
+	t.Cleanup(d.stop)
+	return d
+}
+
+// refreshAll resolves every name once and applies the answers.
+func (d *discoverer) refreshAll() {
+	for _, w := range d.watches {
+		d.refresh(d.ctx, w)
+	}
+}
+
+// workersByEndpoint is the catalog by endpoint.
+func workersByEndpoint(r *selection.Router) map[string]selection.WorkerRecord {
+	out := map[string]selection.WorkerRecord{}
+	for _, rec := range r.Catalog().ListWorkers("", "") {
+		out[recordEndpoint(&rec)] = rec
+	}
+	return out
+}
+
+// wantEndpoints fails unless the catalog's endpoints are want.
+func wantEndpoints(t *testing.T, r *selection.Router, step string, want ...string) {
+	t.Helper()
+	got := slices.Sorted(maps.Keys(workersByEndpoint(r)))
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: workers at %v, want %v", step, got, want)
+	}
+}
+
+// strp is the value of an optional string, "<nil>" when absent.
+func strp(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
+}
+
+// TestDiscoveryFollowsARecords: each A record becomes a worker on vLLM's
+// ports, with a stable id; a new record joins at the next refresh, one
+// that went away leaves at the second answer without it (one answer
+// without it is not enough, and a record back in time keeps its worker).
+func TestDiscoveryFollowsARecords(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const name = "pool.a.kvrouter.test."
+	key := canonicalName(name)
+	added0, removed0 := testCounter(discoveryChanges.WithLabelValues(key, "added")), testCounter(discoveryChanges.WithLabelValues(key, "removed"))
+	srv.setA(name, "10.1.0.1", "10.1.0.2")
+	d := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name})
+	d.refreshAll()
+	wantEndpoints(t, r, "first answer", "10.1.0.1:8000", "10.1.0.2:8000")
+	rec := workersByEndpoint(r)["10.1.0.1:8000"]
+	if rec.WorkerID != discoveredID(name, "10.1.0.1:8000") || strp(rec.KVEventsEndpoint) != "tcp://10.1.0.1:5557" ||
+		strp(rec.ReplayEndpoint) != "tcp://10.1.0.1:5657" || rec.ModelName != "default" || rec.DataParallelSize != 1 ||
+		!rec.Schedulable() {
+		t.Fatalf("discovered worker: %+v (events %s, replay %s)", rec, strp(rec.KVEventsEndpoint), strp(rec.ReplayEndpoint))
+	}
+	ids := map[string]uint64{}
+	for ep, rec := range workersByEndpoint(r) {
+		ids[ep] = rec.WorkerID
+	}
+
+	srv.setA(name, "10.1.0.1", "10.1.0.2", "10.1.0.3")
+	d.refreshAll()
+	wantEndpoints(t, r, "a record added", "10.1.0.1:8000", "10.1.0.2:8000", "10.1.0.3:8000")
+	for ep, rec := range workersByEndpoint(r) {
+		if id, ok := ids[ep]; ok && id != rec.WorkerID {
+			t.Errorf("%s: id %d after a refresh, %d before", ep, rec.WorkerID, id)
+		}
+	}
+
+	srv.setA(name, "10.1.0.1", "10.1.0.3")
+	d.refreshAll()
+	wantEndpoints(t, r, "one answer without 10.1.0.2", "10.1.0.1:8000", "10.1.0.2:8000", "10.1.0.3:8000")
+	d.refreshAll()
+	wantEndpoints(t, r, "two answers without 10.1.0.2", "10.1.0.1:8000", "10.1.0.3:8000")
+
+	srv.setA(name, "10.1.0.3")
+	d.refreshAll() // 10.1.0.1 missed once
+	srv.setA(name, "10.1.0.1", "10.1.0.3")
+	d.refreshAll() // back: its misses start again
+	srv.setA(name, "10.1.0.3")
+	d.refreshAll()
+	wantEndpoints(t, r, "missed once, back, missed once", "10.1.0.1:8000", "10.1.0.3:8000")
+
+	if a, rm := testCounter(discoveryChanges.WithLabelValues(key, "added"))-added0,
+		testCounter(discoveryChanges.WithLabelValues(key, "removed"))-removed0; a != 3 || rm != 1 {
+		t.Errorf("changes counted: %v added, %v removed; want 3 and 1", a, rm)
+	}
+	if n := discoveredCounts()[key]; n != 2 {
+		t.Errorf("kvrouter_discovered_workers{name=%q} = %d, want 2", key, n)
+	}
+}
+
+// TestDiscoveryFollowsSRVRecords: each SRV record is a worker at its
+// target's address and its port; the sibling names of the Service's other
+// ports give the KV-event and replay ports, matched by target; a target
+// without an address is no worker; without sibling names, the port
+// settings apply.
+func TestDiscoveryFollowsSRVRecords(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const zone = "vllm.srv.kvrouter.test."
+	srv.setSRV("_http._tcp."+zone, srvTo{"pod-a." + zone, 8001}, srvTo{"pod-b." + zone, 8002}, srvTo{"pod-gone." + zone, 8003})
+	srv.setSRV("_kv-events._tcp."+zone, srvTo{"pod-a." + zone, 6001}, srvTo{"pod-b." + zone, 6002})
+	srv.setSRV("_kv-replay._tcp."+zone, srvTo{"pod-a." + zone, 7001})
+	srv.setA("pod-a."+zone, "10.2.0.1")
+	srv.setA("pod-b."+zone, "10.2.0.2")
+	d := joinDiscovery(t, r, srv, nil,
+		DNSDiscovery{DNS: "_http._tcp." + zone, KVEventsSRV: "kv-events", ReplaySRV: "kv-replay", ModelName: "llama"})
+	d.refreshAll()
+	wantEndpoints(t, r, "SRV with sibling names", "10.2.0.1:8001", "10.2.0.2:8002")
+	got := workersByEndpoint(r)
+	a, b := got["10.2.0.1:8001"], got["10.2.0.2:8002"]
+	if strp(a.KVEventsEndpoint) != "tcp://10.2.0.1:6001" || strp(a.ReplayEndpoint) != "tcp://10.2.0.1:7001" || a.ModelName != "llama" {
+		t.Errorf("pod-a: %+v (events %s, replay %s)", a, strp(a.KVEventsEndpoint), strp(a.ReplayEndpoint))
+	}
+	if strp(b.KVEventsEndpoint) != "tcp://10.2.0.2:6002" || b.ReplayEndpoint != nil {
+		t.Errorf("pod-b (no replay record): events %s, replay %s", strp(b.KVEventsEndpoint), strp(b.ReplayEndpoint))
+	}
+	if a.WorkerID != discoveredID("_http._tcp."+zone, "10.2.0.1:8001") {
+		t.Errorf("pod-a's id %d", a.WorkerID)
+	}
+
+	// The type inferred from the leading underscore; the ports from the
+	// settings.
+	r2 := discoveryRouter(t)
+	d2 := joinDiscovery(t, r2, srv, nil, DNSDiscovery{DNS: "_http._tcp." + zone, ReplayPort: new(0)})
+	d2.refreshAll()
+	rec := workersByEndpoint(r2)["10.2.0.1:8001"]
+	if strp(rec.KVEventsEndpoint) != "tcp://10.2.0.1:5557" || rec.ReplayEndpoint != nil {
+		t.Errorf("port settings: events %s, replay %s", strp(rec.KVEventsEndpoint), strp(rec.ReplayEndpoint))
+	}
+}
+
+// TestDiscoveryResolverFailureKeepsWorkers: a resolver that fails keeps
+// the workers as they are, however many refreshes it lasts, with one
+// warning and a count per refresh; a name without records (NXDOMAIN) is
+// an answer, and its workers leave.
+func TestDiscoveryResolverFailureKeepsWorkers(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	core, logs := observer.New(zap.WarnLevel)
+	const name = "pool.fail.kvrouter.test."
+	key := canonicalName(name)
+	failed0, empty0 := testCounter(discoveryResolutions.WithLabelValues(key, "failed")), testCounter(discoveryResolutions.WithLabelValues(key, "empty"))
+	srv.setA(name, "10.3.0.1", "10.3.0.2")
+	d := joinDiscovery(t, r, srv, zap.New(core), DNSDiscovery{DNS: name})
+	d.refreshAll()
+	wantEndpoints(t, r, "answered", "10.3.0.1:8000", "10.3.0.2:8000")
+
+	srv.failWith(dns.RcodeServerFailure)
+	for range 3 {
+		d.refreshAll()
+	}
+	wantEndpoints(t, r, "three failed resolutions", "10.3.0.1:8000", "10.3.0.2:8000")
+	if n := testCounter(discoveryResolutions.WithLabelValues(key, "failed")) - failed0; n != 3 {
+		t.Errorf("failed resolutions counted: %v, want 3", n)
+	}
+	if n := logs.FilterMessageSnippet("cannot be resolved").Len(); n != 1 {
+		t.Errorf("%d warnings for the failures, want 1: %v", n, logs.All())
+	}
+
+	srv.failWith(0)
+	srv.setA(name)
+	d.refreshAll()
+	wantEndpoints(t, r, "one answer without records", "10.3.0.1:8000", "10.3.0.2:8000")
+	d.refreshAll()
+	wantEndpoints(t, r, "two answers without records")
+	if n := testCounter(discoveryResolutions.WithLabelValues(key, "empty")) - empty0; n != 2 {
+		t.Errorf("empty answers counted: %v, want 2", n)
+	}
+}
+
+// TestDiscoveryMaxWorkers: past max_workers, the lowest addresses are
+// kept, the rest counted and warned about once; the workers a name holds
+// stay when a lower address appears.
+func TestDiscoveryMaxWorkers(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	core, logs := observer.New(zap.WarnLevel)
+	const name = "pool.bound.kvrouter.test."
+	key := canonicalName(name)
+	over0 := testCounter(discoverySkipped.WithLabelValues(key, "over_max_workers"))
+	var ips []string
+	for i := 1; i <= 8; i++ {
+		ips = append(ips, fmt.Sprintf("10.4.0.%d", i))
+	}
+	srv.setA(name, ips...)
+	d := joinDiscovery(t, r, srv, zap.New(core), DNSDiscovery{DNS: name, MaxWorkers: 3})
+	d.refreshAll()
+	d.refreshAll()
+	wantEndpoints(t, r, "8 records, max_workers 3", "10.4.0.1:8000", "10.4.0.2:8000", "10.4.0.3:8000")
+	if n := testCounter(discoverySkipped.WithLabelValues(key, "over_max_workers")) - over0; n != 10 {
+		t.Errorf("left out: %v over two refreshes, want 10", n)
+	}
+	if n := logs.FilterMessageSnippet("more servers than its max_workers").Len(); n != 1 {
+		t.Errorf("%d warnings, want 1", n)
+	}
+	srv.setA(name, append([]string{"10.4.0.0"}, ips...)...)
+	d.refreshAll()
+	wantEndpoints(t, r, "a lower address appeared", "10.4.0.1:8000", "10.4.0.2:8000", "10.4.0.3:8000")
+}
+
+// TestDiscoveryBoundsAHostileAnswer: an answer of 2,000 addresses (over
+// TCP, as the UDP answer is truncated) becomes max_workers' default of
+// 256 workers.
+func TestDiscoveryBoundsAHostileAnswer(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const name = "pool.hostile.kvrouter.test."
+	key := canonicalName(name)
+	over0 := testCounter(discoverySkipped.WithLabelValues(key, "over_max_workers"))
+	var ips []string
+	for i := range 2000 {
+		ips = append(ips, fmt.Sprintf("10.5.%d.%d", i/250, i%250+1))
+	}
+	srv.setA(name, ips...)
+	d := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name})
+	start := time.Now()
+	d.refreshAll()
+	took := time.Since(start)
+	if n := len(r.Catalog().ListWorkers("", "")); n != defaultDiscoveryMaxWorkers {
+		t.Fatalf("%d workers, want %d", n, defaultDiscoveryMaxWorkers)
+	}
+	if n := testCounter(discoverySkipped.WithLabelValues(key, "over_max_workers")) - over0; n != 2000-defaultDiscoveryMaxWorkers {
+		t.Errorf("left out: %v", n)
+	}
+	t.Logf("2,000 addresses resolved and 256 workers added in %v", took.Round(time.Millisecond))
+}
+
+// TestDiscoveryLeavesOtherWorkersAlone: a server whose endpoint a worker
+// registered by hand has is not discovered again; workers registered by
+// hand are neither updated nor deleted; a discovered id registered again
+// through the API as another server is no longer discovery's.
+func TestDiscoveryLeavesOtherWorkersAlone(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const name = "pool.others.kvrouter.test."
+	key := canonicalName(name)
+	taken0 := testCounter(discoverySkipped.WithLabelValues(key, "taken"))
+	for id, ep := range map[uint64]string{7: "10.6.0.1:8000", 8: "10.6.0.9:8000"} {
+		if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &ep}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.setA(name, "10.6.0.1", "10.6.0.2", "10.6.0.3")
+	d := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name})
+	d.refreshAll()
+	got := workersByEndpoint(r)
+	if len(got) != 4 || got["10.6.0.1:8000"].WorkerID != 7 || got["10.6.0.2:8000"].WorkerID < discoveredIDBit {
+		t.Fatalf("workers: %v", slices.Collect(maps.Keys(got)))
+	}
+	if n := testCounter(discoverySkipped.WithLabelValues(key, "taken")) - taken0; n != 1 {
+		t.Errorf("taken: %v, want 1", n)
+	}
+
+	// 10.6.0.3's id registered again through the API, as another server.
+	id3, other := got["10.6.0.3:8000"].WorkerID, "10.6.0.99:8000"
+	if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id3, Endpoint: &other}); err != nil {
+		t.Fatal(err)
+	}
+	srv.setA(name)
+	d.refreshAll()
+	d.refreshAll()
+	wantEndpoints(t, r, "every record gone", "10.6.0.1:8000", "10.6.0.9:8000", other)
+}
+
+// TestDiscoveryRefusedByTheCatalog: the catalog's endpoint check (the
+// gateway's own listeners, in Caddy) refuses a server; the others are
+// added, and the refusal is counted at each refresh and logged once.
+func TestDiscoveryRefusedByTheCatalog(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t, selection.WithEndpointCheck(func(ep string) error {
+		if strings.HasPrefix(ep, "10.8.0.66:") {
+			return errors.New("endpoint is this gateway's own listener")
+		}
+		return nil
+	}))
+	core, logs := observer.New(zap.WarnLevel)
+	const name = "pool.refused.kvrouter.test."
+	key := canonicalName(name)
+	refused0 := testCounter(discoverySkipped.WithLabelValues(key, "refused"))
+	srv.setA(name, "10.8.0.1", "10.8.0.66")
+	d := joinDiscovery(t, r, srv, zap.New(core), DNSDiscovery{DNS: name})
+	d.refreshAll()
+	d.refreshAll()
+	wantEndpoints(t, r, "one refused", "10.8.0.1:8000")
+	if n := testCounter(discoverySkipped.WithLabelValues(key, "refused")) - refused0; n != 2 {
+		t.Errorf("refused: %v, want 2", n)
+	}
+	if n := logs.FilterMessageSnippet("refused a discovered worker").Len(); n != 1 {
+		t.Errorf("%d warnings, want 1", n)
+	}
+}
+
+// TestDiscoveryDataParallelAndIPv6: a worker with two data-parallel ranks
+// gets an event endpoint per rank on consecutive ports and no replay;
+// AAAA records give IPv6 endpoints.
+func TestDiscoveryDataParallelAndIPv6(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	srv.setA("pool.dp.kvrouter.test.", "10.9.0.1")
+	srv.setAAAA("pool.v6.kvrouter.test.", "fd00::1")
+	d := joinDiscovery(t, r, srv, nil,
+		DNSDiscovery{DNS: "pool.dp.kvrouter.test.", DataParallelSize: 2, RoutingGroup: "dp"},
+		DNSDiscovery{DNS: "pool.v6.kvrouter.test.", Type: "aaaa", HTTPPort: 9000})
+	d.refreshAll()
+	got := workersByEndpoint(r)
+	dp := got["10.9.0.1:8000"]
+	if dp.DataParallelSize != 2 || dp.RoutingGroup != "dp" || dp.ReplayEndpoint != nil || dp.KVEventsEndpoint != nil ||
+		!maps.Equal(dp.KVEventsEndpoints, map[string]string{"0": "tcp://10.9.0.1:5557", "1": "tcp://10.9.0.1:5558"}) {
+		t.Errorf("dp worker: %+v", dp)
+	}
+	v6 := got["[fd00::1]:9000"]
+	if strp(v6.KVEventsEndpoint) != "tcp://[fd00::1]:5557" || strp(v6.ReplayEndpoint) != "tcp://[fd00::1]:5657" {
+		t.Errorf("IPv6 worker: %+v", v6)
+	}
+}
+
+// TestDiscoveryReloadHandsOver: the new config's discoverer writes from
+// its start (the old one, still running, stops writing), updates the
+// workers whose settings changed, and deletes at once those of a name it
+// no longer follows; if the new config stops (a failed start), the old
+// one writes again.
+func TestDiscoveryReloadHandsOver(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const x, y = "x.reload.kvrouter.test.", "y.reload.kvrouter.test."
+	srv.setA(x, "10.7.0.1")
+	srv.setA(y, "10.7.1.1")
+	old := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: x, ModelName: "a"}, DNSDiscovery{DNS: y})
+	old.refreshAll()
+	wantEndpoints(t, r, "old config", "10.7.0.1:8000", "10.7.1.1:8000")
+
+	updated0 := testCounter(discoveryChanges.WithLabelValues(canonicalName(x), "updated"))
+	next := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: x, ModelName: "b"})
+	wantEndpoints(t, r, "new config started", "10.7.0.1:8000")
+	old.refreshAll()
+	wantEndpoints(t, r, "the old config refreshed", "10.7.0.1:8000")
+	next.refreshAll()
+	if rec := workersByEndpoint(r)["10.7.0.1:8000"]; rec.ModelName != "b" || rec.WorkerID != discoveredID(x, "10.7.0.1:8000") {
+		t.Errorf("after the new config's refresh: %+v", rec)
+	}
+	if n := testCounter(discoveryChanges.WithLabelValues(canonicalName(x), "updated")) - updated0; n != 1 {
+		t.Errorf("updated: %v, want 1", n)
+	}
+
+	next.stop()
+	old.refreshAll()
+	wantEndpoints(t, r, "the new config stopped", "10.7.0.1:8000", "10.7.1.1:8000")
+}
+
+// TestDiscoveryStopsWithItsLookupInFlight: stopping cancels a lookup that
+// a silent resolver would otherwise hold for its whole timeout, and no
+// goroutine is left.
+func TestDiscoveryStopsWithItsLookupInFlight(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	srv.setSilent(true)
+	leaks := goleak.IgnoreCurrent()
+	cfg := &DiscoveryConfig{Discover: []DNSDiscovery{
+		{DNS: "a.stop.kvrouter.test.", Resolver: srv.addr},
+		{DNS: "_http._tcp.stop.kvrouter.test.", Resolver: srv.addr},
+	}}
+	d := cfg.start(r.Catalog(), 0, zap.NewNop())
+	select {
+	case <-srv.asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the resolver was never asked")
+	}
+	start := time.Now()
+	d.stop()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("stop took %v", took)
+	}
+	goleak.VerifyNone(t, leaks)
+	(*discoverer)(nil).stop() // what Stop does for a config that never started one
+}
+
+// TestDiscoveredIDs: ids are stable, in [2^62, 2^63), and differ per name
+// and per endpoint; the name's case and trailing dot do not matter.
+func TestDiscoveredIDs(t *testing.T) {
+	seen := map[uint64]string{}
+	for _, name := range []string{"a.example", "b.example"} {
+		for i := range 1000 {
+			ep := fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250)
+			id := discoveredID(name, ep)
+			if id < discoveredIDBit || id >= 2*discoveredIDBit {
+				t.Fatalf("%s %s: id %#x out of range", name, ep, id)
+			}
+			if prev, dup := seen[id]; dup {
+				t.Fatalf("%s %s and %s: the same id", name, ep, prev)
+			}
+			seen[id] = name + " " + ep
+		}
+	}
+	if discoveredID("A.Example.", "10.0.0.1:8000") != discoveredID("a.example", "10.0.0.1:8000") {
+		t.Error("the name's case or trailing dot changed the id")
+	}
+	// Pinned: a change of the scheme would give every discovered worker
+	// of a running fleet a new id at the upgrade.
+	if id := discoveredID("vllm.llm.svc.cluster.local", "10.0.0.1:8000"); id != pinnedDiscoveredID {
+		t.Errorf("id %d, pinned %d", id, uint64(pinnedDiscoveredID))
+	}
+}
+
+// pinnedDiscoveredID is the id of 10.0.0.1:8000 under
+// vllm.llm.svc.cluster.local, as docs/discovery.md computes it.
+const pinnedDiscoveredID = 5787812473995787585
