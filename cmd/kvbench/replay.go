@@ -246,6 +246,8 @@ func runReplay(args []string) error {
 	workers := fs.Int("workers", 8, "workers in the fleet, for the capacity ceiling with --kv-blocks")
 	fleetBlocksFlag := fs.Int("fleet-blocks", 0, "the fleet's total KV capacity in trace blocks, for the capacity ceiling (0: from --kv-blocks x --workers)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "a request's time limit")
+	predictions := fs.String("predictions", "",
+		"the gateway's Caddy admin /kv_router/stats URL: report each policy's prediction accuracy (cached tokens predicted = reported), as kvbench run does")
 	ceilingsOnly := fs.Bool("ceilings-only", false, "print the trace's figures and ceilings and send nothing")
 	jsonOut := fs.String("json", "", "write the results as JSON to this file")
 	plotOut := fs.String("plot", "", "write TTFT distributions per policy as SVG to this file")
@@ -309,6 +311,7 @@ func runReplay(args []string) error {
 		return writeReplayJSON(*jsonOut, rep)
 	}
 
+	watch := newPredictionWatch(*predictions)
 	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DialContext: pacedDialer(maxDialing)}}
 	for _, tg := range targets {
 		if *reset != "" {
@@ -317,24 +320,27 @@ func runReplay(args []string) error {
 			}
 			time.Sleep(500 * time.Millisecond) // let the gateway apply the cleared caches
 		}
+		watch.start()
 		start := time.Now()
 		rs := replayTrace(context.Background(), client, tg[1], *model, plan, *blockTokens)
 		elapsed := time.Since(start)
 		s := summarizeReplay(tg[0], tg[1], rs, elapsed, unbounded, capacity)
+		s.Predictions = watch.stop()
 		rep.Policies = append(rep.Policies, s)
 		fmt.Printf("  %s: %d requests in %.1fs\n", tg[0], s.Requests+s.Errors, s.Seconds)
 		client.CloseIdleConnections()
 	}
 	fmt.Println()
 	printReplayTable(rep)
+	sums := make([]summary, len(rep.Policies))
+	for i, s := range rep.Policies {
+		sums[i] = s.summary
+	}
+	printPredictions(watch, sums)
 	if err := writeReplayJSON(*jsonOut, rep); err != nil {
 		return err
 	}
 	if *plotOut != "" {
-		sums := make([]summary, len(rep.Policies))
-		for i, s := range rep.Policies {
-			sums[i] = s.summary
-		}
 		if err := os.WriteFile(*plotOut, plotTTFT(sums), 0o644); err != nil {
 			return err
 		}

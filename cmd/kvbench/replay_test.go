@@ -50,6 +50,7 @@ type fakeVLLM struct {
 	prompts   [][]uint32
 	maxTokens []int
 	bad       []string
+	served    int64 // completions answered, never reset
 }
 
 func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -81,6 +82,7 @@ func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cached := min(best, len(req.Prompt)-1) / 2 * 2
 	f.prompts = append(f.prompts, req.Prompt)
 	f.maxTokens = append(f.maxTokens, *req.MaxTokens)
+	f.served++
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Kvmock-Worker", fmt.Sprint(1+len(f.prompts)%2))
 	for range *req.MaxTokens {
@@ -101,9 +103,17 @@ func TestReplayEndToEnd(t *testing.T) {
 	eng := &fakeVLLM{}
 	srv := httptest.NewServer(eng)
 	defer srv.Close()
+	// The gateway's admin: predictions counted per answer, all exact.
+	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		eng.mu.Lock()
+		n := eng.served
+		eng.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]any{"predictions": map[string]modelPredictions{"m": {Requests: n, CachedExact: n}}})
+	}))
+	defer admin.Close()
 	out := t.TempDir() + "/replay.json"
 	svg := t.TempDir() + "/ttft.svg"
-	err := runReplay([]string{"--trace", miniTrace, "--block-tokens", "4", "--block-size", "2", "--fleet-blocks", "3",
+	err := runReplay([]string{"--predictions", admin.URL, "--trace", miniTrace, "--block-tokens", "4", "--block-size", "2", "--fleet-blocks", "3",
 		"--max-tokens", "3", "--max-model-len", "13", "--speed", "2", "--model", "m",
 		"--compare", "a=" + srv.URL + ",b=" + srv.URL, "--reset", srv.URL + "/reset", "--json", out, "--plot", svg})
 	if err != nil {
@@ -136,7 +146,7 @@ func TestReplayEndToEnd(t *testing.T) {
 		if p.Requests != 4 || p.Errors != 0 || p.PromptTokens != 33 || p.CachedTokens != 14 || p.CachedInUsage != 4 ||
 			!near(p.HitRatio, 14.0/33) || !near(p.Ceiling, 14.0/33) || !near(p.CapacityCeiling, 10.0/33) ||
 			!near(p.OfUnbounded, 1) || !near(p.OfCapacity, 1.4) || p.PerWorker["1"]+p.PerWorker["2"] != 4 ||
-			p.TTFTms.P50 <= 0 || p.E2Ems.P99 < p.TTFTms.P50 {
+			p.TTFTms.P50 <= 0 || p.E2Ems.P99 < p.TTFTms.P50 || p.Predictions == nil || p.Predictions.Requests != 4 || p.Predictions.Accuracy != 1 {
 			t.Fatalf("policy %s: %+v", p.Policy, p)
 		}
 	}
