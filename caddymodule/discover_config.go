@@ -176,14 +176,14 @@ func (e *DNSDiscovery) settings() (dnsSettings, error) {
 	if err := checkDNSName(e.DNS); err != nil {
 		return s, err
 	}
-	switch e.Type {
+	switch t := strings.ToLower(e.Type); t {
 	case "":
 		s.recordType = recordA
 		if strings.HasPrefix(e.DNS, "_") {
 			s.recordType = recordSRV
 		}
 	case recordA, recordAAAA, recordSRV:
-		s.recordType = e.Type
+		s.recordType = t
 	default:
 		return s, fmt.Errorf("type must be a, aaaa or srv, not %q", e.Type)
 	}

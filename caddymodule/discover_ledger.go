@@ -90,13 +90,17 @@ func (l *discoveryLedger) known(name string) knownServers {
 }
 
 // recount publishes the workers per name for the gauge, 0 for a name
-// the writer follows that has none. Under mu.
+// the writer follows that has none, and nothing once no config runs
+// (the router goes with the last one). Under mu.
 func (l *discoveryLedger) recount() {
 	counts := map[string]int{}
-	if w := l.writer(); w != nil {
-		for _, watch := range w.watches {
-			counts[watch.key] = 0
-		}
+	w := l.writer()
+	if w == nil {
+		l.counts.Store(&counts)
+		return
+	}
+	for _, watch := range w.watches {
+		counts[watch.key] = 0
 	}
 	for _, o := range l.owned {
 		counts[o.name]++

@@ -145,6 +145,10 @@ func TestDiscoveryFollowsARecords(t *testing.T) {
 	if n := discoveredCounts()[key]; n != 2 {
 		t.Errorf("kvrouter_discovered_workers{name=%q} = %d, want 2", key, n)
 	}
+	d.stop()
+	if n, ok := discoveredCounts()[key]; ok {
+		t.Errorf("kvrouter_discovered_workers{name=%q} = %d with no config running, want no series", key, n)
+	}
 }
 
 // TestDiscoveryFollowsSRVRecords: each SRV record is a worker at its
