@@ -5,7 +5,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo fuzz fuzz-ci clean hostile
+.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo replay fuzz fuzz-ci clean hostile
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
@@ -84,6 +84,14 @@ demo: deps build bin/kvbench bin/kvmock
 # run"); about three minutes, not part of CI.
 bench-scale: deps build bin/kvbench bin/kvmock
 	./scripts/bench-scale.sh
+
+# replay: the first 1,600 requests of a Mooncake-format trace (TRACE; the
+# default is in scripts/replay.sh) at 4x speed through
+# kv_router, round_robin and least_conn in front of 8 kvmock workers
+# (BENCHMARKS.md, "Trace replay"); about seven minutes, not part of CI.
+# Without the trace it says so and does nothing.
+replay: deps build bin/kvbench bin/kvmock
+	./scripts/replay.sh
 
 # hostile: the attacks of issue 10 against the built gateway as a separate
 # process (hostile/); prints expected and observed answers, RSS and fds
