@@ -197,6 +197,10 @@ func setupSub(s *zmq.Socket, maxBytes int64) error {
 		s.SetReconnectIvl(100 * time.Millisecond),
 		s.SetReconnectIvlMax(5 * time.Second),
 		s.SetTcpKeepalive(1),
+		// libzmq sockets speak IPv4 only unless told: a worker known by
+		// an IPv6 address (an AAAA record, a dual-stack pod) would never
+		// be heard.
+		s.SetIpv6(true),
 		s.SetRcvtimeo(100 * time.Millisecond), // without a readWait: wake up to notice Stop
 		s.SetSubscribe(""),
 	} {
@@ -379,7 +383,7 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 	deadline := time.Now().Add(l.cfg.replayTimeout())
 	// The replay DEALER is bounded like the SUB: an oversized reply drops
 	// its connection and the exchange ends at its deadline.
-	for _, err := range []error{d.SetLinger(0), d.SetMaxmsgsize(maxMsgSize(l.cfg.MaxMessageBytes)),
+	for _, err := range []error{d.SetLinger(0), d.SetIpv6(true), d.SetMaxmsgsize(maxMsgSize(l.cfg.MaxMessageBytes)),
 		d.SetRcvtimeo(50 * time.Millisecond), d.SetSndtimeo(l.cfg.replayTimeout()), d.Connect(l.cfg.Replay)} {
 		if err != nil {
 			return 0, 0, err

@@ -36,13 +36,19 @@ func newFixture(t *testing.T, withReplay, subscribeFirst bool) *fixture {
 
 func newFixtureTimeout(t *testing.T, withReplay, subscribeFirst bool, replayTimeout time.Duration) *fixture {
 	t.Helper()
+	return newFixtureOn(t, withReplay, subscribeFirst, replayTimeout, "127.0.0.1")
+}
+
+// newFixtureOn is a fixture whose publisher is bound on host.
+func newFixtureOn(t *testing.T, withReplay, subscribeFirst bool, replayTimeout time.Duration, host string) *fixture {
+	t.Helper()
 	zctx, err := zmq.NewContext()
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, zctx: zctx, index: New(), stats: new(Stats), rank: selection.Rank{WorkerID: 9}, timeout: replayTimeout}
 	f.index.ConfigurePartition(part, lbs, false)
-	f.pub = newTestPublisher(t, zctx, withReplay)
+	f.pub = newTestPublisherOn(t, zctx, withReplay, host)
 	if subscribeFirst {
 		f.listen()
 	}
@@ -121,6 +127,20 @@ func TestListenerAppliesBothEncodingsAndRanks(t *testing.T) {
 	}
 	if f.stats.Gaps.Load() != 0 || f.stats.Malformed.Load() != 0 {
 		t.Fatalf("stats: gaps %d malformed %d", f.stats.Gaps.Load(), f.stats.Malformed.Load())
+	}
+}
+
+// A publisher on an IPv6 address is followed, and replays to the
+// listener, like one on IPv4.
+func TestListenerOverIPv6(t *testing.T) {
+	f := newFixtureOn(t, true, true, 0, "[::1]")
+	prompt := testPrompt(3)
+	f.pub.publish(chunk(EncodingMap, 0, prompt, 0, 10), true)
+	f.pub.publish(chunk(EncodingMap, 0, prompt, 10, 20), false) // lost on the way: replayed
+	f.pub.publish(chunk(EncodingMap, 0, prompt, 20, 30), true)
+	f.waitBatches(3)
+	if d := f.depth(f.rank, prompt); d != 30 {
+		t.Fatalf("depth %d over IPv6, want 30", d)
 	}
 }
 

@@ -38,6 +38,12 @@ const replayBuffer = 10_000
 
 func newTestPublisher(t *testing.T, zctx *zmq.Context, withReplay bool) *testPublisher {
 	t.Helper()
+	return newTestPublisherOn(t, zctx, withReplay, "127.0.0.1")
+}
+
+// newTestPublisherOn is a publisher bound on host ("[::1]" for IPv6).
+func newTestPublisherOn(t *testing.T, zctx *zmq.Context, withReplay bool, host string) *testPublisher {
+	t.Helper()
 	p := &testPublisher{t: t, stop: make(chan struct{}), done: make(chan struct{})}
 	var err error
 	if p.pub, err = zctx.NewSocket(zmq.XPUB); err != nil {
@@ -46,7 +52,8 @@ func newTestPublisher(t *testing.T, zctx *zmq.Context, withReplay bool) *testPub
 	_ = p.pub.SetLinger(0)
 	_ = p.pub.SetSndhwm(1_000_000)
 	_ = p.pub.SetXpubVerbose(1) // report every subscription, not only the first
-	if err := p.pub.Bind("tcp://127.0.0.1:*"); err != nil {
+	_ = p.pub.SetIpv6(true)
+	if err := p.pub.Bind("tcp://" + host + ":*"); err != nil {
 		t.Fatal(err)
 	}
 	p.pubEP, _ = p.pub.GetLastEndpoint()
@@ -56,7 +63,8 @@ func newTestPublisher(t *testing.T, zctx *zmq.Context, withReplay bool) *testPub
 			t.Fatal(err)
 		}
 		_ = router.SetLinger(0)
-		if err := router.Bind("tcp://127.0.0.1:*"); err != nil {
+		_ = router.SetIpv6(true)
+		if err := router.Bind("tcp://" + host + ":*"); err != nil {
 			t.Fatal(err)
 		}
 		p.replay, _ = router.GetLastEndpoint()
