@@ -35,18 +35,7 @@ mkdir -p "$OUT"
 API=http://127.0.0.1:8092
 # Caddyfile.example reads the selection API's write token from the
 # environment; kvmock --register sends it.
-KVROUTER_WRITE_TOKEN=${KVROUTER_WRITE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
-export KVROUTER_WRITE_TOKEN
-
-./bin/caddy run --config Caddyfile.example >"$OUT/gateway.log" 2>&1 &
-GW=$!
-MOCK=
-cleanup() {
-	[ -n "$MOCK" ] && kill "$MOCK" 2>/dev/null
-	kill "$GW" 2>/dev/null
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
+start_example_gateway "$OUT"
 
 wait_healthy "$API" "$OUT/gateway.log" || exit 1
 

@@ -11,3 +11,24 @@ wait_healthy() {
 	echo "the gateway did not start; see $2"
 	return 1
 }
+
+# start_example_gateway OUT starts bin/caddy with Caddyfile.example (its
+# selection API's write token from KVROUTER_WRITE_TOKEN, made up when
+# unset and exported for kvmock --register), logging to OUT/gateway.log.
+# It sets GW to the gateway's pid and MOCK to empty (the caller sets it
+# when it starts a fleet), and stops both when the script exits.
+start_example_gateway() {
+	KVROUTER_WRITE_TOKEN=${KVROUTER_WRITE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+	export KVROUTER_WRITE_TOKEN
+	./bin/caddy run --config Caddyfile.example >"$1/gateway.log" 2>&1 &
+	GW=$!
+	MOCK=
+	trap stop_started EXIT
+}
+
+# stop_started stops the fleet (MOCK) and the gateway (GW) if they run.
+stop_started() {
+	[ -n "${MOCK:-}" ] && kill "$MOCK" 2>/dev/null
+	[ -n "${GW:-}" ] && kill "$GW" 2>/dev/null
+	wait 2>/dev/null || true
+}

@@ -45,18 +45,7 @@ for port in 2019 8080 8081 8082 8083 8092 8000 $(seq 8001 $((8000 + WORKERS))); 
 	fi
 done
 
-KVROUTER_WRITE_TOKEN=${KVROUTER_WRITE_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
-export KVROUTER_WRITE_TOKEN
-
-./bin/caddy run --config Caddyfile.example >"$OUT/gateway.log" 2>&1 &
-GW=$!
-MOCK=
-cleanup() {
-	[ -n "$MOCK" ] && kill "$MOCK" 2>/dev/null
-	kill "$GW" 2>/dev/null
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
+start_example_gateway "$OUT"
 
 wait_healthy "$API" "$OUT/gateway.log" || exit 1
 

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -265,16 +264,9 @@ func runReplay(args []string) error {
 	if err != nil {
 		return err
 	}
-	targets := [][2]string{{"gateway", *url}}
-	if *compare != "" {
-		targets = nil
-		for _, kv := range strings.Split(*compare, ",") {
-			name, u, ok := strings.Cut(kv, "=")
-			if !ok {
-				return fmt.Errorf("--compare wants policy=url, not %q", kv)
-			}
-			targets = append(targets, [2]string{name, u})
-		}
+	targets, err := parseTargets(*url, *compare)
+	if err != nil {
+		return err
 	}
 	plan, skipped := planReplay(reqs, *requests, *maxTokens, *maxModelLen, *kvBlocks, *engineBlock, *speed)
 	if len(plan) == 0 {

@@ -223,16 +223,9 @@ func runWorkload(args []string) error {
 		return err
 	}
 	watch := newPredictionWatch(*predictions)
-	targets := [][2]string{{"gateway", *url}}
-	if *compare != "" {
-		targets = nil
-		for _, kv := range strings.Split(*compare, ",") {
-			name, u, ok := strings.Cut(kv, "=")
-			if !ok {
-				return fmt.Errorf("--compare wants policy=url, not %q", kv)
-			}
-			targets = append(targets, [2]string{name, u})
-		}
+	targets, err := parseTargets(*url, *compare)
+	if err != nil {
+		return err
 	}
 	var total, chats int
 	for _, s := range trace {
@@ -290,4 +283,21 @@ func runWorkload(args []string) error {
 		}
 	}
 	return nil
+}
+
+// parseTargets is the gateways a run goes through: --compare's
+// policy=url pairs, or --url alone as "gateway".
+func parseTargets(url, compare string) ([][2]string, error) {
+	if compare == "" {
+		return [][2]string{{"gateway", url}}, nil
+	}
+	var targets [][2]string
+	for _, kv := range strings.Split(compare, ",") {
+		name, u, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--compare wants policy=url, not %q", kv)
+		}
+		targets = append(targets, [2]string{name, u})
+	}
+	return targets, nil
 }
