@@ -34,6 +34,10 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 			return nil, err
 		}
 	}
+	var hashes []uint64 // the booking's copy of the tracking hashes, made outside p.mu
+	if book {
+		hashes = slices.Clone(w.tracking)
+	}
 	p.mu.Lock()
 	sel, err := e.choose(p, w, s, np, choice{placement: &req.Placement, session: session, explain: explain, book: book})
 	if err != nil {
@@ -60,7 +64,7 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 		}
 		return resp, nil
 	}
-	b, err := e.book.bookLocked(p, sel.rs, id, session, req.Client, w.tracking, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
+	b, err := e.book.bookLocked(p, sel.rs, id, session, req.Client, hashes, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
 	if err != nil {
 		p.mu.Unlock()
 		e.book.unclaim(id, req.Client)
@@ -109,6 +113,7 @@ func (e *selector) cachedReservation(req *ReservationRequest, session string) (*
 		e.book.unclaim(id, req.Client)
 		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, pe.rank.WorkerID, pe.rank.DPRank)
 	}
+	hashes := slices.Clone(pe.hashes)
 	p.mu.Lock()
 	rs := p.byRank[pe.rank]
 	if rs == nil {
@@ -116,7 +121,7 @@ func (e *selector) cachedReservation(req *ReservationRequest, session string) (*
 		e.book.unclaim(id, req.Client)
 		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, pe.rank.WorkerID, pe.rank.DPRank)
 	}
-	b, err := e.book.bookLocked(p, rs, id, session, req.Client, pe.hashes, pe.isl, pe.prefill, pe.track, pe.expected)
+	b, err := e.book.bookLocked(p, rs, id, session, req.Client, hashes, pe.isl, pe.prefill, pe.track, pe.expected)
 	endpoint := rs.endpoint
 	p.mu.Unlock()
 	if err != nil {
@@ -180,6 +185,7 @@ func (e *selector) explicitReservation(req *ReservationRequest, session string) 
 		return nil, err
 	}
 	e.pending.discard(pendingKey{key, id})
+	hashes := slices.Clone(w.tracking)
 	p.mu.Lock()
 	rs := p.byRank[rank]
 	if rs == nil {
@@ -187,7 +193,7 @@ func (e *selector) explicitReservation(req *ReservationRequest, session string) 
 		e.book.unclaim(id, req.Client)
 		return nil, notSchedulable
 	}
-	b, err := e.book.bookLocked(p, rs, id, session, req.Client, w.tracking, np.isl, prefill, track, req.ExpectedOutputTokens)
+	b, err := e.book.bookLocked(p, rs, id, session, req.Client, hashes, np.isl, prefill, track, req.ExpectedOutputTokens)
 	endpoint := rs.endpoint
 	p.mu.Unlock()
 	if err != nil {

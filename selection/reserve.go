@@ -3,7 +3,6 @@ package selection
 import (
 	"crypto/rand"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 )
@@ -225,8 +224,10 @@ func (t *bookings) release(b *booking) {
 
 // bookLocked books a request on rs; p.mu must be held. A rank at
 // MaxReservationsPerRank is refused. With a session and affinity on, it
-// takes the session's lease first (and may refuse).
-func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client string, tracking []uint64,
+// takes the session's lease first (and may refuse). The booking keeps
+// hashes: the caller passes its own copy, made before it took p.mu (a
+// 99k-token prompt's is 48 KiB, too much to copy under the lock).
+func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client string, hashes []uint64,
 	isl, prefill uint64, track bool, expected *uint32) (*booking, error) {
 	if rs.full(t.cfg.get()) {
 		return nil, errorf(KindNotReady, "worker %d dp_rank %d holds %d reservations, the most max_reservations_per_rank allows",
@@ -239,7 +240,7 @@ func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client s
 			return nil, err
 		}
 	}
-	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: slices.Clone(tracking),
+	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: hashes,
 		isl: isl, expected: expected, client: client, createdAt: t.now()}
 	if leased {
 		b.session = session
