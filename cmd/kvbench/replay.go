@@ -305,22 +305,14 @@ func runReplay(args []string) error {
 
 	watch := newPredictionWatch(*predictions)
 	client := &http.Client{Timeout: *timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DialContext: pacedDialer(maxDialing)}}
-	for _, tg := range targets {
-		if *reset != "" {
-			if err := postReset(*reset); err != nil {
-				return err
-			}
-			time.Sleep(500 * time.Millisecond) // let the gateway apply the cleared caches
-		}
-		watch.start()
+	rep.Policies, err = runPasses(targets, *reset, watch, func(name, url string) replaySummary {
+		defer client.CloseIdleConnections()
 		start := time.Now()
-		rs := replayTrace(context.Background(), client, tg[1], *model, plan, *blockTokens)
-		elapsed := time.Since(start)
-		s := summarizeReplay(tg[0], tg[1], rs, elapsed, unbounded, capacity)
-		s.Predictions = watch.stop()
-		rep.Policies = append(rep.Policies, s)
-		fmt.Printf("  %s: %d requests in %.1fs\n", tg[0], s.Requests+s.Errors, s.Seconds)
-		client.CloseIdleConnections()
+		rs := replayTrace(context.Background(), client, url, *model, plan, *blockTokens)
+		return summarizeReplay(name, url, rs, time.Since(start), unbounded, capacity)
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Println()
 	printReplayTable(rep)

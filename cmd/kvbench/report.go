@@ -236,31 +236,23 @@ func runWorkload(args []string) error {
 	}
 	fmt.Printf("workload %s: %d sessions x %d turns (%d requests), %d sessions as chat with tools, concurrency %d, seed %d, up to %v per policy\n",
 		*kind, *sessions, *turns, total, chats, *conc, *seed, *duration)
-	var sums []summary
-	for _, tg := range targets {
-		if *reset != "" {
-			if err := postReset(*reset); err != nil {
-				return err
-			}
-			time.Sleep(500 * time.Millisecond) // let the gateway apply the cleared caches
-		}
+	sums, err := runPasses(targets, *reset, watch, func(name, url string) summary {
 		var cpu0 int64
 		if *pid > 0 {
 			cpu0, _ = cpuTicks(*pid)
 		}
-		watch.start()
 		start := time.Now()
-		rs := runTrace(context.Background(), tg[1], *model, trace, *conc, *duration)
+		rs := runTrace(context.Background(), url, *model, trace, *conc, *duration)
 		elapsed := time.Since(start)
 		var used int64
 		if *pid > 0 {
 			cpu1, _ := cpuTicks(*pid)
 			used = cpu1 - cpu0
 		}
-		s := summarize(tg[0], tg[1], rs, elapsed, used, trace, *blockSize)
-		s.Predictions = watch.stop()
-		sums = append(sums, s)
-		fmt.Printf("  %s: %d requests in %.1fs\n", tg[0], s.Requests+s.Errors, s.Seconds)
+		return summarize(name, url, rs, elapsed, used, trace, *blockSize)
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Println()
 	printTable(sums)
