@@ -65,7 +65,8 @@ func addUsageOption(r *http.Request, body []byte) bool {
 
 // usageStripper passes a worker's answer to the client without the usage
 // chunk the gateway asked for. It holds back at most one incomplete event
-// (an SSE event ends at a blank line), so it never delays a whole one.
+// (an SSE event ends at a blank line) of at most maxHeldEvent bytes, so it
+// never delays a whole one.
 // An answer that is not a 200 event stream passes through untouched.
 type usageStripper struct {
 	*caddyhttp.ResponseWriterWrapper
@@ -103,10 +104,22 @@ func (s *usageStripper) Write(b []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(rest) > maxHeldEvent {
+		// Not a usage chunk (those are a few hundred bytes), and a worker
+		// that never ends its event must not grow the gateway's memory:
+		// pass it on as it comes.
+		if err := s.writeRun(rest); err != nil {
+			return 0, err
+		}
+		rest = nil
+	}
 	// Keep the incomplete event; copy it down when it came from pending.
 	s.pending = append(s.pending[:0], rest...)
 	return n, nil
 }
+
+// maxHeldEvent bounds the incomplete event the stripper holds back.
+const maxHeldEvent = 64 << 10
 
 // writeEvents writes the complete events at the start of b, all but the
 // usage chunk, in as few writes as it can, and returns what is left of b:

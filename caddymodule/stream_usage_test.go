@@ -61,6 +61,29 @@ func TestUsageStripper(t *testing.T) {
 	}
 }
 
+// A worker that never ends its event cannot make the gateway hold it:
+// past maxHeldEvent it goes on to the client as it comes.
+func TestUsageStripperBoundsAnEndlessEvent(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "text/event-stream")
+	s := newUsageStripper(rec)
+	chunk := []byte("data: " + strings.Repeat("x", 4090))
+	sent := 0
+	for range 256 { // 1 MiB without a blank line
+		if _, err := s.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+		sent += len(chunk)
+		if len(s.pending) > maxHeldEvent {
+			t.Fatalf("holding %d bytes of one event", len(s.pending))
+		}
+	}
+	s.finish()
+	if rec.Body.Len() != sent {
+		t.Fatalf("the client got %d of %d bytes", rec.Body.Len(), sent)
+	}
+}
+
 func TestAddUsageOption(t *testing.T) {
 	for _, c := range []struct {
 		body string
