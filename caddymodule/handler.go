@@ -71,8 +71,10 @@ type Handler struct {
 	// TokenizeCache bounds the cache of /tokenize answers, in
 	// tokens (4 bytes each): a request whose /tokenize body is the same
 	// as an earlier one's (a retry, n samples sent as n requests, an
-	// unchanged conversation) is not tokenized again. 0 turns it off.
-	// Default: 4194304 (16 MiB).
+	// unchanged conversation) is not tokenized again. Each answer is
+	// charged 40 tokens more for its bookkeeping, so the bound holds
+	// for many tiny answers too. 0 turns it off. Default: 4194304
+	// (16 MiB).
 	TokenizeCache *int `json:"tokenize_cache,omitempty"`
 
 	// RequestUsage asks the worker for usage on a streamed request that

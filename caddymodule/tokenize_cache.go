@@ -25,13 +25,15 @@ import (
 // the template itself, and a guess that is off by one token moves every
 // block hash after it (docs/vllm.md, "Tokenization").
 //
-// It holds at most maxTokens tokens in all (4 bytes each), evicting the
-// least recently used answers.
+// It holds at most maxTokens tokens in all (4 bytes each), each entry
+// charged entryOverhead tokens more for its key, list element and map
+// slot, so that many tiny answers cannot cost more memory than a few
+// large ones; it evicts the least recently used answers.
 type tokenCache struct {
 	maxTokens int
 
 	mu     sync.Mutex
-	tokens int // held, over all entries
+	tokens int // charged, over all entries (cost)
 	order  *list.List
 	byKey  map[xxh3.Uint128]*list.Element
 }
@@ -82,7 +84,7 @@ func (c *tokenCache) get(key xxh3.Uint128) []uint32 {
 // put remembers tokens for key; an answer larger than the whole cache is
 // not kept.
 func (c *tokenCache) put(key xxh3.Uint128, tokens []uint32) {
-	if c == nil || len(tokens) > c.maxTokens {
+	if c == nil || cost(tokens) > c.maxTokens {
 		return
 	}
 	c.mu.Lock()
@@ -90,14 +92,14 @@ func (c *tokenCache) put(key xxh3.Uint128, tokens []uint32) {
 	if _, ok := c.byKey[key]; ok {
 		return
 	}
-	for c.tokens+len(tokens) > c.maxTokens {
+	for c.tokens+cost(tokens) > c.maxTokens {
 		last := c.order.Back()
 		old := c.order.Remove(last).(*cachedTokens)
 		delete(c.byKey, old.key)
-		c.tokens -= len(old.tokens)
+		c.tokens -= cost(old.tokens)
 	}
 	c.byKey[key] = c.order.PushFront(&cachedTokens{key: key, tokens: tokens})
-	c.tokens += len(tokens)
+	c.tokens += cost(tokens)
 }
 
 // The cache's lookups, for /kv_router/stats (tokenizeCacheTotal is the
@@ -108,3 +110,11 @@ var tokenizeCacheTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "kvrouter_tokenize_cache_total",
 	Help: "Lookups of the /tokenize answer cache, by outcome (hit: the worker was not asked; miss: it was).",
 }, []string{"outcome"})
+
+// entryOverhead is what an entry costs besides its tokens, in tokens of
+// 4 bytes: its key, list element, map slot and slice header, about 160
+// bytes.
+const entryOverhead = 40
+
+// cost is what an answer of tokens is charged against maxTokens.
+func cost(tokens []uint32) int { return len(tokens) + entryOverhead }

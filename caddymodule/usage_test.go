@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -120,7 +121,7 @@ func TestMismatchCause(t *testing.T) {
 }
 
 func TestTokenCache(t *testing.T) {
-	c := newTokenCache(10)
+	c := newTokenCache(10 + 2*entryOverhead) // room for two answers of 4 and 4, or 4 and 3, not three
 	k := func(s string) [2]uint64 { h := tokenCacheKey("m", []byte(s)); return [2]uint64{h.Hi, h.Lo} }
 	if k("a") == k("b") || tokenCacheKey("m", []byte("a")) == tokenCacheKey("n", []byte("a")) {
 		t.Fatal("keys collide")
@@ -130,16 +131,26 @@ func TestTokenCache(t *testing.T) {
 	if got := c.get(tokenCacheKey("m", []byte("a"))); len(got) != 4 || got[0] != 1 { // a is now the most recent
 		t.Fatalf("get a = %v", got)
 	}
-	c.put(tokenCacheKey("m", []byte("c")), []uint32{9, 9, 9}) // 11 tokens: b, the least recent, goes
+	c.put(tokenCacheKey("m", []byte("c")), []uint32{9, 9, 9}) // 11 tokens and three entries: b, the least recent, goes
 	if c.get(tokenCacheKey("m", []byte("b"))) != nil || c.get(tokenCacheKey("m", []byte("a"))) == nil || c.get(tokenCacheKey("m", []byte("c"))) == nil {
 		t.Fatal("eviction did not drop the least recently used answer")
 	}
-	if c.tokens != 7 {
-		t.Fatalf("holds %d tokens, want 7", c.tokens)
+	if c.tokens != 7+2*entryOverhead {
+		t.Fatalf("charged %d, want 7 tokens and two entries", c.tokens)
 	}
-	c.put(tokenCacheKey("m", []byte("huge")), make([]uint32, 11)) // larger than the whole cache: not kept
-	if c.get(tokenCacheKey("m", []byte("huge"))) != nil || c.tokens != 7 {
+	c.put(tokenCacheKey("m", []byte("huge")), make([]uint32, 11+entryOverhead)) // larger than the whole cache: not kept
+	if c.get(tokenCacheKey("m", []byte("huge"))) != nil || c.tokens != 7+2*entryOverhead {
 		t.Fatal("an answer larger than the cache was kept")
+	}
+	// Many tiny answers are bounded by their entries, not only their
+	// tokens: a client sending distinct one-token prompts cannot make the
+	// cache hold millions of entries.
+	tiny := newTokenCache(4 << 20)
+	for i := range 200_000 {
+		tiny.put(tokenCacheKey("m", []byte(strconv.Itoa(i))), []uint32{uint32(i)})
+	}
+	if n, most := len(tiny.byKey), (4<<20)/(1+entryOverhead); n > most {
+		t.Fatalf("%d one-token answers held, more than %d", n, most)
 	}
 	var off *tokenCache = newTokenCache(0)
 	off.put(tokenCacheKey("m", nil), []uint32{1})
