@@ -52,8 +52,12 @@ func (s *scanner) tokenArray(dst []uint32, field string) ([]uint32, bool, error)
 		// Fast path: eight bytes at a time (SWAR). They hold every token id
 		// below 10^7 and the comma after it, which is nearly every element.
 		// The slice has room for every element (see the bound above), so
-		// it is written by index and its length set once.
+		// it is written by index and its length set once. tokenRun takes
+		// runs of such elements, 64 bytes of separators at a time.
 		k, out := len(dst), dst[:cap(dst)]
+		i, k = tokenRun(b, i, out, k)
+		// What tokenRun leaves within the body's last 64 bytes, or after
+		// an element it would not take, goes on here one element at a time.
 		base, last := unsafe.Pointer(unsafe.SliceData(b)), len(b)-8
 		for littleEndian && i <= last && k < len(out) {
 			// In bounds (i <= len(b)-8): a plain load, no bounds check.

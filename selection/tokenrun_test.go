@@ -1,0 +1,74 @@
+package selection
+
+import (
+	stdjson "encoding/json"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestTokenRunAgainstEncodingJSON drives the 64-byte separator-mask path
+// with long compact arrays, each with at most one odd element or separator
+// at a random index (so it lands before, across and after chunk borders),
+// and checks the decoder agrees with encoding/json on accepting the body
+// (null elements are left out: encoding/json reads them as 0, serde and we
+// refuse them)
+// and on every token id.
+func TestTokenRunAgainstEncodingJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 15))
+	odd := []string{
+		"0", "00", "01", "-1", "1.0", "1e3", " 7", "7 ", "4294967295", "4294967296",
+		"123456789", "12345678", "99999999", "100000000", `"1"`, "[1]", "",
+	}
+	for iter := range 4000 {
+		n := 1 + rng.IntN(300)
+		elems := make([]string, n)
+		for i := range elems {
+			elems[i] = strconv.Itoa(rng.IntN([]int{10, 1000, 150000, 100000000}[rng.IntN(4)]))
+		}
+		if rng.IntN(3) > 0 {
+			elems[rng.IntN(n)] = odd[rng.IntN(len(odd))]
+		}
+		body := `{"model_name":"m` + strings.Repeat("x", rng.IntN(70)) + `","token_ids":[` +
+			strings.Join(elems, ",") + `],"routing_group":"g,1,2,3,"}`
+		var want struct {
+			TokenIDs []uint32 `json:"token_ids"`
+		}
+		werr := stdjson.Unmarshal([]byte(body), &want)
+		var got SelectRequest
+		gerr := DecodeJSON([]byte(body), &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("iter %d: encoding/json says %v, we say %v: %q", iter, werr, gerr, body)
+		}
+		if gerr == nil && !slices.Equal(got.TokenIDs, want.TokenIDs) {
+			t.Fatalf("iter %d: got %v, want %v: %q", iter, got.TokenIDs, want.TokenIDs, body)
+		}
+	}
+}
+
+// TestCommaBits checks the byte-to-bit gather on every single-comma and a
+// few mixed words.
+func TestCommaBits(t *testing.T) {
+	for j := range 8 {
+		w := []byte("12345678")
+		w[j] = ','
+		x := uint64(0)
+		for k := 7; k >= 0; k-- {
+			x = x<<8 | uint64(w[k])
+		}
+		if got := commaBits(x); got != 1<<j {
+			t.Fatalf("comma at %d: mask %08b", j, got)
+		}
+	}
+	// Bytes next to a comma, and 0x2C±1 and 0xAC, are not commas.
+	w := []byte{',', '+', '-', ',', 0xAC, 0x2C, 0x00, 0xFF}
+	x := uint64(0)
+	for k := 7; k >= 0; k-- {
+		x = x<<8 | uint64(w[k])
+	}
+	if got := commaBits(x); got != 0b00101001 {
+		t.Fatalf("mixed word: mask %08b", got)
+	}
+}
