@@ -2,7 +2,9 @@ package selection
 
 import (
 	stdjson "encoding/json"
+	"flag"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"testing"
 
@@ -31,6 +33,20 @@ func selectBody(n int) []byte {
 		b = strconv.AppendUint(b, uint64(rng.IntN(150000)), 10)
 	}
 	return append(b, `],"lora_name":"","is_eagle":false}`...)
+}
+
+var selectBodyFile = flag.String("write-select-body", "",
+	"write BenchmarkDecodeSelect100k's 100k-token body to this file, to time another decoder on the same bytes")
+
+// TestWriteSelectBody writes the benchmark's body when asked to
+// (-args -write-select-body FILE), and does nothing otherwise.
+func TestWriteSelectBody(t *testing.T) {
+	if *selectBodyFile == "" {
+		t.Skip("no -write-select-body")
+	}
+	if err := os.WriteFile(*selectBodyFile, selectBody(100_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func BenchmarkDecodeSelect100k(b *testing.B) {

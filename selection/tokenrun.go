@@ -15,6 +15,10 @@ import (
 // the elements between them are then parsed independently of each other:
 // only "clear the lowest set bit" links one element to the next.
 
+// runSpan is how many bytes one tokenRun call reads at most: about 2,500
+// token ids, a few microseconds.
+const runSpan = 16 << 10
+
 // commaBits returns a byte mask of the bytes of x (first byte lowest) that
 // are ',': bit j is set when byte j is.
 func commaBits(x uint64) uint64 {
@@ -49,13 +53,22 @@ func commaMask64(base unsafe.Pointer, i int) uint64 {
 // number, an error, or the end of the room in out or of b), and k the
 // number of elements in out. The caller's byte-at-a-time loop takes it
 // from there. It needs little-endian loads; elsewhere it takes nothing.
+//
+// It reads at most runSpan bytes a call and is never inlined: its loops
+// have no safe point where the garbage collector could preempt them, and a
+// 600 KB array parsed in one go would hold up every collection (and have
+// the runtime signal it again and again) for as long as the parse lasts.
+// The call's own entry is the safe point.
+//
+//go:noinline
 func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 	if !littleEndian {
 		return i, k
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
 	start := i // the first byte of the element being looked for
-	for c := i; c+64 <= len(b); c += 64 {
+	limit := min(len(b), i+runSpan)
+	for c := i; c+64 <= limit; c += 64 {
 		mask := commaMask64(base, c)
 		for mask != 0 {
 			end := c + bits.TrailingZeros64(mask)
