@@ -67,15 +67,15 @@ func (x *Index) ConfigurePartition(p selection.PartitionKey, blockSize int, eagl
 			return
 		}
 		t.mu.Lock()
-		for r := range t.ranks {
-			x.entries.Add(-int64(len(t.ranks[r])))
-			x.released.Add(int64(len(t.ranks[r])))
+		for _, m := range t.ranks {
+			x.entries.Add(-int64(m.Len()))
+			x.released.Add(int64(m.Len()))
 		}
 		t.mu.Unlock()
 		defer x.releaseMemory()
 	}
-	x.parts[p] = &tree{blockSize: blockSize, eagle: eagle, nodes: map[uint64]*node{},
-		ranks: map[selection.Rank]map[uint64]entry{}, rankIDs: map[selection.Rank]uint32{}}
+	x.parts[p] = &tree{blockSize: blockSize, eagle: eagle, nodes: newTable[*node](0),
+		ranks: map[selection.Rank]*table[entry]{}, rankIDs: map[selection.Rank]uint32{}}
 }
 
 func (x *Index) tree(p selection.PartitionKey) *tree {
@@ -121,7 +121,7 @@ func (x *Index) Blocks(p selection.PartitionKey, r selection.Rank) int {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.ranks[r])
+	return t.ranks[r].Len()
 }
 
 // Entries returns the (block, rank) entries over all partitions.

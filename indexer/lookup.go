@@ -35,7 +35,7 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	start := len(out.List)
-	n := t.nodes[blocks[0]] // the first key is the first block hash either way
+	n, _ := t.nodes.get(blocks[0]) // the first key is the first block hash either way
 	if n == nil {
 		return
 	}
@@ -105,7 +105,7 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 			} else {
 				key = selection.NextSequenceHash(key, blocks[depth])
 			}
-			if n = t.nodes[key]; n == nil {
+			if n, _ = t.nodes.get(key); n == nil {
 				break
 			}
 			if mark {

@@ -70,9 +70,9 @@ const (
 // removals that made it necessary.
 func (t *tree) tidy() {
 	t.compactQueue()
-	switch n := len(t.nodes); {
+	switch n := t.nodes.Len(); {
 	case n == 0 && (t.nodesPeak > 0 || t.slab != nil || t.spare != nil):
-		t.nodes = map[uint64]*node{}
+		t.nodes = newTable[*node](0)
 		t.slab, t.spare, t.nodesPeak = nil, nil, 0
 	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/shrinkFactor:
 		t.rebuildNodes()
@@ -80,15 +80,15 @@ func (t *tree) tidy() {
 	for _, id := range t.shrink {
 		r := t.rankList[id]
 		m, ok := t.ranks[r]
-		if !ok || len(m) > t.rankPeaks[id]/shrinkFactor {
+		if !ok || m.Len() > t.rankPeaks[id]/shrinkFactor {
 			continue // cleared, or grown again
 		}
-		fresh := make(map[uint64]entry, len(m))
-		for h, e := range m {
-			fresh[h] = e
+		fresh := newTable[entry](m.Len())
+		for h, e := range m.All() {
+			fresh.set(h, e)
 		}
 		t.ranks[r] = fresh
-		t.rankPeaks[id] = len(fresh)
+		t.rankPeaks[id] = fresh.Len()
 	}
 	t.shrink = t.shrink[:0]
 }
@@ -96,8 +96,8 @@ func (t *tree) tidy() {
 // noteShrink marks rank id's map m for a rebuild (by tidy) when a removal
 // just brought it to a quarter of its peak. Removals go one at a time, so the
 // size passes that mark once.
-func (t *tree) noteShrink(id uint32, m map[uint64]entry) {
-	if peak := t.rankPeaks[id]; peak >= rebuildMin && len(m) == peak/shrinkFactor {
+func (t *tree) noteShrink(id uint32, m *table[entry]) {
+	if peak := t.rankPeaks[id]; peak >= rebuildMin && m.Len() == peak/shrinkFactor {
 		t.shrink = append(t.shrink, id)
 	}
 }
@@ -107,17 +107,17 @@ func (t *tree) noteShrink(id uint32, m map[uint64]entry) {
 // else points to a node between calls (holders name ranks, entries name
 // keys), so moving them is safe under the write lock.
 func (t *tree) rebuildNodes() {
-	slab := make([]node, len(t.nodes))
-	nodes := make(map[uint64]*node, len(t.nodes))
+	slab := make([]node, t.nodes.Len())
+	nodes := newTable[*node](t.nodes.Len())
 	i := 0
-	for k, n := range t.nodes {
+	for k, n := range t.nodes.All() {
 		c := &slab[i]
 		c.local, c.parent, c.first, c.more, c.fp, c.nh, c.root = n.local, n.parent, n.first, n.more, n.fp, n.nh, n.root
 		c.used.Store(n.used.Load())
-		nodes[k] = c
+		nodes.set(k, c)
 		i++
 	}
-	t.nodes, t.slab, t.spare, t.nodesPeak = nodes, nil, nil, len(nodes)
+	t.nodes, t.slab, t.spare, t.nodesPeak = nodes, nil, nil, nodes.Len()
 }
 
 // releasing is set while a goroutine hands memory back; lastRelease is
