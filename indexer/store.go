@@ -17,9 +17,9 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
 			return err
 		}
 	case Removed:
-		m := t.ranks[r]
+		m, id := t.ranks[r], t.rankIDs[r] // looked up once per event, not per block
 		for _, h := range ev.BlockHashes {
-			if !t.remove(x, r, m, h) {
+			if !t.remove(x, id, m, h) {
 				x.counters.unknownBlock.add(1)
 			}
 		}
@@ -145,8 +145,9 @@ func (t *tree) dropEmpty(span []*node) {
 	}
 }
 
-// remove drops one reference of a rank's engine hash; false if unknown.
-func (t *tree) remove(x *Index, r selection.Rank, m *table[entry], engine uint64) bool {
+// remove drops one reference of an engine hash of rank id (whose map is
+// m); false if unknown.
+func (t *tree) remove(x *Index, id uint32, m *table[entry], engine uint64) bool {
 	p := m.ptr(engine)
 	if p == nil {
 		return false
@@ -158,7 +159,6 @@ func (t *tree) remove(x *Index, r selection.Rank, m *table[entry], engine uint64
 	m.del(engine)
 	x.entries.Add(-1)
 	t.live--
-	id := t.rankIDs[r]
 	t.noteShrink(id, m)
 	t.unhold(id, e)
 	return true
