@@ -68,11 +68,11 @@ func BenchmarkDecodeApply(b *testing.B) {
 	}
 }
 
-// BenchmarkFindMatches100k looks up a 100k-token prompt (6,250 blocks)
-// against 1,024 workers and about 1M indexed (block, worker) entries; the
-// hashing of the prompt is included. 64 workers hold a 16k-token shared
-// prefix plus the prompt's first 32k tokens on 8 of them.
-func BenchmarkFindMatches100k(b *testing.B) {
+// findMatchesFleet builds BenchmarkFindMatches100k's index: 1,024
+// workers, 64 of them holding a 16k-token shared prefix and 8 of those the
+// prompt's first 32k tokens, the rest ~975 blocks of their own; it returns
+// the index and the 100k-token prompt.
+func findMatchesFleet(b *testing.B) (*Index, []uint32) {
 	const bs = 16
 	x := New()
 	x.ConfigurePartition(part, bs, false)
@@ -106,6 +106,16 @@ func BenchmarkFindMatches100k(b *testing.B) {
 			store(r, random(15_600)) // ~975 blocks of its own
 		}
 	}
+	return x, prompt
+}
+
+// BenchmarkFindMatches100k looks up a 100k-token prompt (6,250 blocks)
+// against 1,024 workers and about 1M indexed (block, worker) entries; the
+// hashing of the prompt is included. 64 workers hold a 16k-token shared
+// prefix plus the prompt's first 32k tokens on 8 of them.
+func BenchmarkFindMatches100k(b *testing.B) {
+	const bs = 16
+	x, prompt := findMatchesFleet(b)
 	runtime.GC()
 	var entries int
 	for w := range 1024 {
