@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"testing"
 
@@ -70,8 +71,9 @@ func BenchmarkDecodeApply(b *testing.B) {
 
 // findMatchesFleet builds BenchmarkFindMatches100k's index: 1,024
 // workers, 64 of them holding a 16k-token shared prefix and 8 of those the
-// prompt's first 32k tokens, the rest ~975 blocks of their own; it returns
-// the index and the 100k-token prompt.
+// prompt's first 32k tokens, the rest ~975 blocks of their own (about 1M
+// entries; with INDEX_BENCH_ENTRIES set, as many as make that many
+// entries); it returns the index and the 100k-token prompt.
 func findMatchesFleet(b *testing.B) (*Index, []uint32) {
 	const bs = 16
 	x := New()
@@ -93,6 +95,11 @@ func findMatchesFleet(b *testing.B) (*Index, []uint32) {
 			b.Fatal(err)
 		}
 	}
+	ownTokens := 15_600
+	if os.Getenv("INDEX_BENCH_ENTRIES") != "" {
+		const shared = 8*2000 + 56*1000 // the 64 workers' entries
+		ownTokens = (fleetEntries(b) - shared) / 960 * bs
+	}
 	system := random(16_000)
 	prompt := append(append([]uint32{}, system...), random(84_000)...)
 	for w := range 1024 {
@@ -103,7 +110,9 @@ func findMatchesFleet(b *testing.B) (*Index, []uint32) {
 		case w < 64:
 			store(r, system)
 		default:
-			store(r, random(15_600)) // ~975 blocks of its own
+			for own := ownTokens; own > 0; own -= 64 * bs {
+				store(r, random(min(own, 64*bs))) // blocks of its own, in prompts of up to 64 blocks
+			}
 		}
 	}
 	return x, prompt
