@@ -31,7 +31,7 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 	return d.out, false
 }
 
-// dumper collects a dump in one pass over the node map: each node is
+// dumper collects a dump in one pass over the node table: each node is
 // emitted after the chain of its ancestors not emitted yet, so no
 // parent-to-children index of the whole tree is needed.
 type dumper struct {

@@ -18,7 +18,7 @@ import (
 // 0.61 for refusing new blocks. Entries removed otherwise (an engine's BlockRemoved, a cleared
 // rank) are not looked for in the queue; their items go stale and are
 // skipped when they reach the head, and the queue is compacted when stale
-// items outnumber live ones. An item is live while its rank's map holds
+// items outnumber live ones. An item is live while its rank's table holds
 // its engine hash with the same stamp: a hash removed and stored again
 // gets a new stamp and a new item, so the old item does not evict the new
 // entry early. Across partitions, eviction takes from the tree whose head

@@ -21,9 +21,10 @@ import (
 // order (one listener goroutine per rank does); lookups run concurrently.
 //
 // Memory: a block held by one rank costs a node (56 bytes, from slabs), a
-// pointer slot in the node map and an inline slot in the rank's map, and
-// with a bound an eviction queue item; each further rank holding it adds
-// a 16-byte holder and a map slot. BytesPerEntry is the measured figure
+// 16-byte slot in the node table and a 24-byte slot in the rank's table
+// (table.go; each at most 3/4 full), and with a bound a 16-byte eviction
+// queue item; each further rank holding it adds a 16-byte holder and a
+// table slot. BytesPerEntry is the measured figure
 // (BenchmarkIndexMemory) and EntriesForMemory turns a budget into
 // MaxEntries.
 //

@@ -6,18 +6,20 @@ import (
 	"time"
 )
 
-// Handing memory back once a large part of the index is gone. Go maps
-// never shrink and freed nodes stay in their slabs (and on the spare
+// Handing memory back once a large part of the index is gone. The tables
+// (table.go) never shrink by themselves and freed nodes stay in their slabs (and on the spare
 // list), so a publisher that stored millions of blocks kept their memory
 // after its worker was deleted; and even freed heap stays mapped until the
 // runtime's scavenger gets to it.
 
 // BytesPerEntry is the heap one (block, rank) entry costs in the dearest
-// case, measured by BenchmarkIndexMemory: 125–163 bytes with one rank per
-// block (each entry its own node; the spread is where the maps stand in
-// their growth), 75–94 with 16 ranks holding each block, and 185 when a
-// publisher floods the index with five times its bound (the eviction
-// queue's stale items and the maps' tombstones count too), rounded up.
+// case, measured by BenchmarkIndexMemory: 152–153 bytes with one rank per
+// block at 1M and 4M entries (each entry its own node), 88 with 16 ranks
+// holding each block, and 176 when a publisher floods the index with five
+// times its bound (the eviction queue's stale items count too). Where the
+// tables stand in their growth moves the first figure: just after both
+// double (3/8 full) it is about 185 by their slot sizes (56 + 24/0.375 +
+// 16/0.375 + a queue item). 192 covers that, rounded up.
 const BytesPerEntry = 192
 
 // gcHeadroom is how much more than the index's live heap the process

@@ -187,8 +187,8 @@ func (t *tree) unhold(id uint32, e entry) {
 	}
 }
 
-// clearRank drops every entry of rank r and the rank's map itself (an
-// emptied Go map keeps its buckets).
+// clearRank drops every entry of rank r and the rank's table itself (an
+// emptied table keeps its slots).
 func (t *tree) clearRank(x *Index, r selection.Rank) {
 	m, ok := t.ranks[r]
 	if !ok {

@@ -8,7 +8,7 @@ import (
 )
 
 // The tree of one partition: its nodes (blocks), their holders (ranks and
-// tiers) and each rank's map from engine hashes to entries.
+// tiers) and each rank's table from engine hashes to entries.
 
 // tree is one partition's index.
 type tree struct {
@@ -26,8 +26,8 @@ type tree struct {
 	// live counts the tree's entries; queue orders them for eviction.
 	live  int
 	queue evictQueue
-	// peaks remember the largest size of the node map and of each rank's
-	// map since they were last rebuilt: Go maps never shrink.
+	// peaks remember the largest size of the node table and of each
+	// rank's table since they were last rebuilt: tables never shrink.
 	nodesPeak int
 	rankPeaks []int    // by rank id
 	shrink    []uint32 // ranks whose map fell to a quarter of its peak (noteShrink)
