@@ -11,7 +11,8 @@
 //   - decode.go, fields.go, msgpack.go: the payload decoder; event.go the
 //     decoded events; encode.go an encoder for simulated publishers.
 //   - index.go, tree.go, store.go, lookup.go, evict.go, memory.go, dump.go:
-//     the index, its stores and removals, its lookups, its bound and dumps.
+//     the index, its stores and removals, its lookups, its bound and dumps;
+//     table.go the hash table its nodes and engine hashes live in.
 //   - stats.go, figures.go: the counters, Manager.Snapshot, and Figures,
 //     the one table that the admin route and the metrics render.
 //

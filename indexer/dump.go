@@ -23,7 +23,7 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	d := dumper{t: t, limit: limit, seen: map[uint64]bool{}}
-	for k, n := range t.nodes {
+	for k, n := range t.nodes.All() {
 		if !d.visit(k, n) {
 			return d.out, true
 		}
@@ -31,7 +31,7 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 	return d.out, false
 }
 
-// dumper collects a dump in one pass over the node map: each node is
+// dumper collects a dump in one pass over the node table: each node is
 // emitted after the chain of its ancestors not emitted yet, so no
 // parent-to-children index of the whole tree is needed.
 type dumper struct {
@@ -59,7 +59,7 @@ func (d *dumper) visit(key uint64, n *node) bool {
 			break
 		}
 		key = n.parent
-		if n = d.t.nodes[key]; n == nil {
+		if n, _ = d.t.nodes.get(key); n == nil {
 			rooted = false
 			break
 		}
@@ -67,7 +67,7 @@ func (d *dumper) visit(key uint64, n *node) bool {
 	for i := len(d.chain) - 1; i >= 0; i-- {
 		k := d.chain[i]
 		d.seen[k] = rooted
-		if rooted && !d.emit(d.t.nodes[k]) {
+		if n, _ := d.t.nodes.get(k); rooted && !d.emit(n) {
 			return false
 		}
 	}
@@ -85,7 +85,7 @@ func (d *dumper) emit(n *node) bool {
 		}
 		var parent *uint64
 		if !n.root {
-			if pn := t.nodes[n.parent]; pn != nil {
+			if pn, _ := t.nodes.get(n.parent); pn != nil {
 				pn.each(func(ph *holder) {
 					if parent == nil && ph.id == h.id {
 						v := ph.engine

@@ -18,7 +18,7 @@ import (
 // 0.61 for refusing new blocks. Entries removed otherwise (an engine's BlockRemoved, a cleared
 // rank) are not looked for in the queue; their items go stale and are
 // skipped when they reach the head, and the queue is compacted when stale
-// items outnumber live ones. An item is live while its rank's map holds
+// items outnumber live ones. An item is live while its rank's table holds
 // its engine hash with the same stamp: a hash removed and stored again
 // gets a new stamp and a new item, so the old item does not evict the new
 // entry early. Across partitions, eviction takes from the tree whose head
@@ -66,12 +66,12 @@ func (q *evictQueue) setHead() {
 
 // itemEntry returns the entry a queued item stands for, with its rank's
 // map; ok is false for a stale item.
-func (t *tree) itemEntry(it qitem) (e entry, m map[uint64]entry, ok bool) {
+func (t *tree) itemEntry(it qitem) (e entry, m *table[entry], ok bool) {
 	if int(it.id) >= len(t.rankList) {
 		return entry{}, nil, false
 	}
 	m = t.ranks[t.rankList[it.id]]
-	e, ok = m[it.engine]
+	e, ok = m.get(it.engine)
 	return e, m, ok && e.stamp() == it.stamp&stampMask
 }
 
@@ -88,16 +88,16 @@ func (t *tree) evict(x *Index) int {
 		if !ok {
 			continue
 		}
-		if n := t.nodes[e.key]; n != nil && n.used.Load() {
+		if n, _ := t.nodes.get(e.key); n != nil && n.used.Load() {
 			// Looked up since it was queued: a second turn, from the back.
 			n.used.Store(false)
 			st := x.stamps.Add(1)
 			e.meta = uint32(e.tier()) | st<<8
-			m[it.engine] = e
+			m.set(it.engine, e)
 			q.items = append(q.items, qitem{engine: it.engine, id: it.id, stamp: st})
 			continue
 		}
-		delete(m, it.engine)
+		m.del(it.engine)
 		x.entries.Add(-1)
 		t.live--
 		t.noteShrink(it.id, m)

@@ -21,9 +21,10 @@ import (
 // order (one listener goroutine per rank does); lookups run concurrently.
 //
 // Memory: a block held by one rank costs a node (56 bytes, from slabs), a
-// pointer slot in the node map and an inline slot in the rank's map, and
-// with a bound an eviction queue item; each further rank holding it adds
-// a 16-byte holder and a map slot. BytesPerEntry is the measured figure
+// 16-byte slot in the node table and a 24-byte slot in the rank's table
+// (table.go; each at most 3/4 full), and with a bound a 16-byte eviction
+// queue item; each further rank holding it adds a 16-byte holder and a
+// table slot. BytesPerEntry is the measured figure
 // (BenchmarkIndexMemory) and EntriesForMemory turns a budget into
 // MaxEntries.
 //
@@ -67,15 +68,15 @@ func (x *Index) ConfigurePartition(p selection.PartitionKey, blockSize int, eagl
 			return
 		}
 		t.mu.Lock()
-		for r := range t.ranks {
-			x.entries.Add(-int64(len(t.ranks[r])))
-			x.released.Add(int64(len(t.ranks[r])))
+		for _, m := range t.ranks {
+			x.entries.Add(-int64(m.Len()))
+			x.released.Add(int64(m.Len()))
 		}
 		t.mu.Unlock()
 		defer x.releaseMemory()
 	}
-	x.parts[p] = &tree{blockSize: blockSize, eagle: eagle, nodes: map[uint64]*node{},
-		ranks: map[selection.Rank]map[uint64]entry{}, rankIDs: map[selection.Rank]uint32{}}
+	x.parts[p] = &tree{blockSize: blockSize, eagle: eagle, nodes: newTable[*node](0),
+		ranks: map[selection.Rank]*table[entry]{}, rankIDs: map[selection.Rank]uint32{}}
 }
 
 func (x *Index) tree(p selection.PartitionKey) *tree {
@@ -121,7 +122,7 @@ func (x *Index) Blocks(p selection.PartitionKey, r selection.Rank) int {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.ranks[r])
+	return t.ranks[r].Len()
 }
 
 // Entries returns the (block, rank) entries over all partitions.

@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"testing"
 
@@ -49,6 +50,7 @@ func BenchmarkDecodeApply(b *testing.B) {
 			var d Decoder
 			r := selection.Rank{WorkerID: 1}
 			b.ReportAllocs()
+			cpu := startCPU(b)
 			i := 0
 			for b.Loop() {
 				batch, err := d.Decode(payloads[i%nPayloads])
@@ -60,17 +62,19 @@ func BenchmarkDecodeApply(b *testing.B) {
 				}
 				i++
 			}
+			b.ReportMetric(cpu.per(b.N*blocksPer), "cpu-ns/block")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*blocksPer), "ns/block")
 			b.ReportMetric(float64(x.Entries()), "entries")
 		})
 	}
 }
 
-// BenchmarkFindMatches100k looks up a 100k-token prompt (6,250 blocks)
-// against 1,024 workers and about 1M indexed (block, worker) entries; the
-// hashing of the prompt is included. 64 workers hold a 16k-token shared
-// prefix plus the prompt's first 32k tokens on 8 of them.
-func BenchmarkFindMatches100k(b *testing.B) {
+// findMatchesFleet builds BenchmarkFindMatches100k's index: 1,024
+// workers, 64 of them holding a 16k-token shared prefix and 8 of those the
+// prompt's first 32k tokens, the rest ~975 blocks of their own (about 1M
+// entries; with INDEX_BENCH_ENTRIES set, as many as make that many
+// entries); it returns the index and the 100k-token prompt.
+func findMatchesFleet(b *testing.B) (*Index, []uint32) {
 	const bs = 16
 	x := New()
 	x.ConfigurePartition(part, bs, false)
@@ -91,6 +95,11 @@ func BenchmarkFindMatches100k(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	ownTokens := 15_600
+	if os.Getenv("INDEX_BENCH_ENTRIES") != "" {
+		const shared = 8*2000 + 56*1000 // the 64 workers' entries
+		ownTokens = (fleetEntries(b) - shared) / 960 * bs
+	}
 	system := random(16_000)
 	prompt := append(append([]uint32{}, system...), random(84_000)...)
 	for w := range 1024 {
@@ -101,9 +110,21 @@ func BenchmarkFindMatches100k(b *testing.B) {
 		case w < 64:
 			store(r, system)
 		default:
-			store(r, random(15_600)) // ~975 blocks of its own
+			for own := ownTokens; own > 0; own -= 64 * bs {
+				store(r, random(min(own, 64*bs))) // blocks of its own, in prompts of up to 64 blocks
+			}
 		}
 	}
+	return x, prompt
+}
+
+// BenchmarkFindMatches100k looks up a 100k-token prompt (6,250 blocks)
+// against 1,024 workers and about 1M indexed (block, worker) entries; the
+// hashing of the prompt is included. 64 workers hold a 16k-token shared
+// prefix plus the prompt's first 32k tokens on 8 of them.
+func BenchmarkFindMatches100k(b *testing.B) {
+	const bs = 16
+	x, prompt := findMatchesFleet(b)
 	runtime.GC()
 	var entries int
 	for w := range 1024 {
@@ -116,14 +137,39 @@ func BenchmarkFindMatches100k(b *testing.B) {
 	var blocks []uint64
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := startCPU(b)
 	for b.Loop() {
 		m.Reset()
 		blocks = selection.AppendBlockHashes(blocks[:0], prompt, bs, selection.HashOptions{})
 		x.FindMatches(part, blocks, &m)
 	}
+	b.ReportMetric(cpu.per(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(entries), "entries")
 	b.ReportMetric(heapPerEntry, "heapB/entry")
 	if len(m.List) != 64 {
 		b.Fatalf("%d ranks matched, want 64", len(m.List))
+	}
+}
+
+// BenchmarkDecode is BenchmarkDecodeApply's decoding alone, to tell the
+// two halves of its figure apart.
+func BenchmarkDecode(b *testing.B) {
+	for _, enc := range []Encoding{EncodingMap, EncodingArray} {
+		name := map[Encoding]string{EncodingMap: "map", EncodingArray: "array"}[enc]
+		b.Run(name, func(b *testing.B) {
+			payloads := steadyPayloads(enc, 1, 2)
+			var d Decoder
+			b.ReportAllocs()
+			cpu := startCPU(b)
+			i := 0
+			for b.Loop() {
+				if _, err := d.Decode(payloads[i%nPayloads]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(cpu.per(b.N*blocksPer), "cpu-ns/block")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*blocksPer), "ns/block")
+		})
 	}
 }

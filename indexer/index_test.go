@@ -325,8 +325,8 @@ func TestIndexLargerEngineBlocksAndCap(t *testing.T) {
 		t.Fatalf("depth %d after removing the second engine block, want 2", d)
 	}
 	x.RemoveRank(part, r)
-	if x.Entries() != 0 || len(x.tree(part).nodes) != 0 {
-		t.Fatalf("%d entries, %d nodes left", x.Entries(), len(x.tree(part).nodes))
+	if x.Entries() != 0 || x.tree(part).nodes.Len() != 0 {
+		t.Fatalf("%d entries, %d nodes left", x.Entries(), x.tree(part).nodes.Len())
 	}
 
 	// At the cap, new blocks are stored and the oldest evicted, counted,
@@ -337,7 +337,7 @@ func TestIndexLargerEngineBlocksAndCap(t *testing.T) {
 	if err := x.Apply(part, r, ev); err != nil {
 		t.Fatal(err)
 	}
-	if x.Entries() != 1 || x.Counts().Full != 2 || x.Counts().Evicted != 2 || len(x.tree(part).nodes) != 1 {
-		t.Fatalf("entries %d full %d evicted %d nodes %d", x.Entries(), x.Counts().Full, x.Counts().Evicted, len(x.tree(part).nodes))
+	if x.Entries() != 1 || x.Counts().Full != 2 || x.Counts().Evicted != 2 || x.tree(part).nodes.Len() != 1 {
+		t.Fatalf("entries %d full %d evicted %d nodes %d", x.Entries(), x.Counts().Full, x.Counts().Evicted, x.tree(part).nodes.Len())
 	}
 }

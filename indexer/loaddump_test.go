@@ -27,7 +27,7 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		}
 		m := t.ranks[r]
 		if m == nil {
-			m = make(map[uint64]entry)
+			m = newTable[entry](0)
 			t.ranks[r] = m
 		}
 		id := t.rankID(r)
@@ -35,7 +35,7 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		var key uint64
 		have := false
 		if st.ParentHash != nil {
-			e, ok := m[*st.ParentHash]
+			e, ok := m.get(*st.ParentHash)
 			if !ok {
 				x.counters.unknownParent.add(1)
 				continue

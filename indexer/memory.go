@@ -6,18 +6,20 @@ import (
 	"time"
 )
 
-// Handing memory back once a large part of the index is gone. Go maps
-// never shrink and freed nodes stay in their slabs (and on the spare
+// Handing memory back once a large part of the index is gone. The tables
+// (table.go) never shrink by themselves and freed nodes stay in their slabs (and on the spare
 // list), so a publisher that stored millions of blocks kept their memory
 // after its worker was deleted; and even freed heap stays mapped until the
 // runtime's scavenger gets to it.
 
 // BytesPerEntry is the heap one (block, rank) entry costs in the dearest
-// case, measured by BenchmarkIndexMemory: 125–163 bytes with one rank per
-// block (each entry its own node; the spread is where the maps stand in
-// their growth), 75–94 with 16 ranks holding each block, and 185 when a
-// publisher floods the index with five times its bound (the eviction
-// queue's stale items and the maps' tombstones count too), rounded up.
+// case, measured by BenchmarkIndexMemory: 152–153 bytes with one rank per
+// block at 1M and 4M entries (each entry its own node), 88 with 16 ranks
+// holding each block, and 176 when a publisher floods the index with five
+// times its bound (the eviction queue's stale items count too). Where the
+// tables stand in their growth moves the first figure: just after both
+// double (3/8 full) it is about 185 by their slot sizes (56 + 24/0.375 +
+// 16/0.375 + a queue item). 192 covers that, rounded up.
 const BytesPerEntry = 192
 
 // gcHeadroom is how much more than the index's live heap the process
@@ -70,9 +72,9 @@ const (
 // removals that made it necessary.
 func (t *tree) tidy() {
 	t.compactQueue()
-	switch n := len(t.nodes); {
+	switch n := t.nodes.Len(); {
 	case n == 0 && (t.nodesPeak > 0 || t.slab != nil || t.spare != nil):
-		t.nodes = map[uint64]*node{}
+		t.nodes = newTable[*node](0)
 		t.slab, t.spare, t.nodesPeak = nil, nil, 0
 	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/shrinkFactor:
 		t.rebuildNodes()
@@ -80,15 +82,15 @@ func (t *tree) tidy() {
 	for _, id := range t.shrink {
 		r := t.rankList[id]
 		m, ok := t.ranks[r]
-		if !ok || len(m) > t.rankPeaks[id]/shrinkFactor {
+		if !ok || m.Len() > t.rankPeaks[id]/shrinkFactor {
 			continue // cleared, or grown again
 		}
-		fresh := make(map[uint64]entry, len(m))
-		for h, e := range m {
-			fresh[h] = e
+		fresh := newTable[entry](m.Len())
+		for h, e := range m.All() {
+			fresh.set(h, e)
 		}
 		t.ranks[r] = fresh
-		t.rankPeaks[id] = len(fresh)
+		t.rankPeaks[id] = fresh.Len()
 	}
 	t.shrink = t.shrink[:0]
 }
@@ -96,8 +98,8 @@ func (t *tree) tidy() {
 // noteShrink marks rank id's map m for a rebuild (by tidy) when a removal
 // just brought it to a quarter of its peak. Removals go one at a time, so the
 // size passes that mark once.
-func (t *tree) noteShrink(id uint32, m map[uint64]entry) {
-	if peak := t.rankPeaks[id]; peak >= rebuildMin && len(m) == peak/shrinkFactor {
+func (t *tree) noteShrink(id uint32, m *table[entry]) {
+	if peak := t.rankPeaks[id]; peak >= rebuildMin && m.Len() == peak/shrinkFactor {
 		t.shrink = append(t.shrink, id)
 	}
 }
@@ -107,17 +109,17 @@ func (t *tree) noteShrink(id uint32, m map[uint64]entry) {
 // else points to a node between calls (holders name ranks, entries name
 // keys), so moving them is safe under the write lock.
 func (t *tree) rebuildNodes() {
-	slab := make([]node, len(t.nodes))
-	nodes := make(map[uint64]*node, len(t.nodes))
+	slab := make([]node, t.nodes.Len())
+	nodes := newTable[*node](t.nodes.Len())
 	i := 0
-	for k, n := range t.nodes {
+	for k, n := range t.nodes.All() {
 		c := &slab[i]
 		c.local, c.parent, c.first, c.more, c.fp, c.nh, c.root = n.local, n.parent, n.first, n.more, n.fp, n.nh, n.root
 		c.used.Store(n.used.Load())
-		nodes[k] = c
+		nodes.set(k, c)
 		i++
 	}
-	t.nodes, t.slab, t.spare, t.nodesPeak = nodes, nil, nil, len(nodes)
+	t.nodes, t.slab, t.spare, t.nodesPeak = nodes, nil, nil, nodes.Len()
 }
 
 // releasing is set while a goroutine hands memory back; lastRelease is

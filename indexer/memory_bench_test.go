@@ -50,8 +50,10 @@ func heapAlloc() uint64 {
 // eviction queue included: with one rank per block (every entry its own
 // node) and with 16 ranks holding each block. BytesPerEntry comes from
 // the first, the dearer. Run it with -benchtime=1x: each iteration builds
-// an index of about a million entries.
+// an index of about a million entries (seed_like and single_owner, issue
+// 15's fleets, INDEX_BENCH_ENTRIES: see benchmarkFleetMemory).
 func BenchmarkIndexMemory(b *testing.B) {
+	benchmarkFleetMemory(b)
 	const entries = 1 << 20
 	for _, holders := range []int{1, 16} {
 		b.Run(fmt.Sprintf("ranks_per_block=%d", holders), func(b *testing.B) {

@@ -17,9 +17,9 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
 			return err
 		}
 	case Removed:
-		m := t.ranks[r]
+		m, id := t.ranks[r], t.rankIDs[r] // looked up once per event, not per block
 		for _, h := range ev.BlockHashes {
-			if !t.remove(x, r, m, h) {
+			if !t.remove(x, id, m, h) {
 				x.counters.unknownBlock.add(1)
 			}
 		}
@@ -36,7 +36,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 	m := t.ranks[r]
 	var parentKey uint64
 	if ev.HasParent {
-		e, ok := m[ev.ParentHash]
+		e, ok := m.get(ev.ParentHash)
 		if !ok {
 			x.counters.unknownParent.add(1)
 			return ErrUnknownParent
@@ -53,7 +53,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 		return ErrTokenCount
 	}
 	if m == nil {
-		m = make(map[uint64]entry)
+		m = newTable[entry](len(ev.BlockHashes))
 		t.ranks[r] = m
 	}
 	id := t.rankID(r)
@@ -86,11 +86,11 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 
 // hold records that the rank (id, engine map m) holds the blocks of span,
 // the last of which is key, under the engine hash engine.
-func (t *tree) hold(x *Index, m map[uint64]entry, id uint32, span []*node, key, engine uint64, tier Tier) {
-	if e, ok := m[engine]; ok {
-		if e.key == key && e.tier() == tier && e.refs < math.MaxUint16 {
+func (t *tree) hold(x *Index, m *table[entry], id uint32, span []*node, key, engine uint64, tier Tier) {
+	slot, held := m.upsert(engine)
+	if held {
+		if e := slot; e.key == key && e.tier() == tier && e.refs < math.MaxUint16 {
 			e.refs++ // the engine stored the same block twice
-			m[engine] = e
 		}
 		// Otherwise the engine reused the hash for another block before
 		// removing the first; the first mapping stands until it is removed.
@@ -108,9 +108,9 @@ func (t *tree) hold(x *Index, m map[uint64]entry, id uint32, span []*node, key, 
 	}
 	x.entries.Add(1)
 	t.live++
-	m[engine] = e
-	if id := int(id); len(m) > t.rankPeaks[id] {
-		t.rankPeaks[id] = len(m)
+	*slot = e
+	if id := int(id); m.Len() > t.rankPeaks[id] {
+		t.rankPeaks[id] = m.Len()
 	}
 	for _, n := range span {
 		if h := n.find(id, tier); h != nil {
@@ -145,20 +145,20 @@ func (t *tree) dropEmpty(span []*node) {
 	}
 }
 
-// remove drops one reference of a rank's engine hash; false if unknown.
-func (t *tree) remove(x *Index, r selection.Rank, m map[uint64]entry, engine uint64) bool {
-	e, ok := m[engine]
-	if !ok {
+// remove drops one reference of an engine hash of rank id (whose map is
+// m); false if unknown.
+func (t *tree) remove(x *Index, id uint32, m *table[entry], engine uint64) bool {
+	p := m.ptr(engine)
+	if p == nil {
 		return false
 	}
-	if e.refs--; e.refs > 0 {
-		m[engine] = e
+	if p.refs--; p.refs > 0 {
 		return true
 	}
-	delete(m, engine)
+	e := *p
+	m.del(engine)
 	x.entries.Add(-1)
 	t.live--
-	id := t.rankIDs[r]
 	t.noteShrink(id, m)
 	t.unhold(id, e)
 	return true
@@ -169,7 +169,7 @@ func (t *tree) remove(x *Index, r selection.Rank, m map[uint64]entry, engine uin
 func (t *tree) unhold(id uint32, e entry) {
 	key := e.key
 	for range max(e.span, 1) {
-		n := t.nodes[key]
+		n, _ := t.nodes.get(key)
 		if n == nil {
 			return
 		}
@@ -187,20 +187,20 @@ func (t *tree) unhold(id uint32, e entry) {
 	}
 }
 
-// clearRank drops every entry of rank r and the rank's map itself (an
-// emptied Go map keeps its buckets).
+// clearRank drops every entry of rank r and the rank's table itself (an
+// emptied table keeps its slots).
 func (t *tree) clearRank(x *Index, r selection.Rank) {
 	m, ok := t.ranks[r]
 	if !ok {
 		return
 	}
 	id := t.rankIDs[r]
-	for _, e := range m {
+	for _, e := range m.All() {
 		t.unhold(id, e) // each engine entry holds its blocks once
 	}
-	x.entries.Add(-int64(len(m)))
-	x.released.Add(int64(len(m)))
-	t.live -= len(m)
+	x.entries.Add(-int64(m.Len()))
+	x.released.Add(int64(m.Len()))
+	t.live -= m.Len()
 	t.rankPeaks[id] = 0
 	delete(t.ranks, r)
 }

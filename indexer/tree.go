@@ -8,15 +8,15 @@ import (
 )
 
 // The tree of one partition: its nodes (blocks), their holders (ranks and
-// tiers) and each rank's map from engine hashes to entries.
+// tiers) and each rank's table from engine hashes to entries.
 
 // tree is one partition's index.
 type tree struct {
 	mu        sync.RWMutex
 	blockSize int
 	eagle     bool
-	nodes     map[uint64]*node
-	ranks     map[selection.Rank]map[uint64]entry // engine hash → entry
+	nodes     *table[*node]                    // chain key → block
+	ranks     map[selection.Rank]*table[entry] // per rank: engine hash → entry
 	// rankIDs numbers the ranks densely, so holders store 4 bytes and a
 	// lookup keeps per-rank state in a slice instead of a map.
 	rankIDs  map[selection.Rank]uint32
@@ -26,8 +26,8 @@ type tree struct {
 	// live counts the tree's entries; queue orders them for eviction.
 	live  int
 	queue evictQueue
-	// peaks remember the largest size of the node map and of each rank's
-	// map since they were last rebuilt: Go maps never shrink.
+	// peaks remember the largest size of the node table and of each
+	// rank's table since they were last rebuilt: tables never shrink.
 	nodesPeak int
 	rankPeaks []int    // by rank id
 	shrink    []uint32 // ranks whose map fell to a quarter of its peak (noteShrink)
@@ -148,14 +148,13 @@ func (t *tree) extend(prefix uint64, have bool, local uint64) (uint64, *node) {
 	if have {
 		key = selection.NextSequenceHash(prefix, local)
 	}
-	n := t.nodes[key]
-	if n == nil {
-		n = t.newNode()
-		n.local, n.parent, n.root = local, prefix, !have
-		t.nodes[key] = n
-		t.nodesPeak = max(t.nodesPeak, len(t.nodes))
+	p, held := t.nodes.upsert(key)
+	if !held {
+		*p = t.newNode()
+		(*p).local, (*p).parent, (*p).root = local, prefix, !have
+		t.nodesPeak = max(t.nodesPeak, t.nodes.Len())
 	}
-	return key, n
+	return key, *p
 }
 
 func (t *tree) newNode() *node {
@@ -173,7 +172,7 @@ func (t *tree) newNode() *node {
 }
 
 func (t *tree) freeNode(key uint64, n *node) {
-	delete(t.nodes, key)
+	t.nodes.del(key)
 	more := n.more
 	if more != nil {
 		*more = (*more)[:0]
