@@ -106,10 +106,10 @@ func (p *routerPolicy) close()          { p.r.Close() }
 // noop is the lifecycle of policies that keep no bookings.
 type noop struct{}
 
-func (noop) prefillDone(*job)  {}
-func (noop) release(*job)      {}
-func (noop) usesIndex() bool   { return false }
-func (noop) close()            {}
+func (noop) prefillDone(*job) {}
+func (noop) release(*job)     {}
+func (noop) usesIndex() bool  { return false }
+func (noop) close()           {}
 
 // roundRobin places requests on the workers in turn.
 type roundRobin struct {
