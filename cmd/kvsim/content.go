@@ -39,10 +39,13 @@ func newHasher(blockSize int, memo bool) *hasher {
 	return h
 }
 
-// tokensOf appends the tokens of content block id to dst.
+// tokensOf appends the tokens of content block id to dst: trace.BlockToken
+// for each position, with the id's mix computed once per block (the same
+// numbers; this is where a cold run spends its time).
 func (h *hasher) tokensOf(dst []uint32, id int64) []uint32 {
+	base := trace.MixID(id)
 	for i := range h.blockSize {
-		dst = append(dst, trace.BlockToken(id, i))
+		dst = append(dst, trace.TokenAt(base, i))
 	}
 	return dst
 }

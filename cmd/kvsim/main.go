@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -77,11 +78,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&variantFlags, "router-config", "NAME={json}: a kv_router variant, cost knobs by their Caddyfile names over our defaults (\"base\":\"dynamo\" for Dynamo's); repeatable; add NAME to --policies (it is added at the end if absent)")
 	jsonPath := fs.String("json", "", "write the results as JSON to this file")
 	svgPath := fs.String("svg", "", "write hit ratio, TTFT and load spread as SVG to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var variants []variant
 	for _, v := range variantFlags {

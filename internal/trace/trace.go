@@ -161,9 +161,14 @@ func mix64(x uint64) uint64 {
 
 // BlockToken is token i of the block whose id is id: a function of the
 // two alone, so a block id stands for the same tokens wherever it occurs.
-func BlockToken(id int64, i int) uint32 {
-	return uint32(mix64(mix64(uint64(id))+uint64(i)) % Vocab)
-}
+func BlockToken(id int64, i int) uint32 { return TokenAt(MixID(id), i) }
+
+// MixID is the part of BlockToken that depends on the block id alone, for
+// callers that make a whole block's tokens.
+func MixID(id int64) uint64 { return mix64(uint64(id)) }
+
+// TokenAt is token i of the block whose MixID is base.
+func TokenAt(base uint64, i int) uint32 { return uint32(mix64(base+uint64(i)) % Vocab) }
 
 // Tokens is the prompt of r: blockTokens tokens per block id, the
 // last block cut so that the prompt has r.Input tokens.
