@@ -118,7 +118,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var wl workload
 	rep := &report{Config: c}
 	if c.Trace != "" {
-		c.Warmup, c.Sessions = 0, 0
+		// The session workload's settings do not apply: leave them out of
+		// the report.
+		*c = config{Seed: c.Seed, Workers: c.Workers, BlockSize: c.BlockSize, KVBlocks: c.KVBlocks, PrefillRate: c.PrefillRate,
+			DecodeTime: c.DecodeTime, MaxBatchedTokens: c.MaxBatchedTokens, MaxNumSeqs: c.MaxNumSeqs, EventDelay: c.EventDelay,
+			IndexMaxMemory: c.IndexMaxMemory, Trace: c.Trace, TraceRequests: c.TraceRequests, Speed: c.Speed,
+			MaxModelLen: c.MaxModelLen, Buckets: c.Buckets}
 		tw, skipped, err := loadTrace(c)
 		if err != nil {
 			return err

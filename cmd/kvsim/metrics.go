@@ -74,8 +74,6 @@ func (m *metrics) first(j *job, now time.Duration) {
 	m.ttft = append(m.ttft, now-j.arrived)
 }
 
-func (m *metrics) finish(*job) {}
-
 // result is one policy's figures. Times are in seconds of virtual time.
 type result struct {
 	Policy string `json:"policy"`

@@ -113,7 +113,6 @@ func (s *sim) countPrefill(w *worker, n int) {
 // session goes on.
 func (s *sim) finished(j *job) {
 	s.policy.release(j)
-	s.m.finish(j)
 	if j.sess != nil {
 		j.sess.last = j.worker
 		j.sess.turnDone(s, j)

@@ -19,7 +19,6 @@ type job struct {
 	arrived time.Duration
 	// firstToken is when the first output token came, -1 until then.
 	firstToken time.Duration
-	admitted   bool
 	// estHits is the oracle's count of cached blocks at placement, for
 	// its queue estimate of a waiting job.
 	estHits int
@@ -115,10 +114,7 @@ func (w *worker) step() {
 }
 
 // admitted records what the engine found cached for j.
-func (w *worker) admitted(j *job) {
-	j.admitted = true
-	w.sim.recordAdmission(j)
-}
+func (w *worker) admitted(j *job) { w.sim.recordAdmission(j) }
 
 // token hears of j's output tokens: the first ends its prefill, the last
 // ends it.

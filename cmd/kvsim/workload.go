@@ -100,10 +100,8 @@ func (wl sessionWorkload) turn(s *sim, ss *session) {
 
 // turnDone schedules the session's next turn after its think time.
 func (ss *session) turnDone(s *sim, j *job) {
-	ss.wl(s).next(s, ss, j.seq.MaxTokens)
+	sessionWorkload{cfg: s.cfg}.next(s, ss, j.seq.MaxTokens)
 }
-
-func (ss *session) wl(s *sim) sessionWorkload { return sessionWorkload{cfg: s.cfg} }
 
 // next grows the context by the answer and new user text, and schedules
 // the next turn (of a new session in the slot when this one is over).
