@@ -177,12 +177,29 @@ func (p *oracle) place(j *job) (*worker, error) {
 	limit := (j.seq.PromptLen - 1) / bs
 	var best *worker
 	bestCost, bestHits := 0, 0
-	for i := range ws {
-		w := ws[(p.next+i)%len(ws)]
+	consider := func(w *worker) {
+		pending := w.pendingPrefill()
+		if best != nil && pending+j.seq.PromptLen-limit*bs > bestCost {
+			return // even a full hit would not make it the best: skip the cache lookup
+		}
 		hits, _ := w.sched.Pool.Match(j.seq.Hashes, limit)
-		cost := w.pendingPrefill() + j.seq.PromptLen - hits*bs
+		cost := pending + j.seq.PromptLen - hits*bs
 		if best == nil || cost < bestCost || cost == bestCost && w.active < best.active {
 			best, bestCost, bestHits = w, cost, hits
+		}
+	}
+	// The session's last worker first: it usually holds its context, and
+	// its cost bounds the rest, most of which then need no cache lookup.
+	var home *worker
+	if j.sess != nil {
+		home = j.sess.last
+	}
+	if home != nil {
+		consider(home)
+	}
+	for i := range ws {
+		if w := ws[(p.next+i)%len(ws)]; w != home {
+			consider(w)
 		}
 	}
 	p.next++

@@ -51,12 +51,9 @@ func newSim(cfg *config, h *hasher) *sim {
 func (s *sim) wallClock() time.Time { return epoch.Add(s.clock.now) }
 
 // publish delivers a worker's events to the index after the event delay,
-// in order (equal delays keep the clock's order), when the policy reads
-// the index.
+// in order (equal delays keep the clock's order). Only policies that read
+// the index get them (worker.step).
 func (s *sim) publish(w *worker, evs []indexer.Event) {
-	if !s.policy.usesIndex() {
-		return
-	}
 	s.clock.after(s.cfg.EventDelay, func() {
 		for i := range evs {
 			if err := s.index.Apply(s.part, w.rank, &evs[i]); err != nil {

@@ -99,7 +99,7 @@ func (w *worker) step() {
 		return
 	}
 	st := w.sched.Schedule(w.admitted)
-	if len(st.Events) > 0 {
+	if len(st.Events) > 0 && w.sim.policy.usesIndex() {
 		w.sim.publish(w, w.indexEvents(st.Events))
 	}
 	w.sim.countPrefill(w, st.Prefill)
