@@ -110,6 +110,18 @@ func TestPoliciesRankAsTheyMust(t *testing.T) {
 	}
 }
 
+// The router learns where prefixes are only from the engines' events:
+// with events that arrive after the window, it routes blind.
+func TestEventsFeedTheRouter(t *testing.T) {
+	_, fast := runKvsim(t, append(small, "--policies", "kv_router")...)
+	_, late := runKvsim(t, append(small, "--policies", "kv_router", "--event-delay", "1h")...)
+	f, l := fast.Results[0], late.Results[0]
+	t.Logf("hit: events after 10ms %.4f, after 1h %.4f", f.HitRatio, l.HitRatio)
+	if !(l.HitRatio < f.HitRatio-0.3) || l.IndexEntries != 0 {
+		t.Errorf("hit %.4f with events an hour late (index entries %d), %.4f with 10ms", l.HitRatio, l.IndexEntries, f.HitRatio)
+	}
+}
+
 // A variant from the command line runs as a policy of its own, and a
 // variant that changes nothing gives the built-in policy's figures.
 func TestRouterConfigVariants(t *testing.T) {
