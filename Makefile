@@ -5,7 +5,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo replay fuzz fuzz-ci clean hostile
+.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo replay fuzz fuzz-ci clean hostile sim
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
@@ -33,6 +33,9 @@ bin/kvbench: $(shell find cmd/kvbench selection -name '*.go') go.mod
 
 bin/kvmock: $(shell find cmd/kvmock indexer selection -name '*.go') go.mod
 	$(GO) build -o bin/kvmock ./cmd/kvmock
+
+bin/kvsim: $(shell find cmd/kvsim internal selection indexer -name '*.go') go.mod
+	$(GO) build -o bin/kvsim ./cmd/kvsim
 
 # staticcheck, pinned, fetched from the Go module proxy on first use.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -92,6 +95,16 @@ bench-scale: deps build bin/kvbench bin/kvmock
 # Without the trace it says so and does nothing.
 replay: deps build bin/kvbench bin/kvmock
 	./scripts/replay.sh
+
+# sim: the seed setup in virtual time (docs/kvsim.md): 1,024 simulated
+# workers, 8,192 agentic sessions of ~99k-token context, through the real
+# router and index and five baselines; a table, and JSON and SVG in
+# SIM_OUT. Deterministic per seed; several minutes on 2 cores, not part
+# of CI.
+SIM_OUT ?= /tmp/kvrouter-sim
+sim: deps bin/kvsim
+	@mkdir -p $(SIM_OUT)
+	./bin/kvsim --json $(SIM_OUT)/seed.json --svg $(SIM_OUT)/seed.svg $(SIM_ARGS)
 
 # hostile: the attacks of issue 10 against the built gateway as a separate
 # process (hostile/); prints expected and observed answers, RSS and fds

@@ -122,7 +122,7 @@ func wait(ctx context.Context, e *engine, rq *request, sent int) (progress, bool
 // whole answers with one JSON document once generation is over.
 func (w *worker) whole(rw http.ResponseWriter, r *http.Request, e *engine, rq *request, out *answer) {
 	// Waiting for more than maxTokens tokens returns only when done.
-	p, ok := wait(r.Context(), e, rq, rq.maxTokens)
+	p, ok := wait(r.Context(), e, rq, rq.seq.MaxTokens)
 	if !ok {
 		return
 	}

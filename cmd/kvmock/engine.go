@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/caddy-kvrouter/indexer"
+	enginemodel "github.com/kvrouter/caddy-kvrouter/internal/engine"
 )
 
 // engine is one simulated engine core: one DP rank of a worker, with its
@@ -18,7 +19,7 @@ type engine struct {
 	cfg    *Config
 	worker int // worker id, 1-based
 	dpRank int
-	pool   *blockPool
+	sched  *enginemodel.Scheduler[*request]
 	pub    *rankPub
 	out    *publisher
 
@@ -27,10 +28,6 @@ type engine struct {
 	cmds  []engineCmd
 	wake  chan struct{}
 	done  chan struct{}
-
-	// Scheduler-owned queues.
-	waiting []*request
-	running []*request
 
 	stats engineStats
 }
@@ -74,10 +71,11 @@ func newEngine(cfg *Config, worker, dpRank int, pub *rankPub) *engine {
 		cfg:    cfg,
 		worker: worker,
 		dpRank: dpRank,
-		pool:   newBlockPool(cfg.KVBlocks),
-		pub:    pub,
-		wake:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		sched: enginemodel.NewScheduler[*request](enginemodel.Config{BlockSize: cfg.BlockSize, MaxBatchedTokens: cfg.MaxBatchedTokens,
+			MaxNumSeqs: cfg.MaxNumSeqs, PrefillRate: cfg.PrefillRate, DecodeTime: cfg.DecodeTime}, cfg.KVBlocks),
+		pub:  pub,
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
 	}
 }
 
@@ -129,7 +127,7 @@ func (e *engine) run() {
 		if !e.intake() {
 			return
 		}
-		if len(e.waiting) == 0 && len(e.running) == 0 {
+		if e.sched.Idle() {
 			<-e.wake
 			continue
 		}
@@ -144,18 +142,18 @@ func (e *engine) intake() bool {
 	inbox, cmds := e.inbox, e.cmds
 	e.inbox, e.cmds = nil, nil
 	e.mu.Unlock()
-	e.waiting = append(e.waiting, inbox...)
-	e.waiting = slices.DeleteFunc(e.waiting, func(r *request) bool {
+	e.sched.Waiting = append(e.sched.Waiting, inbox...)
+	e.sched.Waiting = slices.DeleteFunc(e.sched.Waiting, func(r *request) bool {
 		if r.aborted.Load() {
 			e.stats.waiting.Add(-1)
 			return true
 		}
 		return false
 	})
-	e.running = slices.DeleteFunc(e.running, func(r *request) bool {
+	e.sched.Running = slices.DeleteFunc(e.sched.Running, func(r *request) bool {
 		if r.aborted.Load() {
-			e.pool.release(r.blocks)
-			r.blocks = nil
+			e.sched.Pool.Release(r.seq.Blocks)
+			r.seq.Blocks = nil
 			return true
 		}
 		return false
@@ -164,11 +162,11 @@ func (e *engine) intake() bool {
 	for _, c := range cmds {
 		switch c.kind {
 		case cmdReset:
-			e.pool.clear()
+			e.sched.Pool.Clear()
 			e.publish([]any{indexer.Clear{}})
 		case cmdRestart:
 			e.failAll(errRestarted)
-			e.pool.reset()
+			e.sched.Pool.Reset()
 			e.out.restart(e.pub)
 		case cmdStop:
 			e.failAll(errStopped)
@@ -184,7 +182,7 @@ func (e *engine) intake() bool {
 	if !alive {
 		// Requests that slipped in after the stop find the engine gone.
 		e.mu.Lock()
-		e.waiting, e.inbox = e.inbox, nil
+		e.sched.Waiting, e.inbox = e.inbox, nil
 		e.mu.Unlock()
 		e.failAll(errStopped)
 	}
@@ -195,161 +193,82 @@ func (e *engine) intake() bool {
 // failAll ends every request the engine holds with err and gives their
 // blocks back.
 func (e *engine) failAll(err error) {
-	for _, r := range e.running {
-		e.pool.release(r.blocks)
-		r.blocks = nil
+	for _, r := range e.sched.Running {
+		e.sched.Pool.Release(r.seq.Blocks)
+		r.seq.Blocks = nil
 		r.fail(err)
 	}
-	for _, r := range e.waiting {
+	for _, r := range e.sched.Waiting {
 		r.fail(err)
 	}
-	e.stats.waiting.Add(-int64(len(e.waiting)))
-	e.running, e.waiting = nil, nil
+	e.stats.waiting.Add(-int64(len(e.sched.Waiting)))
+	e.sched.Running, e.sched.Waiting = nil, nil
 }
 
-// step runs one scheduler step, as vLLM's V1 scheduler does: running
-// requests first (one decode token each, or the next chunk of their
-// prompt), then waiting ones in FIFO order while the token budget, the
-// sequence limit and the free blocks allow. Blocks that the scheduled
-// tokens fill are cached right away, and their events go out before the
-// step "computes", because vLLM also publishes at schedule time. Then the
-// goroutine sleeps for the simulated compute time and hands out the tokens
-// the step produced.
+// step runs one scheduler step (enginemodel.Scheduler: running requests first,
+// then waiting ones in FIFO order while the token budget, the sequence
+// limit and the free blocks allow). The events of the blocks the step
+// caches and evicts go out before the step "computes", because vLLM also
+// publishes at schedule time. Then the goroutine sleeps for the simulated
+// compute time and hands out the tokens the step produced.
 func (e *engine) step() {
-	budget := e.cfg.MaxBatchedTokens
-	prefill, sampling := 0, 0
-	var events []any
-	schedule := func(r *request) {
-		if !r.inPrefill() {
-			r.scheduled = 1
-			budget--
-			sampling++
-			return
-		}
-		n := min(len(r.prompt)-r.computed, budget)
-		r.scheduled = n
-		budget -= n
-		prefill += n
-		if r.computed+n == len(r.prompt) {
-			sampling++ // the step that finishes a prompt samples its first token
-		}
-		events = e.cacheBlocks(r, r.computed+n, events)
-	}
-	for _, r := range e.running {
-		if budget == 0 {
-			break
-		}
-		schedule(r)
-	}
-	for len(e.waiting) > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
-		r := e.waiting[0]
-		if !e.admit(r) {
-			break // FIFO: nobody overtakes the head of the queue
-		}
-		for _, h := range e.pool.takeEvicted() {
-			events = append(events, indexer.Removal{BlockHashes: []uint64{h}, Medium: "GPU"})
-		}
-		e.waiting = e.waiting[1:]
-		e.running = append(e.running, r)
-		schedule(r)
-	}
-	if len(events) > 0 {
-		e.publish(events)
+	st := e.sched.Schedule(e.admitted)
+	if len(st.Events) > 0 {
+		e.publish(e.cacheEvents(st.Events))
 	}
 	e.updateGauges()
 
-	d := time.Duration(float64(prefill) / e.cfg.PrefillRate * float64(time.Second))
-	if sampling > 0 {
-		d += e.cfg.DecodeTime
-	}
-	// A floor keeps a step of nothing but zero-cost work from spinning.
-	time.Sleep(max(d, time.Millisecond))
+	time.Sleep(st.Duration)
 
 	now := time.Now()
-	e.running = slices.DeleteFunc(e.running, func(r *request) bool {
-		n := r.scheduled
-		if n == 0 {
-			return false
-		}
-		r.scheduled = 0
-		if r.inPrefill() {
-			r.computed += n
-			if r.inPrefill() {
-				return false
-			}
-		}
-		r.generated++
+	e.sched.Complete(func(r *request, first, finished bool) {
 		e.stats.genTokens.Add(1)
-		finished := r.generated >= r.maxTokens
+		generated := r.seq.Generated
 		r.update(func(p *progress) {
-			p.generated = r.generated
-			if r.generated == 1 {
+			p.generated = generated
+			if first {
 				p.firstToken = now
 			}
 			p.done = finished
 		})
 		if finished {
-			e.pool.release(r.blocks)
-			r.blocks = nil
 			e.stats.served.Add(1)
 		}
-		return finished
 	})
 	e.updateGauges()
 }
 
-// admit gives the head of the waiting queue its blocks: the cached prefix
-// first, then fresh blocks for the rest of the prompt and all its output
-// tokens. Allocating the output blocks up front means a running request
-// never needs preempting. It reports false when the free blocks do not
-// suffice yet.
-func (e *engine) admit(r *request) bool {
-	bs := e.cfg.BlockSize
-	// As in vLLM, at least one prompt token is always computed, so a prompt
-	// cached in full still hits only up to its second-to-last token.
-	hits, freeHits := e.pool.match(r.hashes, (len(r.prompt)-1)/bs)
-	fresh := r.needBlocks - hits
-	if e.pool.numFree()-freeHits < fresh {
-		return false
-	}
-	r.blocks = e.pool.take(r.hashes, hits, make([]int32, 0, r.needBlocks))
-	r.blocks = e.pool.allocate(fresh, r.blocks)
-	r.hitTokens = hits * bs
-	r.computed = r.hitTokens
-	r.handled = hits
+// admitted counts a request the scheduler admitted and tells its handler.
+func (e *engine) admitted(r *request) {
 	e.stats.promptTokens.Add(int64(len(r.prompt)))
-	e.stats.cachedTokens.Add(int64(r.hitTokens))
+	e.stats.cachedTokens.Add(int64(r.seq.HitTokens))
 	e.stats.waiting.Add(-1)
-	r.update(func(p *progress) { p.admitted, p.cachedTokens = true, r.hitTokens })
-	return true
+	hit := r.seq.HitTokens
+	r.update(func(p *progress) { p.admitted, p.cachedTokens = true, hit })
 }
 
-// cacheBlocks caches the prompt blocks that are full once the first upTo
-// prompt tokens are computed, and appends their BlockStored events: one per
-// unbroken run of newly cached blocks, with the parent hash of the block
-// before the run. Output tokens are never cached: only prompt blocks are,
-// which is all a router needs to follow prefixes (vLLM caches generated
-// blocks too, but they are rarely the prefix of another request).
-func (e *engine) cacheBlocks(r *request, upTo int, events []any) []any {
+// cacheEvents turns the scheduler's cache changes into KV events: a
+// BlockRemoved per evicted block, and a BlockStored per run of newly
+// cached blocks, with the parent hash of the block before the run.
+func (e *engine) cacheEvents(changes []enginemodel.CacheEvent[*request]) []any {
 	bs := e.cfg.BlockSize
-	full := upTo / bs
-	var cur *indexer.StoredBlocks
-	for ; r.handled < full; r.handled++ {
-		k := r.handled
-		if !e.pool.register(r.blocks[k], r.hashes[k]) {
-			cur = nil // someone else holds this hash; the run breaks here
+	events := make([]any, 0, len(changes))
+	for _, c := range changes {
+		for _, h := range c.Removed {
+			events = append(events, indexer.Removal{BlockHashes: []uint64{h}, Medium: "GPU"})
+		}
+		if c.Removed != nil {
 			continue
 		}
-		if cur == nil {
-			cur = &indexer.StoredBlocks{BlockSize: bs, Medium: "GPU", LoraName: r.lora}
-			if k > 0 {
-				parent := r.hashes[k-1]
-				cur.Parent = &parent
-			}
-			events = append(events, cur)
+		r := c.Req
+		ev := &indexer.StoredBlocks{BlockSize: bs, Medium: "GPU", LoraName: r.lora,
+			BlockHashes: append([]uint64(nil), r.seq.Hashes[c.First:c.Last]...),
+			TokenIDs:    append([]uint32(nil), r.prompt[c.First*bs:c.Last*bs]...)}
+		if c.First > 0 {
+			parent := r.seq.Hashes[c.First-1]
+			ev.Parent = &parent
 		}
-		cur.BlockHashes = append(cur.BlockHashes, r.hashes[k])
-		cur.TokenIDs = append(cur.TokenIDs, r.prompt[k*bs:(k+1)*bs]...)
+		events = append(events, ev)
 	}
 	return events
 }
@@ -368,9 +287,9 @@ func (e *engine) publish(events []any) {
 
 // updateGauges refreshes the gauges others read.
 func (e *engine) updateGauges() {
-	e.stats.running.Store(int64(len(e.running)))
-	e.stats.usedBlocks.Store(int64(e.pool.size() - e.pool.numFree()))
-	e.stats.cachedBlocks.Store(int64(e.pool.numCached()))
+	e.stats.running.Store(int64(len(e.sched.Running)))
+	e.stats.usedBlocks.Store(int64(e.sched.Pool.Size() - e.sched.Pool.NumFree()))
+	e.stats.cachedBlocks.Store(int64(e.sched.Pool.NumCached()))
 }
 
 // usage is the fraction of the KV cache held by running requests, which is

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	enginemodel "github.com/kvrouter/caddy-kvrouter/internal/engine"
 )
 
 // Errors a request can end with before it completes.
@@ -21,20 +23,13 @@ var (
 // progress (under mu) and the wake channel, so the scheduler never blocks on
 // a slow client and no goroutine or timer exists per token.
 type request struct {
-	prompt    []uint32
-	hashes    []uint64 // chained hashes of the prompt's full blocks
-	lora      string   // the LoRA adapter serving it, "" for the base model
-	maxTokens int
-	arrived   time.Time
+	prompt  []uint32
+	lora    string // the LoRA adapter serving it, "" for the base model
+	arrived time.Time
 
-	// Scheduler-owned fields.
-	blocks     []int32 // KV blocks, prompt blocks first
-	needBlocks int     // blocks for the prompt and every output token
-	hitTokens  int     // prompt tokens found in the cache at admission
-	computed   int     // prompt tokens whose KV exists (hits included)
-	handled    int     // prompt blocks already considered for caching
-	scheduled  int     // tokens scheduled in the current step
-	generated  int
+	// seq is the scheduler's state (internal/engine): the prompt's block
+	// hashes, its output length, its blocks and progress. Scheduler-owned.
+	seq enginemodel.Seq
 
 	// aborted is set by the handler when the client goes away.
 	aborted atomic.Bool
@@ -60,13 +55,11 @@ type progress struct {
 // model) that needs blocks for its prompt and maxTokens output tokens.
 func newRequest(prompt []uint32, lora string, maxTokens, blockSize int) *request {
 	return &request{
-		prompt:     prompt,
-		hashes:     blockHashes(prompt, blockSize, lora),
-		lora:       lora,
-		maxTokens:  maxTokens,
-		arrived:    time.Now(),
-		needBlocks: (len(prompt) + maxTokens + blockSize - 1) / blockSize,
-		wake:       make(chan struct{}, 1),
+		prompt:  prompt,
+		lora:    lora,
+		arrived: time.Now(),
+		seq:     enginemodel.NewSeq(len(prompt), blockHashes(prompt, blockSize, lora), maxTokens, blockSize),
+		wake:    make(chan struct{}, 1),
 	}
 }
 
@@ -93,5 +86,5 @@ func (r *request) fail(err error) {
 	r.update(func(p *progress) { p.done, p.err = true, err })
 }
 
-// inPrefill reports whether prompt tokens remain to be computed.
-func (r *request) inPrefill() bool { return r.computed < len(r.prompt) }
+// State is the request's scheduler state (enginemodel.Request).
+func (r *request) State() *enginemodel.Seq { return &r.seq }

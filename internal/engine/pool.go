@@ -1,6 +1,11 @@
-package main
+// Package engine is the simulated inference engine that kvmock serves over
+// HTTP in real time and kvsim runs in virtual time: a paged KV cache with
+// prefix caching (BlockPool) and a vLLM V1-like scheduler step (Scheduler).
+// It has no clock and no goroutine; its callers decide how long a step
+// takes to pass.
+package engine
 
-// blockPool is one engine's paged KV cache with prefix caching, modelled
+// BlockPool is one engine's paged KV cache with prefix caching, modelled
 // on vLLM's BlockPool: a fixed number of blocks; a map from block hash to
 // the block that holds it; a reference count per block for the requests
 // using it; and one queue of free blocks, least recently freed first. A
@@ -14,8 +19,8 @@ package main
 // per-block arrays grow as they are. That is the same order, and an idle
 // engine of a thousand-worker fleet costs next to no memory.
 //
-// The pool is owned by its engine's scheduler goroutine; it has no lock.
-type blockPool struct {
+// The pool is owned by its engine's scheduler; it has no lock.
+type BlockPool struct {
 	capacity int
 	// Per-block state, for the blocks used at least once.
 	hash   []uint64
@@ -31,16 +36,16 @@ type blockPool struct {
 	evicted []uint64
 }
 
-// newBlockPool returns an empty pool of n blocks.
-func newBlockPool(n int) *blockPool {
-	p := &blockPool{capacity: n}
-	p.reset()
+// NewBlockPool returns an empty pool of n blocks.
+func NewBlockPool(n int) *BlockPool {
+	p := &BlockPool{capacity: n}
+	p.Reset()
 	return p
 }
 
-// reset returns the pool to the state of a fresh process: every block
+// Reset returns the pool to the state of a fresh process: every block
 // free and nothing cached. It records no evictions.
-func (p *blockPool) reset() {
+func (p *BlockPool) Reset() {
 	p.hash, p.cached, p.ref, p.prev, p.next = nil, nil, nil, nil, nil
 	p.byHash = make(map[uint64]int32)
 	p.head, p.tail = -1, -1
@@ -48,20 +53,20 @@ func (p *blockPool) reset() {
 	p.evicted = nil
 }
 
-// size is the pool's capacity in blocks.
-func (p *blockPool) size() int { return p.capacity }
+// Size is the pool's capacity in blocks.
+func (p *BlockPool) Size() int { return p.capacity }
 
-// numFree counts the blocks no request uses, cached or not.
-func (p *blockPool) numFree() int { return p.capacity - len(p.hash) + p.queued }
+// NumFree counts the blocks no request uses, cached or not.
+func (p *BlockPool) NumFree() int { return p.capacity - len(p.hash) + p.queued }
 
-// numCached counts the blocks that hold a hash.
-func (p *blockPool) numCached() int { return len(p.byHash) }
+// NumCached counts the blocks that hold a hash.
+func (p *BlockPool) NumCached() int { return len(p.byHash) }
 
-// match counts the leading hashes that are cached, up to limit, and how
+// Match counts the leading hashes that are cached, up to limit, and how
 // many of those blocks are free (they would leave the free queue when
 // taken). It changes nothing, so a request that cannot be admitted yet
 // does not disturb the LRU order.
-func (p *blockPool) match(hashes []uint64, limit int) (hits, freeHits int) {
+func (p *BlockPool) Match(hashes []uint64, limit int) (hits, freeHits int) {
 	for _, h := range hashes[:min(limit, len(hashes))] {
 		b, ok := p.byHash[h]
 		if !ok {
@@ -75,9 +80,9 @@ func (p *blockPool) match(hashes []uint64, limit int) (hits, freeHits int) {
 	return hits, freeHits
 }
 
-// take references the blocks of the first n hashes, which match found
+// Take references the blocks of the first n hashes, which Match found
 // cached, and appends them to dst.
-func (p *blockPool) take(hashes []uint64, n int, dst []int32) []int32 {
+func (p *BlockPool) Take(hashes []uint64, n int, dst []int32) []int32 {
 	for _, h := range hashes[:n] {
 		b := p.byHash[h]
 		if p.ref[b] == 0 {
@@ -89,10 +94,10 @@ func (p *blockPool) take(hashes []uint64, n int, dst []int32) []int32 {
 	return dst
 }
 
-// allocate takes n free blocks, never-used ones first and then from the
+// Allocate takes n free blocks, never-used ones first and then from the
 // head of the free queue, and appends them to dst. A cached block taken
-// from the queue is evicted. The caller has checked numFree.
-func (p *blockPool) allocate(n int, dst []int32) []int32 {
+// from the queue is evicted. The caller has checked NumFree.
+func (p *BlockPool) Allocate(n int, dst []int32) []int32 {
 	for range n {
 		if len(p.hash) < p.capacity {
 			b := int32(len(p.hash))
@@ -113,7 +118,7 @@ func (p *blockPool) allocate(n int, dst []int32) []int32 {
 }
 
 // evict takes block b's hash away and records it for a BlockRemoved.
-func (p *blockPool) evict(b int32) {
+func (p *BlockPool) evict(b int32) {
 	h := p.hash[b]
 	if p.byHash[h] == b {
 		delete(p.byHash, h)
@@ -122,10 +127,10 @@ func (p *blockPool) evict(b int32) {
 	p.evicted = append(p.evicted, h)
 }
 
-// register caches block b under hash h. It declines (and reports false)
+// Register caches block b under hash h. It declines (and reports false)
 // when another block already holds h, so that one hash never names two
 // blocks; newer vLLM skips such a store the same way.
-func (p *blockPool) register(b int32, h uint64) bool {
+func (p *BlockPool) Register(b int32, h uint64) bool {
 	if _, dup := p.byHash[h]; dup || p.cached[b] {
 		return false
 	}
@@ -134,11 +139,11 @@ func (p *blockPool) register(b int32, h uint64) bool {
 	return true
 }
 
-// release drops a request's references. Blocks are freed in reverse
+// Release drops a request's references. Blocks are freed in reverse
 // order, as vLLM does, so that a sequence's last blocks sit nearer the head
 // of the queue and are evicted before its first ones: prefixes outlive
 // their tails.
-func (p *blockPool) release(blocks []int32) {
+func (p *BlockPool) Release(blocks []int32) {
 	for i := len(blocks) - 1; i >= 0; i-- {
 		b := blocks[i]
 		p.ref[b]--
@@ -148,18 +153,18 @@ func (p *blockPool) release(blocks []int32) {
 	}
 }
 
-// clear forgets every cached hash, as vLLM's reset_prefix_cache, without
+// Clear forgets every cached hash, as vLLM's reset_prefix_cache, without
 // recording evictions (the caller announces AllBlocksCleared instead).
 // Blocks in use stay in use.
-func (p *blockPool) clear() {
+func (p *BlockPool) Clear() {
 	for _, b := range p.byHash {
 		p.cached[b] = false
 	}
 	clear(p.byHash)
 }
 
-// takeEvicted returns the recorded evictions and forgets them.
-func (p *blockPool) takeEvicted() []uint64 {
+// TakeEvicted returns the recorded evictions and forgets them.
+func (p *BlockPool) TakeEvicted() []uint64 {
 	if len(p.evicted) == 0 {
 		return nil
 	}
@@ -169,7 +174,7 @@ func (p *blockPool) takeEvicted() []uint64 {
 }
 
 // pushTail appends block b to the free queue.
-func (p *blockPool) pushTail(b int32) {
+func (p *BlockPool) pushTail(b int32) {
 	p.prev[b], p.next[b] = p.tail, -1
 	if p.tail >= 0 {
 		p.next[p.tail] = b
@@ -181,7 +186,7 @@ func (p *blockPool) pushTail(b int32) {
 }
 
 // unlink takes block b out of the free queue.
-func (p *blockPool) unlink(b int32) {
+func (p *BlockPool) unlink(b int32) {
 	if p.prev[b] >= 0 {
 		p.next[p.prev[b]] = p.next[b]
 	} else {
