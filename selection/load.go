@@ -40,7 +40,10 @@ func (rs *rankState) full(cfg *Config) bool {
 	return cfg.MaxReservationsPerRank > 0 && rs.requests >= uint64(cfg.MaxReservationsPerRank)
 }
 
-func (rs *rankState) decodeBlocks() uint64 { return uint64(math.Round(math.Max(rs.decodeWeight, 0))) }
+func (rs *rankState) decodeBlocks() uint64 { return decodeBlocksOf(rs.decodeWeight) }
+
+// decodeBlocksOf rounds a rank's weighted count of active blocks.
+func decodeBlocksOf(weight float64) uint64 { return uint64(math.Round(math.Max(weight, 0))) }
 
 // edge is a run of blocks in the trie. Every booking ends on an edge
 // boundary (edges are split to make it so), so a rank's count on an edge

@@ -18,8 +18,10 @@ import (
 //
 //   - serial: one caller, b.Loop. Its ns/op is the work of one call.
 //   - locked: one caller, only what SelectAndReserve and Free do under
-//     partition.mu (choose, response, bookLocked, busy; load.free), on a
-//     prompt hashed and looked up once: how long each call holds the lock.
+//     partition.mu (the snapshot; the re-check, response, bookLocked,
+//     busy; load.free), on a prompt hashed and looked up once: how long
+//     each call holds the lock. The scoring between the two critical
+//     sections runs with the timer stopped.
 //   - parallel: 1,024 goroutines (b.SetParallelism), b.RunParallel. Its
 //     ns/op is wall time over calls (the inverse of throughput); x-serial
 //     is that over serial's ns/op from the same run (1 = no gain from the
@@ -127,14 +129,27 @@ func (f *parallelFixture) benchLocked(b *testing.B) {
 	// The booking's copy of the hashes is made before the lock is taken;
 	// each booking is freed before the next, so one copy serves them all.
 	hashes := slices.Clone(w.tracking)
+	c := choice{placement: &req.Placement, book: true}
 	b.ReportAllocs()
 	for b.Loop() {
+		// The snapshot, under the lock; the scoring runs outside it and is
+		// not timed.
+		b.StartTimer()
 		p.mu.Lock()
-		sel, err := e.choose(p, w, &q.s, q.np, choice{placement: &req.Placement, book: true})
+		p.snapshot(w, c.usesTaints())
+		p.mu.Unlock()
+		b.StopTimer()
+		sel, err := e.choose(p, w, &q.s, q.np, c)
 		if err != nil {
-			p.mu.Unlock()
 			b.Fatal(err)
 		}
+		b.StartTimer()
+		p.mu.Lock()
+		if !e.stillChoosable(p, &sel, c) {
+			p.mu.Unlock()
+			b.Fatal("a serial pick went stale")
+		}
+		sel.potDec = sel.rs.decodeBlocks() + sel.newBlks
 		resp := response(p, &sel, "id") // Lean, as the kv_router handler asks: no fillDP
 		bk, err := e.book.bookLocked(p, sel.rs, "id", "", "", hashes, q.np.isl, sel.prefill, q.s.trackPrefill, nil)
 		if err != nil {
