@@ -211,6 +211,7 @@ func (c choice) usesTaints() bool {
 // picks one. It reads nothing of p that the partition's lock guards, so
 // it runs with or without p.mu held.
 func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c choice) (selection, error) {
+	w.fillTiers()
 	pl := c.placement
 	cfg := e.cfg.get()
 	w.cands = w.cands[:0]

@@ -1,5 +1,7 @@
 package selection
 
+import "slices"
+
 // Scoring without the partition lock (issue 12, item 4). A selection
 // copies what the cost function reads of every rank (its load, whether it
 // is down) under partition.mu, releases the lock, scores and picks from
@@ -36,12 +38,17 @@ func (v *rankView) full(cfg *Config) bool {
 	return cfg.MaxReservationsPerRank > 0 && v.requests >= uint64(cfg.MaxReservationsPerRank)
 }
 
-// snapshot fills w.views, w.tiers and w.hits for every rank of p, and
-// w.taints when withTaints (the request filters or weighs by taints). p.mu
-// must be held; w's matches were read from the index before.
+// snapshot fills w.views and w.hits for every rank of p, and w.taints
+// when withTaints (the request filters or weighs by taints). p.mu must be
+// held. The index's matches are mapped to ranks afterwards, without the
+// lock (fillTiers): with a prompt whose prefix every worker caches that is
+// a map lookup per rank.
 func (p *partition) snapshot(w *work, withTaints bool) {
-	p.scoreInputs(w)
-	w.views = resize(w.views, len(p.ranks))
+	n := len(p.ranks)
+	w.hits = resize(w.hits, n)
+	clear(w.hits)
+	p.load.countActive(w.tracking, w.hits)
+	w.views = resize(w.views, n)
 	for i, rs := range p.ranks {
 		w.views[i] = rankView{rs: rs, prefillTokens: rs.prefillTokens, requests: rs.requests,
 			decodeWeight: rs.decodeWeight, down: rs.down, loadOnly: rs.loadOnly}
@@ -52,6 +59,22 @@ func (p *partition) snapshot(w *work, withTaints bool) {
 		// so copying the slice header is enough.
 		for _, rs := range p.ranks {
 			w.taints = append(w.taints, rs.taints)
+		}
+	}
+}
+
+// fillTiers sets w.tiers from the index's matches for the ranks of the
+// snapshot in w, as scoreInputs does from the partition: a rank the index
+// matches that is not in the snapshot, or is load-only, gets none. It
+// needs no lock: the views are sorted like partition.ranks (sortRanks), by
+// a rank's identity, which never changes.
+func (w *work) fillTiers() {
+	w.tiers = resize(w.tiers, len(w.views))
+	clear(w.tiers)
+	for _, m := range w.matches.List {
+		i, ok := slices.BinarySearchFunc(w.views, m.Rank, func(v rankView, r Rank) int { return compareRanks(v.rs.rank, r) })
+		if ok && !w.views[i].loadOnly {
+			w.tiers[i] = m.Tiers
 		}
 	}
 }
