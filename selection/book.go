@@ -46,6 +46,9 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 	p.snapshot(w, c.usesTaints())
 	t.unlock(p)
 	sel, err := e.choose(p, w, s, np, c)
+	if e.afterChoose != nil && err == nil {
+		e.afterChoose(&sel)
+	}
 	t.lock(p)
 	if err == nil && !e.stillChoosable(p, &sel, c) {
 		// The chosen rank changed meanwhile: choose again on what is

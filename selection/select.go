@@ -23,6 +23,10 @@ type selector struct {
 	pending  *pendingCache
 	affinity *affinityTable     // nil when session affinity is off
 	timing   func(SelectTiming) // WithSelectTiming's hook, nil without it
+	// afterChoose, when set (by tests only), runs between choosing from
+	// the snapshot and re-taking the lock to book: where another caller
+	// can change what the choice was made on.
+	afterChoose func(*selection)
 }
 
 // work is the per-call scratch space, pooled so a selection allocates
