@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -30,6 +31,8 @@ import (
 //     callers' wall time spent blocked on any sync.Mutex/RWMutex or
 //     runtime lock (runtime/metrics /sync/mutex/wait/total), and
 //     lockwait-ns/op that time per call. Which lock it is: -mutexprofile.
+//     cpu-ns/op is the process's CPU time per call, which other load on
+//     the machine slows less than the wall time.
 //
 // The index is an ApproxIndex handed over with WithIndexer, so the router
 // runs in event mode (no booking is recorded in it) while lookups see a
@@ -61,7 +64,7 @@ func BenchmarkSelectParallel(b *testing.B) {
 		goroutines := int64(runtime.GOMAXPROCS(0) * ((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0)))
 		b.ReportAllocs()
 		var next atomic.Int64
-		wait0 := lockWait()
+		wait0, cpu0 := lockWait(), processCPU()
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
 			req := f.requests[int(next.Add(1))%len(f.requests)]
@@ -73,7 +76,8 @@ func BenchmarkSelectParallel(b *testing.B) {
 			}
 		})
 		elapsed := time.Since(start)
-		wait := lockWait() - wait0
+		wait, cpu := lockWait()-wait0, processCPU()-cpu0
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(wait.Nanoseconds())/float64(b.N), "lockwait-ns/op")
 		b.ReportMetric(wait.Seconds()/(elapsed.Seconds()*float64(goroutines)), "lockwait-share")
 		b.ReportMetric(float64(elapsed.Nanoseconds())*float64(goroutines)/float64(b.N), "latency-ns")
@@ -92,6 +96,16 @@ func lockWait() time.Duration {
 		return 0
 	}
 	return time.Duration(s[0].Value.Float64() * float64(time.Second))
+}
+
+// processCPU is the CPU time (user and system) the process has used: a
+// call's cost on a machine whose other load slows its wall time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type parallelFixture struct {
