@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // BenchmarkSelectParallel measures the partition lock (issue 12, item 4):
@@ -17,12 +18,14 @@ import (
 // event-mode partition of 1,024 workers, against the same work done by one
 // caller. Sub-benchmarks, in the order they run:
 //
-//   - serial: one caller, b.Loop. Its ns/op is the work of one call.
+//   - serial: one caller, b.Loop. Its ns/op is the work of one call,
+//     cpu-ns/op that in CPU time.
 //   - locked: one caller, only what SelectAndReserve and Free do under
 //     partition.mu (the snapshot; the re-check, response, bookLocked,
 //     busy; load.free), on a prompt hashed and looked up once: how long
-//     each call holds the lock, reported as held-ns/op (ns/op adds the
-//     scoring, which runs between the two critical sections).
+//     each call holds the lock, reported as held-ns/op, and the CPU time
+//     of that as held-cpu-ns/op (ns/op adds the scoring, which runs
+//     between the two critical sections).
 //   - parallel: 1,024 goroutines (b.SetParallelism), b.RunParallel. Its
 //     ns/op is wall time over calls (the inverse of throughput); x-serial
 //     is that over serial's ns/op from the same run (1 = no gain from the
@@ -45,6 +48,9 @@ func BenchmarkSelectParallel(b *testing.B) {
 	f := newParallelFixture(b)
 	var serialNs float64
 	b.Run("serial", func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		c0 := threadCPU()
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
@@ -54,6 +60,7 @@ func BenchmarkSelectParallel(b *testing.B) {
 			i++
 		}
 		serialNs = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		b.ReportMetric(float64((threadCPU()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	})
 	b.Run("locked", func(b *testing.B) {
 		f.benchLocked(b)
@@ -108,6 +115,16 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID):
+// with the goroutine locked to its thread, what a stretch of code cost in
+// CPU, however much other load on the machine stretched its wall time.
+func threadCPU() time.Duration {
+	const clockThreadCPUTimeID = 3
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTimeID, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
+}
+
 type parallelFixture struct {
 	r        *Router
 	requests []*SelectRequest
@@ -144,20 +161,22 @@ func (f *parallelFixture) benchLocked(b *testing.B) {
 	// each booking is freed before the next, so one copy serves them all.
 	hashes := slices.Clone(w.tracking)
 	c := choice{placement: &req.Placement, book: true}
-	var held time.Duration
+	var held, heldCPU time.Duration
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
 	for b.Loop() {
-		t0 := time.Now()
+		t0, c0 := time.Now(), threadCPU()
 		p.mu.Lock()
 		p.snapshot(w, c.usesTaints())
 		p.mu.Unlock()
-		held += time.Since(t0)
+		held, heldCPU = held+time.Since(t0), heldCPU+threadCPU()-c0
 		// The scoring, outside the lock: in ns/op, not in held-ns/op.
 		sel, err := e.choose(p, w, &q.s, q.np, c)
 		if err != nil {
 			b.Fatal(err)
 		}
-		t0 = time.Now()
+		t0, c0 = time.Now(), threadCPU()
 		p.mu.Lock()
 		if !e.stillChoosable(p, &sel, c) {
 			p.mu.Unlock()
@@ -175,9 +194,10 @@ func (f *parallelFixture) benchLocked(b *testing.B) {
 		p.mu.Lock()
 		p.load.free(bk, track)
 		p.mu.Unlock()
-		held += time.Since(t0)
+		held, heldCPU = held+time.Since(t0), heldCPU+threadCPU()-c0
 	}
 	b.ReportMetric(float64(held.Nanoseconds())/float64(b.N), "held-ns/op")
+	b.ReportMetric(float64(heldCPU.Nanoseconds())/float64(b.N), "held-cpu-ns/op")
 }
 
 func newParallelFixture(b *testing.B) *parallelFixture {
