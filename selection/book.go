@@ -73,7 +73,7 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 		t.unlock(p)
 		e.observe(&t)
 		if !req.Lean {
-			fillDP(p, w, resp)
+			fillDP(w, resp)
 		}
 		if id != "" {
 			e.pending.insert(&pendingEntry{
@@ -96,7 +96,7 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 	t.unlock(p)
 	e.observe(&t)
 	if !req.Lean {
-		fillDP(p, w, resp)
+		fillDP(w, resp)
 	}
 	e.book.commit(id, b)
 	e.recordBooking(key, sel.rs.rank, w)

@@ -41,6 +41,10 @@ type work struct {
 	cands    []int
 	views    []rankView // the partition's ranks as the snapshot saw them
 	taints   [][]string // their taints, when the request uses taints
+	// blockSize is the partition's block size as the snapshot saw it (the
+	// catalog may change it under the lock while the partition has one
+	// worker).
+	blockSize uint32
 	// chained is true when tracking holds the public sequence hashes of
 	// blocks (computed here), which chain-keyed indexes can use as is.
 	chained bool
@@ -292,7 +296,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 		if !cfg.TrackActiveBlocks {
 			in.potentialDec = 0
 		}
-		w.costs[k] = s.cost(&in, np.isl, p.blockSize, minPrefill)
+		w.costs[k] = s.cost(&in, np.isl, w.blockSize, minPrefill)
 	}
 	chosen := -1
 	// Pinned: a hard pin bypasses scoring but must be eligible.
@@ -344,7 +348,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	v := &w.views[i]
 	sel := selection{rs: v.rs, tiers: w.tiers[i], longest: longest, isl: np.isl,
 		loadOnly: v.loadOnly, bound: bound, boundSeen: boundSeen}
-	sel.cached = s.cachedTokens(sel.tiers, p.blockSize)
+	sel.cached = s.cachedTokens(sel.tiers, w.blockSize)
 	sel.prefill = effectivePrefill(np.isl, sel.cached)
 	sel.newBlks = nTrack - uint64(w.hits[i])
 	if !v.loadOnly { // a load-only rank is credited no cache, booked or indexed
@@ -406,8 +410,8 @@ func response(p *partition, sel *selection, id string) *SelectResponse {
 
 // fillDP reports the device match of every rank of the chosen worker,
 // from the snapshot in w (which must still hold this selection's tiers).
-func fillDP(p *partition, w *work, resp *SelectResponse) {
-	bs := uint64(p.blockSize)
+func fillDP(w *work, resp *SelectResponse) {
+	bs := uint64(w.blockSize)
 	resp.Overlap.DP = map[string]uint64{}
 	for i := range w.views {
 		if rs := w.views[i].rs; rs.rank.WorkerID == resp.WorkerID {

@@ -45,6 +45,7 @@ func (v *rankView) full(cfg *Config) bool {
 // a map lookup per rank.
 func (p *partition) snapshot(w *work, withTaints bool) {
 	n := len(p.ranks)
+	w.blockSize = p.blockSize
 	w.hits = resize(w.hits, n)
 	clear(w.hits)
 	p.load.countActive(w.tracking, w.hits)
