@@ -184,8 +184,8 @@ type selection struct {
 	// caches by the time it admits this one.
 	inflight uint32
 	// What choose saw that the booking re-checks (stillChoosable): the
-	// rank's load-only flag and the session's binding.
-	loadOnly  bool
+	// rank as the snapshot had it and the session's binding.
+	view      rankView
 	bound     Rank
 	boundSeen bool
 }
@@ -347,7 +347,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	i := w.cands[chosen]
 	v := &w.views[i]
 	sel := selection{rs: v.rs, tiers: w.tiers[i], longest: longest, isl: np.isl,
-		loadOnly: v.loadOnly, bound: bound, boundSeen: boundSeen}
+		view: *v, bound: bound, boundSeen: boundSeen}
 	sel.cached = s.cachedTokens(sel.tiers, w.blockSize)
 	sel.prefill = effectivePrefill(np.isl, sel.cached)
 	sel.newBlks = nTrack - uint64(w.hits[i])

@@ -81,17 +81,22 @@ func (w *work) fillTiers() {
 }
 
 // stillChoosable reports, with p.mu held, whether the rank sel chose from
-// w's snapshot would still be a candidate chosen the same way: it is
-// still in the partition, not down, not full (when booking), still has
-// the required taints, its cache credit is as it was, and the session's
-// binding is the one choose saw. Loads of other ranks may have moved; a
-// pick on slightly old loads is what any concurrent router makes.
+// w's snapshot still stands as it was scored: it is still in the
+// partition, not down, its load and cache credit are what the snapshot
+// had, it still has the required taints, and the session's binding is the
+// one choose saw. The chosen rank's load must not have moved, or callers
+// scoring the same snapshot would all book the rank it showed cheapest (a
+// herd); other ranks' loads may have, which at worst misses a rank that
+// became cheaper meanwhile.
 func (e *selector) stillChoosable(p *partition, sel *selection, c choice) bool {
-	rs := sel.rs
+	rs, v := sel.rs, &sel.view
 	if rs.removed || p.byRank[rs.rank] != rs {
 		return false
 	}
-	if rs.down || rs.loadOnly != sel.loadOnly {
+	if rs.down || rs.loadOnly != v.loadOnly {
+		return false
+	}
+	if rs.requests != v.requests || rs.prefillTokens != v.prefillTokens || rs.decodeWeight != v.decodeWeight {
 		return false
 	}
 	if c.book && rs.full(e.cfg.get()) {

@@ -27,8 +27,8 @@ func snapshotPick(t *testing.T, r *Router, req *SelectRequest, c choice) (*parti
 
 // TestStalePickIsRechecked: what changes between the snapshot and the
 // booking decides whether the pick still stands. Another rank's load does
-// not; the chosen rank going down, filling up, leaving, losing a required
-// taint, or the session binding elsewhere does.
+// not; the chosen rank's load moving, its going down, filling up,
+// leaving, losing a required taint, or the session binding elsewhere does.
 func TestStalePickIsRechecked(t *testing.T) {
 	prompt := Prompt{TokenIDs: make([]uint32, 64)}
 	cases := []struct {
@@ -42,6 +42,9 @@ func TestStalePickIsRechecked(t *testing.T) {
 			book(t, r, "x", other.WorkerID, other.DPRank, []uint64{1, 2, 3}, 48, 48)
 		}, true},
 		{"nothing changed", "s", nil, func(*Router, *partition, Rank, Rank) {}, true},
+		{"chosen rank booked by another caller", "", nil, func(r *Router, p *partition, chosen, _ Rank) {
+			book(t, r, "x", chosen.WorkerID, chosen.DPRank, []uint64{1, 2, 3}, 48, 48)
+		}, false},
 		{"chosen rank down", "", nil, func(r *Router, p *partition, chosen, _ Rank) {
 			p.mu.Lock()
 			p.byRank[chosen].down = true
@@ -156,6 +159,11 @@ func TestStalePickIsMadeAgain(t *testing.T) {
 			if _, err := r.Catalog().DeleteWorker(chosen.WorkerID); err != nil {
 				t.Fatal(err)
 			}
+		}, false},
+		{"chosen rank took a long prompt meanwhile", "", func(t *testing.T, r *Router, chosen, _ Rank) {
+			// Another caller scoring the same snapshot booked the rank it
+			// showed cheapest: this one must not herd onto it.
+			book(t, r, "long", chosen.WorkerID, chosen.DPRank, []uint64{9}, 100_000, 100_000)
 		}, false},
 		{"session bound to another rank", "agent", func(t *testing.T, r *Router, _, other Rank) {
 			// Another request of the session books first, on other.
