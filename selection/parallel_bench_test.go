@@ -35,7 +35,9 @@ import (
 //     runtime lock (runtime/metrics /sync/mutex/wait/total), and
 //     lockwait-ns/op that time per call. Which lock it is: -mutexprofile.
 //     cpu-ns/op is the process's CPU time per call, which other load on
-//     the machine slows less than the wall time.
+//     the machine slows less than the wall time; rechosen-share the
+//     fraction of calls whose pick went stale and was made again under
+//     the lock.
 //
 // The index is an ApproxIndex handed over with WithIndexer, so the router
 // runs in event mode (no booking is recorded in it) while lookups see a
@@ -71,7 +73,7 @@ func BenchmarkSelectParallel(b *testing.B) {
 		goroutines := int64(runtime.GOMAXPROCS(0) * ((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0)))
 		b.ReportAllocs()
 		var next atomic.Int64
-		wait0, cpu0 := lockWait(), processCPU()
+		wait0, cpu0, rechosen0 := lockWait(), processCPU(), f.rechosen.Load()
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
 			req := f.requests[int(next.Add(1))%len(f.requests)]
@@ -87,6 +89,7 @@ func BenchmarkSelectParallel(b *testing.B) {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(wait.Nanoseconds())/float64(b.N), "lockwait-ns/op")
 		b.ReportMetric(wait.Seconds()/(elapsed.Seconds()*float64(goroutines)), "lockwait-share")
+		b.ReportMetric(float64(f.rechosen.Load()-rechosen0)/float64(b.N), "rechosen-share")
 		b.ReportMetric(float64(elapsed.Nanoseconds())*float64(goroutines)/float64(b.N), "latency-ns")
 		if serialNs > 0 {
 			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N)/serialNs, "x-serial")
@@ -128,6 +131,9 @@ func threadCPU() time.Duration {
 type parallelFixture struct {
 	r        *Router
 	requests []*SelectRequest
+	// rechosen counts the selections whose pick from the snapshot went
+	// stale and was made again under the lock.
+	rechosen atomic.Int64
 }
 
 func (f *parallelFixture) selectAndFree(req *SelectRequest) error {
@@ -178,7 +184,7 @@ func (f *parallelFixture) benchLocked(b *testing.B) {
 		}
 		t0, c0 = time.Now(), threadCPU()
 		p.mu.Lock()
-		if !e.stillChoosable(p, &sel, c) {
+		if !e.stillChoosable(p, &sel, c, &q.s, p.blockSize) {
 			p.mu.Unlock()
 			b.Fatal("a serial pick went stale")
 		}
@@ -205,10 +211,16 @@ func newParallelFixture(b *testing.B) *parallelFixture {
 	cfg := DefaultConfig()
 	cfg.UseKVEvents = true
 	idx := NewApproxIndex(24 * time.Hour)
-	r, err := NewRouter(cfg, WithIndexer(idx))
+	f := &parallelFixture{}
+	r, err := NewRouter(cfg, WithIndexer(idx), WithSelectTiming(func(t SelectTiming) {
+		if t.Rechosen {
+			f.rechosen.Add(1)
+		}
+	}))
 	if err != nil {
 		b.Fatal(err)
 	}
+	f.r = r
 	b.Cleanup(r.Close)
 	for id := uint64(1); id <= workers; id++ {
 		ep := "10.0.0.1:" + strconv.Itoa(int(8000+id))
@@ -238,7 +250,6 @@ func newParallelFixture(b *testing.B) *parallelFixture {
 			idx.RecordBooking(key, rank, hashes(own))
 		}
 	}
-	f := &parallelFixture{r: r}
 	// Each session's previous turn (its first 80k tokens) is on one worker.
 	for s := range sessions {
 		t := random(append([]uint32(nil), system...), 99_000-16_000)

@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -188,6 +189,12 @@ type selection struct {
 	view      rankView
 	bound     Rank
 	boundSeen bool
+	// For a rank chosen as the cheapest at temperature 0: the next
+	// cheapest candidate's cost (-1 otherwise), and what the chosen rank's
+	// cost is recomputed from if its load moves before the booking.
+	runnerUp   float64
+	costIn     costInput
+	minPrefill uint64
 }
 
 // choice is what choose needs to know of the request besides its prompt:
@@ -341,13 +348,25 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 			}
 		}
 	}
+	cheapest := false // chosen as the cheapest rank, which the booking may re-check
 	if chosen < 0 {
 		chosen = pick(w.costs, s.temperature, cfg.rand)
+		cheapest = s.temperature <= 0
 	}
 	i := w.cands[chosen]
 	v := &w.views[i]
 	sel := selection{rs: v.rs, tiers: w.tiers[i], longest: longest, isl: np.isl,
-		view: *v, bound: bound, boundSeen: boundSeen}
+		view: *v, bound: bound, boundSeen: boundSeen, runnerUp: -1}
+	if cheapest {
+		sel.runnerUp = math.Inf(1)
+		for k, c := range w.costs {
+			if k != chosen && c < sel.runnerUp {
+				sel.runnerUp = c
+			}
+		}
+		sel.costIn = costInput{tiers: w.tiers[i], hasLoad: true, taintMult: preferredTaintMultiplier(taintsOf(i), preferred)}
+		sel.minPrefill = minPrefill
+	}
 	sel.cached = s.cachedTokens(sel.tiers, w.blockSize)
 	sel.prefill = effectivePrefill(np.isl, sel.cached)
 	sel.newBlks = nTrack - uint64(w.hits[i])

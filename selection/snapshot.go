@@ -81,14 +81,14 @@ func (w *work) fillTiers() {
 }
 
 // stillChoosable reports, with p.mu held, whether the rank sel chose from
-// w's snapshot still stands as it was scored: it is still in the
-// partition, not down, its load and cache credit are what the snapshot
-// had, it still has the required taints, and the session's binding is the
-// one choose saw. The chosen rank's load must not have moved, or callers
-// scoring the same snapshot would all book the rank it showed cheapest (a
-// herd); other ranks' loads may have, which at worst misses a rank that
-// became cheaper meanwhile.
-func (e *selector) stillChoosable(p *partition, sel *selection, c choice) bool {
+// w's snapshot still stands: it is still in the partition, not down, its
+// cache credit is what the snapshot had, it still has the required
+// taints, the session's binding is the one choose saw, and, if its load
+// moved meanwhile, it is still the cheapest (stillCheapest). Without that
+// last check callers scoring the same snapshot would all book the rank it
+// showed cheapest (a herd). Other ranks' loads may have moved, which at
+// worst misses a rank that became cheaper meanwhile.
+func (e *selector) stillChoosable(p *partition, sel *selection, c choice, s *scoring, bs uint32) bool {
 	rs, v := sel.rs, &sel.view
 	if rs.removed || p.byRank[rs.rank] != rs {
 		return false
@@ -97,7 +97,9 @@ func (e *selector) stillChoosable(p *partition, sel *selection, c choice) bool {
 		return false
 	}
 	if rs.requests != v.requests || rs.prefillTokens != v.prefillTokens || rs.decodeWeight != v.decodeWeight {
-		return false
+		if !e.stillCheapest(sel, s, bs) {
+			return false
+		}
 	}
 	if c.book && rs.full(e.cfg.get()) {
 		return false
@@ -112,4 +114,24 @@ func (e *selector) stillChoosable(p *partition, sel *selection, c choice) bool {
 		}
 	}
 	return true
+}
+
+// stillCheapest reports whether a rank chosen as the cheapest, whose load
+// moved after the snapshot, still costs no more than the snapshot's next
+// cheapest candidate. Its cost is recomputed from its load now and what
+// the snapshot had of the rest (the least prefill load, the in-flight
+// blocks it held of this prompt); both can only make the recomputed cost
+// higher than the true one, so the check errs towards choosing again. A
+// pick not made on cost (pinned, bound, an affinity target, a softmax
+// draw) is never herded by cost, so any load change leaves it standing.
+func (e *selector) stillCheapest(sel *selection, s *scoring, bs uint32) bool {
+	if sel.runnerUp < 0 {
+		return true
+	}
+	in := sel.costIn
+	in.activePrefill, in.activeRequests = sel.rs.prefillTokens, sel.rs.requests
+	if e.cfg.get().TrackActiveBlocks {
+		in.potentialDec = sel.rs.decodeBlocks() + sel.newBlks
+	}
+	return s.cost(&in, sel.isl, bs, sel.minPrefill) <= sel.runnerUp
 }

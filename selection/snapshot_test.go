@@ -8,7 +8,7 @@ import (
 
 // snapshotPick runs the first half of a selection: the snapshot under the
 // lock and the choice outside it, as selectRequest does.
-func snapshotPick(t *testing.T, r *Router, req *SelectRequest, c choice) (*partition, selection) {
+func snapshotPick(t *testing.T, r *Router, req *SelectRequest, c choice) (*partition, selection, *scoring) {
 	t.Helper()
 	q, err := r.sel.setupRequest(&req.Partition, nil, &req.Prompt, c.session)
 	if err != nil {
@@ -22,7 +22,7 @@ func snapshotPick(t *testing.T, r *Router, req *SelectRequest, c choice) (*parti
 	if err != nil {
 		t.Fatal(err)
 	}
-	return q.p, sel
+	return q.p, sel, &q.s
 }
 
 // TestStalePickIsRechecked: what changes between the snapshot and the
@@ -81,11 +81,11 @@ func TestStalePickIsRechecked(t *testing.T) {
 				req.Placement.RoutingConstraints = &RoutingConstraints{RequiredTaints: tc.taints}
 			}
 			c := choice{placement: &req.Placement, session: tc.session, book: true}
-			p, sel := snapshotPick(t, r, req, c)
+			p, sel, s := snapshotPick(t, r, req, c)
 			other := Rank{WorkerID: sel.rs.rank.WorkerID%4 + 1}
 			tc.change(r, p, sel.rs.rank, other)
 			p.mu.Lock()
-			got := r.sel.stillChoosable(p, &sel, c)
+			got := r.sel.stillChoosable(p, &sel, c, s, p.blockSize)
 			p.mu.Unlock()
 			if got != tc.stands {
 				t.Fatalf("stillChoosable = %t, want %t", got, tc.stands)
@@ -252,5 +252,47 @@ func TestSelectTimingHook(t *testing.T) {
 		if st.LockHeld <= 0 || st.LockHeld > st.Total || st.LockWait < 0 || st.Work() != st.Total-st.LockWait || st.Rechosen {
 			t.Fatalf("implausible serial timing %+v", st)
 		}
+	}
+}
+
+// TestMovedLoadStandsWhileCheapest: a chosen rank whose load moved after
+// the snapshot keeps the pick while it still costs no more than the next
+// cheapest rank did (here: it caches the prompt), and loses it once the
+// new load outweighs that.
+func TestMovedLoadStandsWhileCheapest(t *testing.T) {
+	r := newTestRouter(t, nil)
+	for id := uint64(1); id <= 4; id++ {
+		addWorker(t, r, id, nil)
+	}
+	tokens := make([]uint32, 4096)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	// The first booking puts the prompt in the (approximate) index.
+	first, err := r.SelectAndReserve(&SelectRequest{Prompt: Prompt{TokenIDs: tokens}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Free(first.SelectionID); err != nil {
+		t.Fatal(err)
+	}
+	req := &SelectRequest{Prompt: Prompt{TokenIDs: tokens}}
+	c := choice{placement: &req.Placement, book: true}
+	p, sel, s := snapshotPick(t, r, req, c)
+	if sel.rs.rank.WorkerID != first.WorkerID {
+		t.Fatalf("picked %v, not the rank holding the prompt (%d)", sel.rs.rank, first.WorkerID)
+	}
+	stands := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return r.sel.stillChoosable(p, &sel, c, s, p.blockSize)
+	}
+	book(t, r, "small", first.WorkerID, 0, []uint64{1}, 16, 16)
+	if !stands() {
+		t.Fatal("a 16-token booking on the rank that caches 4,096 tokens of the prompt undid the pick")
+	}
+	book(t, r, "large", first.WorkerID, 0, []uint64{2}, 100_000, 100_000)
+	if stands() {
+		t.Fatal("the pick stood after a 100k-token booking made its rank the dearest")
 	}
 }
