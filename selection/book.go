@@ -50,7 +50,7 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 		e.afterChoose(&sel)
 	}
 	t.lock(p)
-	if err == nil && !e.stillChoosable(p, &sel, c, s, w.blockSize) {
+	if err == nil && !e.stillChoosable(p, &sel, c, s, w) {
 		// The chosen rank changed meanwhile: choose again on what is
 		// true now, with the lock held.
 		t.timing.Rechosen = true

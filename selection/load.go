@@ -284,3 +284,27 @@ func (t *loadTracker) countActive(hashes []uint64, hits []uint32) {
 		e = next
 	}
 }
+
+// activeFor is countActive for one rank: how many leading blocks of
+// hashes rs already holds.
+func (t *loadTracker) activeFor(hashes []uint64, rs *rankState) uint32 {
+	var held uint32
+	e := &t.root
+	for pos := 0; pos < len(hashes); {
+		next := e.child(hashes[pos])
+		if next == nil {
+			return held
+		}
+		m := commonPrefix(next.hashes, hashes[pos:])
+		if next.hold(rs) == nil {
+			return held // holds only shrink with depth
+		}
+		held = uint32(pos + m)
+		if m < len(next.hashes) {
+			return held
+		}
+		pos += m
+		e = next
+	}
+	return held
+}

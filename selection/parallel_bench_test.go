@@ -184,7 +184,7 @@ func (f *parallelFixture) benchLocked(b *testing.B) {
 		}
 		t0, c0 = time.Now(), threadCPU()
 		p.mu.Lock()
-		if !e.stillChoosable(p, &sel, c, &q.s, p.blockSize) {
+		if !e.stillChoosable(p, &sel, c, &q.s, w) {
 			p.mu.Unlock()
 			b.Fatal("a serial pick went stale")
 		}

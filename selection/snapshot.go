@@ -88,7 +88,7 @@ func (w *work) fillTiers() {
 // last check callers scoring the same snapshot would all book the rank it
 // showed cheapest (a herd). Other ranks' loads may have moved, which at
 // worst misses a rank that became cheaper meanwhile.
-func (e *selector) stillChoosable(p *partition, sel *selection, c choice, s *scoring, bs uint32) bool {
+func (e *selector) stillChoosable(p *partition, sel *selection, c choice, s *scoring, w *work) bool {
 	rs, v := sel.rs, &sel.view
 	if rs.removed || p.byRank[rs.rank] != rs {
 		return false
@@ -97,7 +97,7 @@ func (e *selector) stillChoosable(p *partition, sel *selection, c choice, s *sco
 		return false
 	}
 	if rs.requests != v.requests || rs.prefillTokens != v.prefillTokens || rs.decodeWeight != v.decodeWeight {
-		if !e.stillCheapest(sel, s, bs) {
+		if !e.stillCheapest(p, sel, s, w) {
 			return false
 		}
 	}
@@ -118,20 +118,31 @@ func (e *selector) stillChoosable(p *partition, sel *selection, c choice, s *sco
 
 // stillCheapest reports whether a rank chosen as the cheapest, whose load
 // moved after the snapshot, still costs no more than the snapshot's next
-// cheapest candidate. Its cost is recomputed from its load now and what
-// the snapshot had of the rest (the least prefill load, the in-flight
-// blocks it held of this prompt); both can only make the recomputed cost
-// higher than the true one, so the check errs towards choosing again. A
-// pick not made on cost (pinned, bound, an affinity target, a softmax
-// draw) is never herded by cost, so any load change leaves it standing.
-func (e *selector) stillCheapest(sel *selection, s *scoring, bs uint32) bool {
+// cheapest candidate; p.mu must be held. Its cost is recomputed from its
+// load and in-flight blocks of this prompt now, and what the snapshot had
+// of the rest (the least prefill load, which only makes the recomputed
+// cost higher if it rose). When the pick stands, sel takes the rank's
+// in-flight blocks as they are now. A pick not made on cost (pinned,
+// bound, an affinity target, a softmax draw) is never herded by cost, so
+// any load change leaves it standing.
+func (e *selector) stillCheapest(p *partition, sel *selection, s *scoring, w *work) bool {
 	if sel.runnerUp < 0 {
 		return true
 	}
+	rs := sel.rs
+	hits := p.load.activeFor(w.tracking, rs)
+	newBlks := uint64(len(w.tracking)) - uint64(hits)
 	in := sel.costIn
-	in.activePrefill, in.activeRequests = sel.rs.prefillTokens, sel.rs.requests
+	in.activePrefill, in.activeRequests = rs.prefillTokens, rs.requests
 	if e.cfg.get().TrackActiveBlocks {
-		in.potentialDec = sel.rs.decodeBlocks() + sel.newBlks
+		in.potentialDec = rs.decodeBlocks() + newBlks
 	}
-	return s.cost(&in, sel.isl, bs, sel.minPrefill) <= sel.runnerUp
+	if s.cost(&in, sel.isl, w.blockSize, sel.minPrefill) > sel.runnerUp {
+		return false
+	}
+	sel.newBlks = newBlks
+	if !rs.loadOnly {
+		sel.inflight = hits
+	}
+	return true
 }

@@ -1,6 +1,8 @@
 package selection
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -8,7 +10,7 @@ import (
 
 // snapshotPick runs the first half of a selection: the snapshot under the
 // lock and the choice outside it, as selectRequest does.
-func snapshotPick(t *testing.T, r *Router, req *SelectRequest, c choice) (*partition, selection, *scoring) {
+func snapshotPick(t *testing.T, r *Router, req *SelectRequest, c choice) (*partition, selection, *scoring, *work) {
 	t.Helper()
 	q, err := r.sel.setupRequest(&req.Partition, nil, &req.Prompt, c.session)
 	if err != nil {
@@ -22,7 +24,7 @@ func snapshotPick(t *testing.T, r *Router, req *SelectRequest, c choice) (*parti
 	if err != nil {
 		t.Fatal(err)
 	}
-	return q.p, sel, &q.s
+	return q.p, sel, &q.s, q.w
 }
 
 // TestStalePickIsRechecked: what changes between the snapshot and the
@@ -81,11 +83,11 @@ func TestStalePickIsRechecked(t *testing.T) {
 				req.Placement.RoutingConstraints = &RoutingConstraints{RequiredTaints: tc.taints}
 			}
 			c := choice{placement: &req.Placement, session: tc.session, book: true}
-			p, sel, s := snapshotPick(t, r, req, c)
+			p, sel, s, w := snapshotPick(t, r, req, c)
 			other := Rank{WorkerID: sel.rs.rank.WorkerID%4 + 1}
 			tc.change(r, p, sel.rs.rank, other)
 			p.mu.Lock()
-			got := r.sel.stillChoosable(p, &sel, c, s, p.blockSize)
+			got := r.sel.stillChoosable(p, &sel, c, s, w)
 			p.mu.Unlock()
 			if got != tc.stands {
 				t.Fatalf("stillChoosable = %t, want %t", got, tc.stands)
@@ -278,14 +280,14 @@ func TestMovedLoadStandsWhileCheapest(t *testing.T) {
 	}
 	req := &SelectRequest{Prompt: Prompt{TokenIDs: tokens}}
 	c := choice{placement: &req.Placement, book: true}
-	p, sel, s := snapshotPick(t, r, req, c)
+	p, sel, s, w := snapshotPick(t, r, req, c)
 	if sel.rs.rank.WorkerID != first.WorkerID {
 		t.Fatalf("picked %v, not the rank holding the prompt (%d)", sel.rs.rank, first.WorkerID)
 	}
 	stands := func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return r.sel.stillChoosable(p, &sel, c, s, p.blockSize)
+		return r.sel.stillChoosable(p, &sel, c, s, w)
 	}
 	book(t, r, "small", first.WorkerID, 0, []uint64{1}, 16, 16)
 	if !stands() {
@@ -294,5 +296,46 @@ func TestMovedLoadStandsWhileCheapest(t *testing.T) {
 	book(t, r, "large", first.WorkerID, 0, []uint64{2}, 100_000, 100_000)
 	if stands() {
 		t.Fatal("the pick stood after a 100k-token booking made its rank the dearest")
+	}
+}
+
+// TestActiveForMatchesCountActive: the one-rank trie walk the re-check
+// uses agrees with the all-ranks walk the snapshot uses, on random
+// bookings sharing prefixes.
+func TestActiveForMatchesCountActive(t *testing.T) {
+	r := newTestRouter(t, nil)
+	for id := uint64(1); id <= 6; id++ {
+		addWorker(t, r, id, nil)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	chain := func() []uint64 {
+		// Chains share the first blocks often, then diverge.
+		h := make([]uint64, 1+rng.IntN(40))
+		for i := range h {
+			if i < 10 && rng.IntN(4) > 0 {
+				h[i] = uint64(i + 1)
+			} else {
+				h[i] = rng.Uint64()
+			}
+		}
+		return h
+	}
+	for n := range 200 {
+		book(t, r, fmt.Sprint("b", n), uint64(1+rng.IntN(6)), 0, chain(), 16, 16)
+		if rng.IntN(3) == 0 {
+			_ = r.Free(fmt.Sprint("b", rng.IntN(n+1)))
+		}
+		p := r.catalog.partition((&Partition{}).Key())
+		probe := chain()
+		p.mu.Lock()
+		hits := make([]uint32, len(p.ranks))
+		p.load.countActive(probe, hits)
+		for _, rs := range p.ranks {
+			if got := p.load.activeFor(probe, rs); got != hits[rs.idx] {
+				p.mu.Unlock()
+				t.Fatalf("after %d bookings, rank %v: activeFor %d, countActive %d", n+1, rs.rank, got, hits[rs.idx])
+			}
+		}
+		p.mu.Unlock()
 	}
 }
