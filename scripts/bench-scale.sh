@@ -36,7 +36,42 @@ ADMIN=http://127.0.0.1:12019
 FLEET=127.0.0.1:18000
 
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json
+rm -f "$OUT"/*.json "$OUT"/metrics-*.txt
+
+# histogram_delta NAME BEFORE AFTER prints the count, mean, p50 and p99 (in
+# ms) of the observations of an unlabelled Prometheus histogram made
+# between two scrapes, each quantile interpolated within its bucket as
+# Prometheus's histogram_quantile does.
+histogram_delta() {
+	awk -v name="$1" '
+		function le(line) { sub(/.*le="/, "", line); sub(/".*/, "", line); return line }
+		FNR == 1 { file++ }
+		index($0, name "_bucket{") == 1 { b = le($1); if (file == 1) old[b] = $2; else { cur[b] = $2; if (!(b in seen)) { order[n++] = b; seen[b] = 1 } } }
+		index($0, name "_sum ") == 1 { sum[file] = $2 }
+		index($0, name "_count ") == 1 { cnt[file] = $2 }
+		function quantile(q,   rank, i, prev, prevle, c, hi) {
+			rank = q * total; prev = 0; prevle = 0
+			for (i = 0; i < n; i++) {
+				c = cur[order[i]] - old[order[i]]
+				if (c >= rank) {
+					if (order[i] == "+Inf") return "> " prevle * 1000
+					hi = order[i] + 0
+					return sprintf("%.3f", (prevle + (hi - prevle) * (c > prev ? (rank - prev) / (c - prev) : 0)) * 1000)
+				}
+				prev = c; prevle = order[i] + 0
+			}
+		}
+		END {
+			total = cnt[2] - cnt[1]
+			if (total <= 0) { printf "%s: no observations\n", name; exit }
+			printf "%s: %d selections, mean %.3f ms, p50 %s ms, p99 %s ms\n", name, total, (sum[2] - sum[1]) / total * 1000, quantile(0.5), quantile(0.99)
+		}' "$2" "$3"
+}
+
+# counter_value NAME FILE prints an unlabelled counter's value (0 if absent).
+counter_value() {
+	awk -v name="$1" '$1 == name { v = $2 } END { printf "%d", v + 0 }' "$2"
+}
 
 for port in 18080 18092 12019 18000 20001 22001 24001; do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -67,6 +102,7 @@ MOCK=$!
 # before the gateway's subscription reaches a worker would be a gap.
 ./bin/kvbench stats --admin "$ADMIN" --fleet "http://$FLEET" --ready "$WORKERS" --wait 120s
 ./bin/kvbench stats --admin "$ADMIN" --fleet "http://$FLEET" --save "$OUT/before.json"
+curl -fsS "$ADMIN/metrics" >"$OUT/metrics-before.txt"
 
 echo "== $SESSIONS concurrent agentic sessions through kv_router for $DURATION (prompts scaled to ~1/6 of make demo's)"
 status=0
@@ -83,6 +119,13 @@ echo
 echo "== scale run: $WORKERS workers, $SESSIONS concurrent sessions, one gateway"
 ./bin/kvbench stats --admin "$ADMIN" --fleet "http://$FLEET" --since "$OUT/before.json" --run "$OUT/run.json" \
 	--json "$OUT/report.json" --wait 30s --check || status=1
+curl -fsS "$ADMIN/metrics" >"$OUT/metrics-after.txt"
+echo
+echo "== where the selections' time went (the router's split of each selection, over the run)"
+for m in kvrouter_selection_lock_wait_seconds kvrouter_selection_lock_held_seconds kvrouter_selection_work_seconds; do
+	histogram_delta "$m" "$OUT/metrics-before.txt" "$OUT/metrics-after.txt"
+done
+echo "picks made again under the lock: $(( $(counter_value kvrouter_selection_rechosen_total "$OUT/metrics-after.txt") - $(counter_value kvrouter_selection_rechosen_total "$OUT/metrics-before.txt") ))"
 echo
 echo "results: $OUT/report.json $OUT/run.json   logs: $OUT/gateway.log $OUT/kvmock.log"
 if [ "$status" != 0 ]; then

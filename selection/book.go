@@ -18,6 +18,7 @@ func checkSession(id string) error {
 // selectRequest runs a selection, and books it when book is set; without
 // book, a pick with a selection_id is remembered in the pending cache.
 func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*SelectResponse, error) {
+	t := newLockTimer()
 	session := req.Placement.session()
 	q, err := e.setupRequest(&req.Partition, req.RouterConfigOverride, &req.Prompt, session)
 	if err != nil {
@@ -38,22 +39,42 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 	if book {
 		hashes = slices.Clone(w.tracking)
 	}
-	p.mu.Lock()
-	sel, err := e.choose(p, w, s, np, choice{placement: &req.Placement, session: session, explain: explain, book: book})
+	c := choice{placement: &req.Placement, session: session, explain: explain, book: book}
+	// Copy the ranks' loads under the lock and score them without it
+	// (snapshot.go).
+	t.lock(p)
+	p.snapshot(w, c.usesTaints())
+	t.unlock(p)
+	sel, err := e.choose(p, w, s, np, c)
+	if e.afterChoose != nil && err == nil {
+		e.afterChoose(&sel)
+	}
+	t.lock(p)
+	if err == nil && !e.stillChoosable(p, &sel, c, s, w) {
+		// The chosen rank changed meanwhile: choose again on what is
+		// true now, with the lock held.
+		t.timing.Rechosen = true
+		p.snapshot(w, c.usesTaints())
+		sel, err = e.choose(p, w, s, np, c)
+	}
 	if err != nil {
-		p.mu.Unlock()
+		t.unlock(p)
 		if book {
 			e.book.unclaim(id, req.Client)
 		}
+		e.observe(&t)
 		return nil, err
 	}
+	// What the response says of the chosen rank's load is read now.
+	sel.potDec = sel.rs.decodeBlocks() + sel.newBlks
 	resp := response(p, &sel, id)
-	if !req.Lean {
-		fillDP(p, w, resp)
-	}
 	if !book {
 		e.busy(&sel, resp, req.Advisory)
-		p.mu.Unlock()
+		t.unlock(p)
+		e.observe(&t)
+		if !req.Lean {
+			fillDP(w, resp)
+		}
 		if id != "" {
 			e.pending.insert(&pendingEntry{
 				key: pendingKey{key, id}, rank: sel.rs.rank,
@@ -66,12 +87,17 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 	}
 	b, err := e.book.bookLocked(p, sel.rs, id, session, req.Client, hashes, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
 	if err != nil {
-		p.mu.Unlock()
+		t.unlock(p)
 		e.book.unclaim(id, req.Client)
+		e.observe(&t)
 		return nil, err
 	}
 	e.busy(&sel, resp, false)
-	p.mu.Unlock()
+	t.unlock(p)
+	e.observe(&t)
+	if !req.Lean {
+		fillDP(w, resp)
+	}
 	e.book.commit(id, b)
 	e.recordBooking(key, sel.rs.rank, w)
 	isl, track := np.isl, s.trackPrefill

@@ -40,7 +40,10 @@ func (rs *rankState) full(cfg *Config) bool {
 	return cfg.MaxReservationsPerRank > 0 && rs.requests >= uint64(cfg.MaxReservationsPerRank)
 }
 
-func (rs *rankState) decodeBlocks() uint64 { return uint64(math.Round(math.Max(rs.decodeWeight, 0))) }
+func (rs *rankState) decodeBlocks() uint64 { return decodeBlocksOf(rs.decodeWeight) }
+
+// decodeBlocksOf rounds a rank's weighted count of active blocks.
+func decodeBlocksOf(weight float64) uint64 { return uint64(math.Round(math.Max(weight, 0))) }
 
 // edge is a run of blocks in the trie. Every booking ends on an edge
 // boundary (edges are split to make it so), so a rank's count on an edge
@@ -280,4 +283,28 @@ func (t *loadTracker) countActive(hashes []uint64, hits []uint32) {
 		pos += m
 		e = next
 	}
+}
+
+// activeFor is countActive for one rank: how many leading blocks of
+// hashes rs already holds.
+func (t *loadTracker) activeFor(hashes []uint64, rs *rankState) uint32 {
+	var held uint32
+	e := &t.root
+	for pos := 0; pos < len(hashes); {
+		next := e.child(hashes[pos])
+		if next == nil {
+			return held
+		}
+		m := commonPrefix(next.hashes, hashes[pos:])
+		if next.hold(rs) == nil {
+			return held // holds only shrink with depth
+		}
+		held = uint32(pos + m)
+		if m < len(next.hashes) {
+			return held
+		}
+		pos += m
+		e = next
+	}
+	return held
 }

@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 )
@@ -19,16 +20,16 @@ type partition struct {
 
 // sortRanks orders ranks by (worker_id, dp_rank) and renumbers them.
 func sortRanks(ranks []*rankState) {
-	slices.SortFunc(ranks, func(a, b *rankState) int {
-		if a.rank.WorkerID != b.rank.WorkerID {
-			if a.rank.WorkerID < b.rank.WorkerID {
-				return -1
-			}
-			return 1
-		}
-		return int(a.rank.DPRank) - int(b.rank.DPRank)
-	})
+	slices.SortFunc(ranks, func(a, b *rankState) int { return compareRanks(a.rank, b.rank) })
 	for i, rs := range ranks {
 		rs.idx = i
 	}
+}
+
+// compareRanks orders ranks by worker id, then dp_rank.
+func compareRanks(a, b Rank) int {
+	if c := cmp.Compare(a.WorkerID, b.WorkerID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.DPRank, b.DPRank)
 }

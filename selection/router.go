@@ -47,6 +47,8 @@ type Router struct {
 	book     *bookings
 	pending  *pendingCache
 	affinity *affinityTable // nil when session affinity is off
+	// selectTiming is WithSelectTiming's hook, nil without it.
+	selectTiming func(SelectTiming)
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -105,7 +107,7 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	r.health = &Health{cfg: r.cfg, now: r.now, catalog: r.catalog}
 	r.book = newBookings(r.cfg, r.now, r.affinity)
 	r.sel = &selector{cfg: r.cfg, index: r.index, recorder: recorder, catalog: r.catalog,
-		book: r.book, pending: r.pending, affinity: r.affinity}
+		book: r.book, pending: r.pending, affinity: r.affinity, timing: r.selectTiming}
 	r.queries = &Queries{catalog: r.catalog, sel: r.sel, index: r.index, cfg: r.cfg}
 	// Each sweep reads its interval from the configuration in force, so a
 	// Reconfigure that changes ReservationTTL or WorkerDownAfter changes

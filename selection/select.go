@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -21,7 +22,12 @@ type selector struct {
 	catalog  *Catalog
 	book     *bookings
 	pending  *pendingCache
-	affinity *affinityTable // nil when session affinity is off
+	affinity *affinityTable     // nil when session affinity is off
+	timing   func(SelectTiming) // WithSelectTiming's hook, nil without it
+	// afterChoose, when set (by tests only), runs between choosing from
+	// the snapshot and re-taking the lock to book: where another caller
+	// can change what the choice was made on.
+	afterChoose func(*selection)
 }
 
 // work is the per-call scratch space, pooled so a selection allocates
@@ -34,6 +40,12 @@ type work struct {
 	hits     []uint32
 	costs    []float64
 	cands    []int
+	views    []rankView // the partition's ranks as the snapshot saw them
+	taints   [][]string // their taints, when the request uses taints
+	// blockSize is the partition's block size as the snapshot saw it (the
+	// catalog may change it under the lock while the partition has one
+	// worker).
+	blockSize uint32
 	// chained is true when tracking holds the public sequence hashes of
 	// blocks (computed here), which chain-keyed indexes can use as is.
 	chained bool
@@ -172,6 +184,17 @@ type selection struct {
 	// flight on the rank hold: prompts ahead of this one that the engine
 	// caches by the time it admits this one.
 	inflight uint32
+	// What choose saw that the booking re-checks (stillChoosable): the
+	// rank as the snapshot had it and the session's binding.
+	view      rankView
+	bound     Rank
+	boundSeen bool
+	// For a rank chosen as the cheapest at temperature 0: the next
+	// cheapest candidate's cost (-1 otherwise), and what the chosen rank's
+	// cost is recomputed from if its load moves before the booking.
+	runnerUp   float64
+	costIn     costInput
+	minPrefill uint64
 }
 
 // choice is what choose needs to know of the request besides its prompt:
@@ -183,10 +206,29 @@ type choice struct {
 	book      bool // the pick will be booked: full ranks are not candidates
 }
 
-// choose scores the candidate ranks of p and picks one. p.mu must be held.
-func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c choice) (selection, error) {
-	p.scoreInputs(w)
+// requiredTaints are the taints a candidate must have.
+func (c choice) requiredTaints() []string {
+	if pl := c.placement; pl != nil && pl.RoutingConstraints != nil {
+		return pl.RoutingConstraints.RequiredTaints
+	}
+	return nil
+}
+
+// usesTaints reports whether the request filters or weighs ranks by
+// their taints, so the snapshot must copy them.
+func (c choice) usesTaints() bool {
 	pl := c.placement
+	return pl != nil && pl.RoutingConstraints != nil &&
+		(len(pl.RoutingConstraints.RequiredTaints) > 0 || len(pl.RoutingConstraints.PreferredTaints) > 0)
+}
+
+// choose scores the candidate ranks of the snapshot in w (p.snapshot) and
+// picks one. It reads nothing of p that the partition's lock guards, so
+// it runs with or without p.mu held.
+func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c choice) (selection, error) {
+	w.fillTiers()
+	pl := c.placement
+	cfg := e.cfg.get()
 	w.cands = w.cands[:0]
 	var allowed map[uint64]bool
 	if pl != nil && pl.AllowedWorkerIDs != nil {
@@ -195,23 +237,31 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 			allowed[id] = true
 		}
 	}
-	var required []string
+	required := c.requiredTaints()
 	var preferred map[string]float32
 	if pl != nil && pl.RoutingConstraints != nil {
-		required, preferred = pl.RoutingConstraints.RequiredTaints, pl.RoutingConstraints.PreferredTaints
+		preferred = pl.RoutingConstraints.PreferredTaints
+	}
+	taintsOf := func(i int) []string {
+		if len(w.taints) == 0 {
+			return nil
+		}
+		return w.taints[i]
 	}
 	full := 0
-	for i, rs := range p.ranks {
-		if allowed != nil && !allowed[rs.rank.WorkerID] {
+	for i := range w.views {
+		v := &w.views[i]
+		rank := v.rs.rank
+		if allowed != nil && !allowed[rank.WorkerID] {
 			continue
 		}
-		if rs.down || pl != nil && slices.Contains(pl.ExcludeRanks, rs.rank) {
+		if v.down || pl != nil && slices.Contains(pl.ExcludeRanks, rank) {
 			continue
 		}
-		if !hasAll(rs.taints, required) {
+		if !hasAll(taintsOf(i), required) {
 			continue
 		}
-		if c.book && rs.full(e.cfg.get()) {
+		if c.book && v.full(cfg) {
 			full++
 			continue
 		}
@@ -219,13 +269,13 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	}
 	if len(w.cands) == 0 && full > 0 {
 		return selection{}, errorf(KindNotReady, "every eligible worker of %s holds %d reservations, the most max_reservations_per_rank allows; free reservations or wait for them to expire",
-			p.key, e.cfg.get().MaxReservationsPerRank)
+			p.key, cfg.MaxReservationsPerRank)
 	}
 	if len(w.cands) == 0 {
-		if len(p.ranks) > 0 && (allowed != nil || len(required) > 0 || pl != nil && len(pl.ExcludeRanks) > 0) {
+		if len(w.views) > 0 && (allowed != nil || len(required) > 0 || pl != nil && len(pl.ExcludeRanks) > 0) {
 			return selection{}, errorf(KindNotReady, "all eligible workers were filtered for %s", p.key)
 		}
-		if len(p.ranks) > 0 {
+		if len(w.views) > 0 {
 			return selection{}, errorf(KindNotReady, "every worker of %s is unreachable", p.key)
 		}
 		return selection{}, errNoSchedulable(p.key.Model, p.key.Group)
@@ -233,34 +283,34 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	var minPrefill uint64
 	var longest uint32
 	for k, i := range w.cands {
-		if rs := p.ranks[i]; k == 0 || rs.prefillTokens < minPrefill {
-			minPrefill = rs.prefillTokens
+		if v := &w.views[i]; k == 0 || v.prefillTokens < minPrefill {
+			minPrefill = v.prefillTokens
 		}
 		longest = max(longest, w.tiers[i].Device)
 	}
 	w.costs = resize(w.costs, len(w.cands))
 	nTrack := uint64(len(w.tracking))
 	for k, i := range w.cands {
-		rs := p.ranks[i]
+		v := &w.views[i]
 		in := costInput{
 			tiers:          w.tiers[i],
-			activePrefill:  rs.prefillTokens,
+			activePrefill:  v.prefillTokens,
 			hasLoad:        true,
-			potentialDec:   rs.decodeBlocks() + nTrack - uint64(w.hits[i]),
-			activeRequests: rs.requests,
-			taintMult:      preferredTaintMultiplier(rs.taints, preferred),
+			potentialDec:   v.decodeBlocks() + nTrack - uint64(w.hits[i]),
+			activeRequests: v.requests,
+			taintMult:      preferredTaintMultiplier(taintsOf(i), preferred),
 		}
-		if !e.cfg.get().TrackActiveBlocks {
+		if !cfg.TrackActiveBlocks {
 			in.potentialDec = 0
 		}
-		w.costs[k] = s.cost(&in, np.isl, p.blockSize, minPrefill)
+		w.costs[k] = s.cost(&in, np.isl, w.blockSize, minPrefill)
 	}
 	chosen := -1
 	// Pinned: a hard pin bypasses scoring but must be eligible.
 	if pl != nil && pl.PinnedWorker != nil {
 		want := Rank{pl.PinnedWorker.WorkerID, pl.PinnedWorker.DPRank}
 		for k, i := range w.cands {
-			if p.ranks[i].rank == want {
+			if w.views[i].rs.rank == want {
 				chosen = k
 			}
 		}
@@ -271,47 +321,64 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	// Preferred: the session's bound rank, else the affinity target (its
 	// cheapest rank when no dp_rank is given). An ineligible preference is
 	// ignored and the request is scored normally.
-	if chosen < 0 && c.session != "" && e.affinity.enabled() {
-		if bound, ok := e.affinity.bound(sessionKey{p.key, c.session}); ok {
-			for k, i := range w.cands {
-				if p.ranks[i].rank == bound {
-					chosen = k
-				}
+	var bound Rank
+	var boundSeen bool
+	if c.session != "" && e.affinity.enabled() {
+		bound, boundSeen = e.affinity.bound(sessionKey{p.key, c.session})
+	}
+	if chosen < 0 && boundSeen {
+		for k, i := range w.cands {
+			if w.views[i].rs.rank == bound {
+				chosen = k
 			}
-			if chosen < 0 {
-				// The bound worker departed: start the session afresh.
-				e.affinity.forget(sessionKey{p.key, c.session})
-			}
+		}
+		if chosen < 0 {
+			// The bound worker departed: start the session afresh.
+			e.affinity.forget(sessionKey{p.key, c.session})
+			boundSeen = false
 		}
 	}
 	if chosen < 0 && pl != nil && pl.AffinityTarget != nil {
 		t := pl.AffinityTarget
 		for k, i := range w.cands {
-			rk := p.ranks[i].rank
+			rk := w.views[i].rs.rank
 			if rk.WorkerID == t.WorkerID && (t.DPRank == nil || *t.DPRank == rk.DPRank) &&
 				(chosen < 0 || w.costs[k] < w.costs[chosen]) {
 				chosen = k
 			}
 		}
 	}
+	cheapest := false // chosen as the cheapest rank, which the booking may re-check
 	if chosen < 0 {
-		chosen = pick(w.costs, s.temperature, e.cfg.get().rand)
+		chosen = pick(w.costs, s.temperature, cfg.rand)
+		cheapest = s.temperature <= 0
 	}
 	i := w.cands[chosen]
-	rs := p.ranks[i]
-	sel := selection{rs: rs, tiers: w.tiers[i], longest: longest, isl: np.isl}
-	sel.cached = s.cachedTokens(sel.tiers, p.blockSize)
+	v := &w.views[i]
+	sel := selection{rs: v.rs, tiers: w.tiers[i], longest: longest, isl: np.isl,
+		view: *v, bound: bound, boundSeen: boundSeen, runnerUp: -1}
+	if cheapest {
+		sel.runnerUp = math.Inf(1)
+		for k, c := range w.costs {
+			if k != chosen && c < sel.runnerUp {
+				sel.runnerUp = c
+			}
+		}
+		sel.costIn = costInput{tiers: w.tiers[i], hasLoad: true, taintMult: preferredTaintMultiplier(taintsOf(i), preferred)}
+		sel.minPrefill = minPrefill
+	}
+	sel.cached = s.cachedTokens(sel.tiers, w.blockSize)
 	sel.prefill = effectivePrefill(np.isl, sel.cached)
 	sel.newBlks = nTrack - uint64(w.hits[i])
-	if !rs.loadOnly { // a load-only rank is credited no cache, booked or indexed
+	if !v.loadOnly { // a load-only rank is credited no cache, booked or indexed
 		sel.inflight = w.hits[i]
 	}
-	sel.potDec = rs.decodeBlocks() + sel.newBlks
+	sel.potDec = v.decodeBlocks() + sel.newBlks
 	if c.explain {
 		sel.explain = make([]Candidate, len(w.cands))
 		for k, j := range w.cands {
-			q := p.ranks[j]
-			sel.explain[k] = Candidate{WorkerID: q.rank.WorkerID, DPRank: q.rank.DPRank, DeviceBlocks: w.tiers[j].Device,
+			q := &w.views[j]
+			sel.explain[k] = Candidate{WorkerID: q.rs.rank.WorkerID, DPRank: q.rs.rank.DPRank, DeviceBlocks: w.tiers[j].Device,
 				PrefillTokens: q.prefillTokens, DecodeBlocks: q.decodeBlocks(), Cost: w.costs[k]}
 		}
 	}
@@ -360,13 +427,13 @@ func response(p *partition, sel *selection, id string) *SelectResponse {
 	return resp
 }
 
-// fillDP reports the device match of every rank of the chosen worker.
-// p.mu must be held and w must still hold this selection's tiers.
-func fillDP(p *partition, w *work, resp *SelectResponse) {
-	bs := uint64(p.blockSize)
+// fillDP reports the device match of every rank of the chosen worker,
+// from the snapshot in w (which must still hold this selection's tiers).
+func fillDP(w *work, resp *SelectResponse) {
+	bs := uint64(w.blockSize)
 	resp.Overlap.DP = map[string]uint64{}
-	for i, rs := range p.ranks {
-		if rs.rank.WorkerID == resp.WorkerID {
+	for i := range w.views {
+		if rs := w.views[i].rs; rs.rank.WorkerID == resp.WorkerID {
 			resp.Overlap.DP[strconv.FormatUint(uint64(rs.rank.DPRank), 10)] = uint64(w.tiers[i].Device) * bs
 		}
 	}

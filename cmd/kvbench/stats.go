@@ -59,6 +59,10 @@ type snapshot struct {
 	Held       int64             `json:"fleet_batches_dropped"`
 }
 
+// errNoHistogram is parseHistogram's answer when the metrics have no
+// series of the histogram.
+var errNoHistogram = errors.New("no series")
+
 // parseHistogram reads one histogram from Prometheus text exposition. A
 // histogram with labels (the gateway's is per model) is read as the sum
 // of its series: buckets with the same bound add up.
@@ -112,7 +116,7 @@ func parseHistogram(r io.Reader, name string) (histogram, error) {
 		return h, err
 	}
 	if len(h.Bounds) == 0 {
-		return h, fmt.Errorf("no %s histogram in the metrics", name)
+		return h, fmt.Errorf("no %s histogram in the metrics: %w", name, errNoHistogram)
 	}
 	return h, nil
 }
@@ -191,6 +195,11 @@ func take(client *http.Client, admin, fleet string) (snapshot, error) {
 	}
 	s.Selection, err = parseHistogram(res.Body, selectionMetric)
 	res.Body.Close()
+	if errors.Is(err, errNoHistogram) {
+		// A gateway that has not selected yet: the histogram is labelled
+		// by model, so it has no series before its first observation.
+		err = nil
+	}
 	if err != nil {
 		return s, err
 	}

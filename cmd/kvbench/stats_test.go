@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -51,7 +52,7 @@ func TestHistogramQuantiles(t *testing.T) {
 	if v, _, _ := (histogram{}).quantile(0.5); !math.IsNaN(v) {
 		t.Fatalf("an empty histogram has quantile %v", v)
 	}
-	if _, err := parseHistogram(strings.NewReader("x 1\n"), selectionMetric); err == nil {
+	if _, err := parseHistogram(strings.NewReader("x 1\n"), selectionMetric); !errors.Is(err, errNoHistogram) {
 		t.Fatal("a missing histogram must be an error")
 	}
 }
