@@ -42,6 +42,23 @@ type Config struct {
 	TrackPrefillTokens bool
 	// AssumeKVReuse dedups shared prefixes in the decode-block count.
 	AssumeKVReuse bool
+	// InFlightOverlap credits a rank, in the cost, with the leading blocks
+	// of the prompt that bookings in flight there already cover, as if
+	// they were cached: the engine computes those prompts first (it admits
+	// in order) and finds them cached when it reaches this one. Without it,
+	// a prompt that arrives while its prefix is still queued on a worker
+	// sees no overlap anywhere and goes wherever the load is lightest.
+	// Not Dynamo's (which credits only what the index holds); off in
+	// DefaultConfig, on in the gateway's defaults (docs/routing.md).
+	InFlightOverlap bool
+	// UnclippedOverlapCredit lets a rank's overlap credit exceed its
+	// prefill cost, so that of two ranks the one holding more of the
+	// prompt costs less however large OverlapScoreCredit is. Dynamo stops
+	// the prefill term at zero: with a credit above 1, every rank holding a
+	// shared system prompt can reach zero and the choice between them
+	// falls to the decode load alone. Off in DefaultConfig, on in the
+	// gateway's defaults (docs/routing.md).
+	UnclippedOverlapCredit bool
 	// ApproxTTL is how long a booked prefix counts as cached in the
 	// approximate index.
 	ApproxTTL time.Duration
@@ -204,6 +221,9 @@ func (c *Config) rand() float64 {
 type scoring struct {
 	credit, decay, scale, reqWeight, hostW, diskW, shared, temperature float64
 	assumeReuse, trackPrefill                                          bool
+	// inFlight and unclipped are Config.InFlightOverlap and
+	// Config.UnclippedOverlapCredit.
+	inFlight, unclipped bool
 }
 
 func (c *Config) scoring(o *RouterConfigOverride) (scoring, error) {
@@ -212,6 +232,7 @@ func (c *Config) scoring(o *RouterConfigOverride) (scoring, error) {
 		reqWeight: c.DecodeActiveRequestWeight, hostW: c.HostCacheHitWeight, diskW: c.DiskCacheHitWeight,
 		shared: c.SharedCacheMultiplier, temperature: c.RouterTemperature,
 		assumeReuse: c.AssumeKVReuse, trackPrefill: c.TrackPrefillTokens,
+		inFlight: c.InFlightOverlap, unclipped: c.UnclippedOverlapCredit,
 	}
 	if o == nil {
 		return s, nil

@@ -18,6 +18,22 @@ type costInput struct {
 	taintMult      float64 // 1 when there are no preferred taints
 }
 
+// withInFlight returns t with its device prefix raised to inflight blocks
+// (booked in flight on the rank, so cached there by the time the engine
+// admits this prompt); the host and disk tiers continue after the device
+// prefix, so they shrink by what the device prefix gained.
+func withInFlight(t Tiers, inflight uint32) Tiers {
+	if inflight <= t.Device {
+		return t
+	}
+	gain := inflight - t.Device
+	t.Device = inflight
+	h := min(gain, t.Host)
+	t.Host -= h
+	t.Disk -= min(gain-h, t.Disk)
+	return t
+}
+
 // overlapCredit is the credit, in blocks, a rank earns for what it holds.
 func (s *scoring) overlapCredit(in *costInput, decay float64) float64 {
 	return s.credit*decay*float64(in.tiers.Device) +
@@ -46,7 +62,8 @@ func (s *scoring) rawPrefillTokens(in *costInput, isl, cached uint64) uint64 {
 	return in.activePrefill + effectivePrefill(isl, cached) + cached
 }
 
-// cost computes one rank's logit times its taint multiplier.
+// cost computes one rank's logit times its taint multiplier. With
+// unclipped credit the logit can be negative; the picker only compares.
 func (s *scoring) cost(in *costInput, isl uint64, bs uint32, minActivePrefill uint64) float64 {
 	cached := s.cachedTokens(in.tiers, bs)
 	rawBlocks := float64(s.rawPrefillTokens(in, isl, cached)) / float64(bs)
@@ -60,7 +77,11 @@ func (s *scoring) cost(in *costInput, isl uint64, bs uint32, minActivePrefill ui
 		decay = 1 / (1 + s.decay*excess/reqBlocks)
 	}
 	credit := s.overlapCredit(in, decay)
-	logit := s.scale*math.Max(0, rawBlocks-credit) + float64(in.potentialDec) + s.reqWeight*float64(in.activeRequests)
+	prefill := rawBlocks - credit
+	if !s.unclipped {
+		prefill = math.Max(0, prefill) // Dynamo's: a credit never goes below free
+	}
+	logit := s.scale*prefill + float64(in.potentialDec) + s.reqWeight*float64(in.activeRequests)
 	return logit * in.taintMult
 }
 

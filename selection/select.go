@@ -292,8 +292,12 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	nTrack := uint64(len(w.tracking))
 	for k, i := range w.cands {
 		v := &w.views[i]
+		tiers := w.tiers[i]
+		if s.inFlight && !v.loadOnly {
+			tiers = withInFlight(tiers, w.hits[i])
+		}
 		in := costInput{
-			tiers:          w.tiers[i],
+			tiers:          tiers,
 			activePrefill:  v.prefillTokens,
 			hasLoad:        true,
 			potentialDec:   v.decodeBlocks() + nTrack - uint64(w.hits[i]),

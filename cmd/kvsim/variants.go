@@ -37,6 +37,8 @@ type routerOverrides struct {
 	AssumeKVReuse             *bool    `json:"assume_kv_reuse"`
 	TrackActiveBlocks         *bool    `json:"track_active_blocks"`
 	TrackPrefillTokens        *bool    `json:"track_prefill_tokens"`
+	InFlightOverlap           *bool    `json:"in_flight_overlap"`
+	UnclippedOverlapCredit    *bool    `json:"unclipped_overlap_credit"`
 }
 
 // variant is a named kv_router configuration.
@@ -92,6 +94,8 @@ func parseVariant(s string) (variant, error) {
 		{o.AssumeKVReuse, &cfg.AssumeKVReuse},
 		{o.TrackActiveBlocks, &cfg.TrackActiveBlocks},
 		{o.TrackPrefillTokens, &cfg.TrackPrefillTokens},
+		{o.InFlightOverlap, &cfg.InFlightOverlap},
+		{o.UnclippedOverlapCredit, &cfg.UnclippedOverlapCredit},
 	} {
 		if f.v != nil {
 			*f.dst = *f.v
