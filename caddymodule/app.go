@@ -58,9 +58,11 @@ type App struct {
 	// kv_events endpoint of their own. Default: unset (the gateway connects).
 	KVEventsBind string `json:"kv_events_bind,omitempty"`
 
-	// OverlapScoreCredit is the cost credit, in blocks, for each prompt block
-	// already cached on a worker's device. It must be finite and
-	// non-negative. Default: 1.0.
+	// OverlapScoreCredit is the cost credit, in blocks of prefill load, for
+	// each prompt block already cached on a worker's device. It must be
+	// finite and non-negative. Default: 8 (Dynamo's is 1.0): a worker that
+	// holds a session's context keeps it until its queue is eight times
+	// the context's recompute (docs/routing.md).
 	OverlapScoreCredit *float64 `json:"overlap_score_credit,omitempty"`
 
 	// OverlapScoreCreditDecay reduces the device-cache credit of workers in
@@ -113,6 +115,20 @@ type App struct {
 	// TrackOutputBlocks counts the output blocks that clients report through
 	// the selection API's output_block route. Default: false.
 	TrackOutputBlocks *bool `json:"track_output_blocks,omitempty"`
+
+	// InFlightOverlap credits a worker with the leading prompt blocks that
+	// requests it is already serving cover, as if cached: it computes them
+	// before it admits this prompt. Without it, requests that share a
+	// prefix and arrive while the first is still queued spread over the
+	// fleet. Default: true (Dynamo: false).
+	InFlightOverlap *bool `json:"in_flight_overlap,omitempty"`
+
+	// UnclippedOverlapCredit lets a worker's overlap credit exceed its
+	// prefill cost, so the worker that holds more of the prompt always
+	// costs less; Dynamo stops the prefill cost at zero, which with a
+	// credit above 1 makes every worker holding a shared system prompt
+	// equal. Default: true (Dynamo: false).
+	UnclippedOverlapCredit *bool `json:"unclipped_overlap_credit,omitempty"`
 
 	// DecodeBusyThreshold, when set, makes selections report decode_busy when
 	// a worker's potential decode blocks exceed this fraction of its

@@ -59,6 +59,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		track_prefill_tokens on|off
 //		track_active_blocks on|off
 //		track_output_blocks on|off
+//		in_flight_overlap on|off
+//		unclipped_overlap_credit on|off
 //
 //		approx_ttl <duration>
 //		session_affinity_ttl <duration>
@@ -163,6 +165,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.TrackActiveBlocks, err = parseBool(d)
 		case "track_output_blocks":
 			a.TrackOutputBlocks, err = parseBool(d)
+		case "in_flight_overlap":
+			a.InFlightOverlap, err = parseBool(d)
+		case "unclipped_overlap_credit":
+			a.UnclippedOverlapCredit, err = parseBool(d)
 		case "approx_ttl":
 			a.ApproxTTL, err = parseDuration(d)
 		case "session_affinity_ttl":

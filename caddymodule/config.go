@@ -65,7 +65,7 @@ type WorkerConfig struct {
 // build turns the config into router settings and worker upserts, and
 // reports the first invalid setting. It has no side effects.
 func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
-	cfg := selection.DefaultConfig()
+	cfg := selection.GatewayConfig()
 	if a.UseKVEvents != nil {
 		cfg.UseKVEvents = *a.UseKVEvents
 	}
@@ -109,6 +109,8 @@ func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 		{a.TrackPrefillTokens, &cfg.TrackPrefillTokens},
 		{a.TrackActiveBlocks, &cfg.TrackActiveBlocks},
 		{a.TrackOutputBlocks, &cfg.TrackOutputBlocks},
+		{a.InFlightOverlap, &cfg.InFlightOverlap},
+		{a.UnclippedOverlapCredit, &cfg.UnclippedOverlapCredit},
 	} {
 		if f.src != nil {
 			*f.dst = *f.src

@@ -49,15 +49,15 @@ type Config struct {
 	// a prompt that arrives while its prefix is still queued on a worker
 	// sees no overlap anywhere and goes wherever the load is lightest.
 	// Not Dynamo's (which credits only what the index holds); off in
-	// DefaultConfig, on in the gateway's defaults (docs/routing.md).
+	// DefaultConfig, on in GatewayConfig.
 	InFlightOverlap bool
 	// UnclippedOverlapCredit lets a rank's overlap credit exceed its
 	// prefill cost, so that of two ranks the one holding more of the
 	// prompt costs less however large OverlapScoreCredit is. Dynamo stops
 	// the prefill term at zero: with a credit above 1, every rank holding a
 	// shared system prompt can reach zero and the choice between them
-	// falls to the decode load alone. Off in DefaultConfig, on in the
-	// gateway's defaults (docs/routing.md).
+	// falls to the decode load alone. Off in DefaultConfig, on in
+	// GatewayConfig.
 	UnclippedOverlapCredit bool
 	// ApproxTTL is how long a booked prefix counts as cached in the
 	// approximate index.
@@ -137,6 +137,20 @@ type Config struct {
 	// Rand draws the picker's random numbers in [0, 1); nil uses
 	// math/rand/v2. Tests inject a seeded source.
 	Rand func() float64
+}
+
+// GatewayConfig is DefaultConfig with the gateway's own scoring defaults,
+// which keep agentic sessions and prefix families on the worker that holds
+// their cache where Dynamo's move them to the least loaded one
+// (docs/routing.md has the measurements): each cached block is worth
+// eight blocks of prefill load instead of one, that credit is not clipped
+// at zero, and prefixes booked in flight count as cached.
+func GatewayConfig() Config {
+	c := DefaultConfig()
+	c.OverlapScoreCredit = 8
+	c.InFlightOverlap = true
+	c.UnclippedOverlapCredit = true
+	return c
 }
 
 // DefaultConfig returns Dynamo's defaults, plus bounds

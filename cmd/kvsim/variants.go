@@ -14,13 +14,8 @@ import (
 // variants under names of their own.
 var builtinPolicies = []string{"kv_router", "kv_router_dynamo", "round_robin", "least_loaded", "random", "oracle"}
 
-// ourRouterConfig is the gateway's router as Caddyfile.example configures
-// it: selection's defaults (Dynamo's) with prefill_load_scale 4.
-func ourRouterConfig() selection.Config {
-	c := selection.DefaultConfig()
-	c.PrefillLoadScale = 4
-	return c
-}
+// ourRouterConfig is the gateway's router with its defaults.
+func ourRouterConfig() selection.Config { return selection.GatewayConfig() }
 
 // routerOverrides is a --router-config variant: the cost knobs by their
 // Caddyfile names, applied over our configuration (or Dynamo's with
