@@ -64,6 +64,9 @@ type Config struct {
 	Logger      *zap.Logger
 }
 
+// Validate returns c with its defaults filled in, or why it cannot run.
+func Validate(c Config) (Config, error) { return c.withDefaults() }
+
 // withDefaults fills unset fields and checks the rest.
 func (c Config) withDefaults() (Config, error) {
 	if len(c.URLs) == 0 {

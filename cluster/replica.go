@@ -115,7 +115,7 @@ func (r *Replica) Close() {
 	if r.closing.Swap(true) {
 		return
 	}
-	r.router.SetReplicaSink(nil)
+	r.router.ClearReplicaSink(r)
 	close(r.stop)
 	r.wg.Wait()
 	r.nc.Close()

@@ -94,6 +94,13 @@ func (r *Router) SetReplicaSink(s ReplicaSink) {
 	r.book.replica.p.Store(&sinkHolder{sink: s})
 }
 
+// ClearReplicaSink stops telling s (and only s: a sink set since stays).
+func (r *Router) ClearReplicaSink(s ReplicaSink) {
+	if h := r.book.replica.p.Load(); h != nil && h.sink == s {
+		r.book.replica.p.CompareAndSwap(h, nil)
+	}
+}
+
 // LocalBookings returns this router's own live bookings, as a replica
 // re-announces them after it (re)connects.
 func (r *Router) LocalBookings() []*BookingRecord {
