@@ -178,18 +178,22 @@ func (r *Replica) dropPeersLocked() {
 	r.peers = map[string]*peer{}
 }
 
-// tick asks for a heartbeat every Heartbeat and drops the replicas not
-// heard from within the lease.
+// tick asks for a heartbeat every Heartbeat and, eight times per lease,
+// drops the replicas not heard from within it: a dead replica's bookings
+// stop counting at most an eighth of the lease after the lease.
 func (r *Replica) tick() {
-	t := time.NewTicker(r.cfg.Heartbeat)
-	defer t.Stop()
+	beat := time.NewTicker(r.cfg.Heartbeat)
+	defer beat.Stop()
+	check := time.NewTicker(r.cfg.Lease / 8)
+	defer check.Stop()
 	for {
 		select {
 		case <-r.stop:
 			return
-		case <-t.C:
+		case <-beat.C:
 			r.heartbeatWanted.Store(true)
 			r.poke()
+		case <-check.C:
 			r.expire(time.Now())
 		}
 	}
