@@ -11,7 +11,7 @@ import (
 
 // natsServer starts the official NATS server in-process on 127.0.0.1, on
 // port (0: one the OS picks), and stops it with the test.
-func natsServer(t *testing.T, port int) *server.Server {
+func natsServer(t testing.TB, port int) *server.Server {
 	t.Helper()
 	if port == 0 {
 		port = -1

@@ -10,6 +10,22 @@
 #      loads are back to zero (no booking lost or left behind).
 LEASE=${DEMO_LEASE:-3s}
 
+# until_within SECONDS CMD... runs CMD every 50 ms until it succeeds, for
+# at most SECONDS; it fails if CMD never did.
+until_within() {
+	local end=$(($(date +%s) + $1))
+	shift
+	until "$@"; do
+		[ "$(date +%s)" -ge "$end" ] && return 1
+		sleep 0.05
+	done
+}
+no_remote_on_a() { [ "$(metric 2120 kvrouter_cluster_remote_bookings)" = 0 ]; }
+both_peers() { [ "$(metric 2120 kvrouter_cluster_peers)" = 1 ] && [ "$(metric 2121 kvrouter_cluster_peers)" = 1 ]; }
+both_hold() {
+	both_peers && [ "$(metric 2120 kvrouter_cluster_remote_bookings)" != 0 ] && [ "$(metric 2121 kvrouter_cluster_remote_bookings)" != 0 ]
+}
+
 echo "== two replicas synced over NATS (lease $LEASE)"
 start_gateway sync-a 8181 2120 gw-a
 A=$LAST
@@ -27,7 +43,7 @@ sleep 8
 held=$(metric 2120 kvrouter_cluster_remote_bookings)
 t0=$(now_ms)
 kill -9 "$B"
-until [ "$(metric 2120 kvrouter_cluster_remote_bookings)" = 0 ]; do sleep 0.05; done
+until_within 20 no_remote_on_a || echo "   A still holds B's bookings 20 s after the kill"
 t1=$(now_ms)
 echo "   A held $held of B's bookings when B was killed; it held none $((t1 - t0)) ms later (lease $LEASE)"
 rc=0
@@ -38,8 +54,9 @@ wait "$KB" 2>/dev/null || true # B's kvbench: its gateway is gone, its failures 
 echo "== drill 2: NATS stopped for 30 s under traffic through both replicas, then started"
 start_gateway sync-b 8182 2121 gw-b
 wait_metrics 2121
-until [ "$(metric 2120 kvrouter_cluster_peers)" = 1 ] && [ "$(metric 2121 kvrouter_cluster_peers)" = 1 ]; do sleep 0.1; done
-./bin/kvbench run "${TRACE[@]}" --duration 50s --compare "split=http://127.0.0.1:8181+http://127.0.0.1:8182" >"$OUT/drill2.txt" 2>&1 &
+until_within 20 both_peers || { echo "   the replicas do not hear each other"; exit 1; }
+# 256 sessions: enough requests to keep both replicas busy for the 50 s.
+./bin/kvbench run "${TRACE[@]}" --sessions 256 --duration 50s --compare "split=http://127.0.0.1:8181+http://127.0.0.1:8182" >"$OUT/drill2.txt" 2>&1 &
 KV=$!
 sleep 5
 echo "   before: A connected $(metric 2120 kvrouter_cluster_connected), A holds $(metric 2120 kvrouter_cluster_remote_bookings) of B's bookings"
@@ -50,10 +67,7 @@ echo "   NATS down: A connected $(metric 2120 kvrouter_cluster_connected), B con
 sleep 28
 start_nats
 t0=$(now_ms)
-until [ "$(metric 2120 kvrouter_cluster_peers)" = 1 ] && [ "$(metric 2121 kvrouter_cluster_peers)" = 1 ] &&
-	[ "$(metric 2120 kvrouter_cluster_remote_bookings)" != 0 ] && [ "$(metric 2121 kvrouter_cluster_remote_bookings)" != 0 ]; do
-	sleep 0.05
-done
+until_within 20 both_hold || echo "   not converged 20 s after NATS started"
 t1=$(now_ms)
 echo "   NATS back: both connected and holding each other's bookings $((t1 - t0)) ms after it started"
 rc=0
