@@ -58,7 +58,7 @@ until_within 20 both_peers || { echo "   the replicas do not hear each other"; e
 # 256 sessions: enough requests to keep both replicas busy for the 50 s.
 ./bin/kvbench run "${TRACE[@]}" --sessions 256 --duration 50s --compare "split=http://127.0.0.1:8181+http://127.0.0.1:8182" >"$OUT/drill2.txt" 2>&1 &
 KV=$!
-sleep 5
+sleep 10 # the trace of 256 sessions takes a few seconds to build
 echo "   before: A connected $(metric 2120 kvrouter_cluster_connected), A holds $(metric 2120 kvrouter_cluster_remote_bookings) of B's bookings"
 kill "$NATS"
 wait "$NATS" 2>/dev/null || true
