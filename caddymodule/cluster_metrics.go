@@ -25,6 +25,8 @@ var (
 		"Messages refused from replicas with other settings (fingerprint), another build (version) or this replica's name (own_name).", []string{"reason"}, nil)
 	clusterLeaseExpiriesDesc = prometheus.NewDesc("kvrouter_cluster_lease_expiries_total",
 		"Replicas whose bookings were dropped because they went silent for the lease.", nil, nil)
+	clusterDigestDiffDesc = prometheus.NewDesc("kvrouter_cluster_index_digest_difference",
+		"How far another replica's prefix index was from this one's at its last digest (every tenth heartbeat): entries on one side and not the other, summed over partitions; 0 when they match.", []string{"replica"}, nil)
 	clusterOutagesDesc = prometheus.NewDesc("kvrouter_cluster_outages_total",
 		"Losses of the NATS connection (this replica routed alone until it returned).", nil, nil)
 )
@@ -33,7 +35,7 @@ type clusterCollector struct{}
 
 func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{clusterConnectedDesc, clusterPeersDesc, clusterRemoteBookingsDesc, clusterMessagesDesc,
-		clusterBytesDesc, clusterDroppedDesc, clusterRefusedDesc, clusterLeaseExpiriesDesc, clusterOutagesDesc} {
+		clusterBytesDesc, clusterDroppedDesc, clusterRefusedDesc, clusterLeaseExpiriesDesc, clusterOutagesDesc, clusterDigestDiffDesc} {
 		ch <- d
 	}
 }
@@ -69,6 +71,9 @@ func (clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(clusterLeaseExpiriesDesc, s.LeaseExpiries)
 	counter(clusterOutagesDesc, s.Outages)
+	for name, d := range s.DigestDiff {
+		gauge(clusterDigestDiffDesc, float64(d), name)
+	}
 }
 
 func registerClusterMetrics(reg *prometheus.Registry) error {

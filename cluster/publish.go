@@ -82,7 +82,7 @@ func (r *Replica) publish() {
 			r.send([]event{{Kind: kindHello}})
 		}
 		if r.heartbeatWanted.Swap(false) {
-			r.send([]event{{Kind: kindHeartbeat}})
+			r.heartbeat()
 		}
 	}
 }
@@ -142,4 +142,18 @@ func (r *Replica) send(events []event) {
 	r.ctr.sentMessages.Add(1)
 	r.ctr.sentBytes.Add(uint64(len(data)))
 	r.ctr.sentEvents.Add(uint64(len(events)))
+}
+
+// heartbeat says this replica is alive; every digestEvery-th one carries
+// its index digests for the others to compare with theirs.
+func (r *Replica) heartbeat() {
+	ev := event{Kind: kindHeartbeat}
+	if r.beats++; r.beats%digestEvery == 0 {
+		for _, d := range r.router.Queries().IndexDigests() {
+			if !d.Truncated && len(ev.Digests) < maxDigests {
+				ev.Digests = append(ev.Digests, digest{Partition: d.Partition, Entries: d.Entries, Xor: d.Xor})
+			}
+		}
+	}
+	r.send([]event{ev})
 }

@@ -31,6 +31,7 @@ func (r *Replica) receive(msg *nats.Msg) {
 		r.logRefusal(origin, reason, &env)
 		return
 	}
+	diff, compared := r.compareDigests(&env)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.connected.Load() {
@@ -54,6 +55,9 @@ func (r *Replica) receive(msg *nats.Msg) {
 		p.epoch = env.Epoch
 	}
 	p.lastSeen = time.Now()
+	if compared {
+		p.digestDiff = diff
+	}
 	for i := range env.Events {
 		r.apply(origin, &env.Events[i])
 	}
@@ -125,4 +129,47 @@ func (r *Replica) apply(origin string, ev *event) {
 	default:
 		r.ctr.drop("bad_field")
 	}
+}
+
+// compareDigests compares the index digests a message carries (if any)
+// with this replica's index now, outside r.mu (it walks the index): the
+// entries counted on one side and not the other, summed over partitions,
+// with a partition of equal counts but different contents counted as 1.
+// Partitions over maxDigests or truncated on either side are skipped.
+func (r *Replica) compareDigests(env *envelope) (uint64, bool) {
+	var theirs []digest
+	for i := range env.Events {
+		if ev := &env.Events[i]; ev.Kind == kindHeartbeat && len(ev.Digests) > 0 {
+			theirs = ev.Digests
+		}
+	}
+	if len(theirs) == 0 || len(theirs) > maxDigests {
+		return 0, false
+	}
+	ours := map[string]selection.IndexDigest{}
+	for _, d := range r.router.Queries().IndexDigests() {
+		ours[d.Partition] = d
+	}
+	var diff uint64
+	seen := make(map[string]bool, len(theirs))
+	for _, t := range theirs {
+		if len(t.Partition) > 2*maxPartitionBytes || seen[t.Partition] {
+			continue
+		}
+		seen[t.Partition] = true
+		o, ok := ours[t.Partition]
+		switch {
+		case ok && o.Truncated:
+		case o.Entries != t.Entries:
+			diff += max(o.Entries, t.Entries) - min(o.Entries, t.Entries)
+		case o.Xor != t.Xor:
+			diff++
+		}
+	}
+	for name, o := range ours {
+		if !seen[name] && !o.Truncated {
+			diff += o.Entries
+		}
+	}
+	return diff, true
 }

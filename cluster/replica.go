@@ -35,14 +35,17 @@ type Replica struct {
 	peers     map[string]*peer
 	refusedAt map[string]bool // origins whose refusal was logged (bounded by maxPeers)
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	beats int // heartbeats sent, the publisher's alone
 }
 
 // peer is what this replica knows of another.
 type peer struct {
 	epoch    uint64
 	lastSeen time.Time
+	// digestDiff is how far its index was from ours at its last digest.
+	digestDiff uint64
 }
 
 // Bounds on what peers control that the config does not name.
@@ -53,6 +56,8 @@ const (
 	maxSessionBytes   = 256
 	maxPartitionBytes = 256
 	maxBatchEvents    = 1024
+	maxDigests        = 256 // partitions a heartbeat summarises
+	digestEvery       = 10  // heartbeats between index digests
 	subPendingMsgs    = 8192
 	subPendingBytes   = 64 << 20
 )
@@ -132,6 +137,10 @@ func (r *Replica) Stats() Stats {
 	s.Connected = r.connected.Load()
 	r.mu.Lock()
 	s.Peers = len(r.peers)
+	s.DigestDiff = make(map[string]uint64, len(r.peers))
+	for name, p := range r.peers {
+		s.DigestDiff[name] = p.digestDiff
+	}
 	r.mu.Unlock()
 	s.RemoteBookings = r.router.Remote().Total()
 	return s

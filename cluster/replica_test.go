@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 func TestMain(m *testing.M) {
@@ -175,4 +177,29 @@ func TestOverBoundBookingsDropped(t *testing.T) {
 	if n := b.Remote().Count("a"); n != 3 {
 		t.Fatalf("B holds %d of A's bookings, bound 3", n)
 	}
+}
+
+// TestIndexDigestDifference: replicas compare their index digests; in
+// approximate mode each learns only its own bookings, so a prompt booked
+// on A is a difference of its blocks on B, and none before.
+func TestIndexDigestDifference(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	fast := func(c *Config) { c.Heartbeat, c.Lease = 10*time.Millisecond, 200*time.Millisecond }
+	startReplica(t, a, s.ClientURL(), "a", fast)
+	rb := startReplica(t, b, s.ClientURL(), "b", fast)
+	waitFor(t, 5*time.Second, "B compares digests with A", func() bool {
+		_, ok := rb.Stats().DigestDiff["a"]
+		return ok && a.Remote().Total() == 0
+	})
+	time.Sleep(300 * time.Millisecond) // a digest or two of two empty indexes
+	if d := rb.Stats().DigestDiff["a"]; d != 0 {
+		t.Fatalf("two empty indexes differ by %d", d)
+	}
+	isl := uint64(48)
+	if _, err := a.SelectAndReserve(&selection.SelectRequest{
+		Prompt: selection.Prompt{BlockHashes: []uint64{11, 12, 13}, SequenceHashes: []uint64{11, 12, 13}, ISLTokens: &isl}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "B sees A's index 3 entries ahead", func() bool { return rb.Stats().DigestDiff["a"] == 3 })
 }

@@ -26,6 +26,10 @@ type Stats struct {
 	Outages uint64
 	// Announcements counts this replica's announcements of its bookings.
 	Announcements uint64
+	// DigestDiff is, per other replica, how far its prefix index was from
+	// this one's at its last digest: the entries counted on one side and
+	// not the other, summed over partitions (0: the same).
+	DigestDiff map[string]uint64
 }
 
 // Drop and refusal reasons.

@@ -42,6 +42,15 @@ type event struct {
 	Outputs int      `msgpack:"n,omitempty"`
 	Session string   `msgpack:"s,omitempty"`
 	Decay   *float64 `msgpack:"y,omitempty"`
+	// Digests, on every tenth heartbeat, summarise the sender's index.
+	Digests []digest `msgpack:"dg,omitempty"`
+}
+
+// digest is one partition's selection.IndexDigest on the wire.
+type digest struct {
+	Partition string `msgpack:"p"`
+	Entries   uint64 `msgpack:"n"`
+	Xor       uint64 `msgpack:"x"`
 }
 
 // size is a cheap upper bound of e's encoded size, for batching.
