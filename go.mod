@@ -7,6 +7,8 @@ require (
 	github.com/dustin/go-humanize v1.1.0
 	github.com/goccy/go-json v0.12.0
 	github.com/miekg/dns v1.1.73
+	github.com/nats-io/nats-server/v2 v2.15.2
+	github.com/nats-io/nats.go v1.55.0
 	github.com/pebbe/zmq4 v1.4.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/vmihailenco/msgpack/v5 v5.4.1
@@ -92,8 +94,6 @@ require (
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
-	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/nlnwa/whatwg-url v0.6.2 // indirect
