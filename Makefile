@@ -5,7 +5,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo replay fuzz fuzz-ci clean hostile sim
+.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo demo-replicas replay fuzz fuzz-ci clean hostile sim
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
@@ -81,6 +81,14 @@ bench-proxy: build bin/kvbench
 
 demo: deps build bin/kvbench bin/kvmock
 	./scripts/demo.sh
+
+# The official NATS server, built from its Go module (a test dependency, so
+# go.mod pins it): no system package needed.
+bin/nats-server: go.mod go.sum
+	CGO_ENABLED=0 $(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+
+demo-replicas: deps build bin/kvbench bin/kvmock bin/nats-server
+	./scripts/demo-replicas.sh
 
 # bench-scale: 1,024 kvmock workers publishing real KV events and 8,192
 # concurrent agentic sessions through one gateway (BENCHMARKS.md, "Scale

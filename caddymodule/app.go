@@ -210,6 +210,10 @@ type App struct {
 	// (discover.go); its field sits at this level.
 	DiscoveryConfig
 
+	// ClusterConfig joins the other replicas of this gateway over NATS
+	// (cluster.go); its field sits at this level.
+	ClusterConfig
+
 	// Workers are the workers declared in the config. They are upserted into
 	// the catalog on every config load, replacing any change made through
 	// the selection API, and a worker removed from this list is deleted on
@@ -223,6 +227,7 @@ type App struct {
 	logger   *zap.Logger
 	facts    *engineReader // reads the engines from Start to Stop; nil when off
 	discover *discoverer   // follows the discovered names from Start to Stop
+	replica  *clusterLink  // the link to the other replicas, from Start to Stop; nil without
 }
 
 // CaddyModule returns the Caddy module information.
@@ -243,6 +248,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.DiscoveryConfig.validate(); err != nil {
 		return err
 	}
+	if err := a.ClusterConfig.validate(a.settingsFingerprint()); err != nil {
+		return err
+	}
 	cfg, workers, err := a.build()
 	if err != nil {
 		return err
@@ -257,6 +265,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.loaded = true
 	a.state = val.(*routerState)
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
+	if err := registerClusterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
 	a.settings = cfg
@@ -293,6 +304,9 @@ func (a *App) Validate() error {
 func (a *App) Start() (err error) {
 	defer func() {
 		if err == nil {
+			a.replica, err = a.ClusterConfig.start(a.state.router, a.settingsFingerprint(), a.logger.Named("cluster"))
+		}
+		if err == nil {
 			a.facts = a.EngineFactsConfig.start(a.state.router.Catalog(), a.logger.Named("engine_facts"))
 			a.discover = a.DiscoveryConfig.start(a.state.router.Catalog(), a.BlockSize, a.logger.Named("discovery"))
 		}
@@ -327,6 +341,8 @@ func (a *App) Stop() error {
 	a.facts = nil
 	a.discover.stop()
 	a.discover = nil
+	a.replica.stop()
+	a.replica = nil
 	return nil
 }
 

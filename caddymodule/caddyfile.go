@@ -90,6 +90,10 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			(docs/discovery.md; DiscoveryConfig.unmarshalCaddyfile)
 //		}
 //
+//		cluster <nats url>... {
+//			(docs/replicas.md; ClusterConfig.unmarshalCaddyfile)
+//		}
+//
 //		worker <id> {
 //			endpoint <host:port>
 //			model_name <name>
@@ -208,7 +212,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if handled, err = a.Limits.unmarshalCaddyfile(d); !handled {
 				if handled, err = a.EngineFactsConfig.unmarshalCaddyfile(d); !handled {
 					if handled, err = a.DiscoveryConfig.unmarshalCaddyfile(d); !handled {
-						return d.Errf("unrecognized subdirective %s", name)
+						if handled, err = a.ClusterConfig.unmarshalCaddyfile(d); !handled {
+							return d.Errf("unrecognized subdirective %s", name)
+						}
 					}
 				}
 			}

@@ -17,6 +17,7 @@ type bookings struct {
 	cfg      *liveConfig
 	now      func() time.Time
 	affinity *affinityTable // session leases held by bookings; nil when off
+	replica  replicaOut     // tells the other replicas (replica.go); empty without
 
 	mu           sync.Mutex
 	reservations map[string]*booking // nil value: claimed, booking in flight
@@ -105,6 +106,7 @@ func (t *bookings) claim(id, client string) error {
 // commit stores the booking under its claimed id. b.client must be the
 // client the id was claimed for.
 func (t *bookings) commit(id string, b *booking) {
+	t.replica.reserved(b)
 	t.mu.Lock()
 	t.reservations[id] = b
 	t.mu.Unlock()
@@ -154,7 +156,11 @@ func (t *bookings) lookup(id string) (*booking, error) {
 
 // prefillComplete marks the booking's prefill done (idempotent).
 func (t *bookings) prefillComplete(id string) error {
-	return t.onLive(id, func(b *booking) { b.part.load.prefillComplete(b) })
+	err := t.onLive(id, func(b *booking) { b.part.load.prefillComplete(b) })
+	if err == nil {
+		t.replica.prefillCompleted(id)
+	}
+	return err
 }
 
 // outputBlock adds one output block to the booking's rank.
@@ -163,7 +169,11 @@ func (t *bookings) outputBlock(id string, decayFraction *float64) error {
 		return errorf(KindBadRequest, "decay_fraction must be between 0.0 and 1.0")
 	}
 	track := t.cfg.get().TrackActiveBlocks
-	return t.onLive(id, func(b *booking) { b.part.load.outputBlock(b, decayFraction, track) })
+	err := t.onLive(id, func(b *booking) { b.part.load.outputBlock(b, decayFraction, track) })
+	if err == nil {
+		t.replica.outputBlock(id, decayFraction)
+	}
+	return err
 }
 
 // onLive runs fn on booking id under its partition's lock, unless the
@@ -217,6 +227,7 @@ func (t *bookings) release(b *booking) {
 	p.mu.Lock()
 	p.load.free(b, t.cfg.get().TrackActiveBlocks)
 	p.mu.Unlock()
+	t.replica.freed(b.id)
 	if b.session != "" && t.affinity.enabled() {
 		t.affinity.release(sessionKey{b.key, b.session})
 	}

@@ -50,6 +50,8 @@ type Router struct {
 	// selectTiming is WithSelectTiming's hook, nil without it.
 	selectTiming func(SelectTiming)
 
+	remote *RemoteBookings // other replicas' bookings (replica_remote.go)
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -106,6 +108,7 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	r.catalog.index, r.catalog.forget = r.index, r.forgetServer
 	r.health = &Health{cfg: r.cfg, now: r.now, catalog: r.catalog}
 	r.book = newBookings(r.cfg, r.now, r.affinity)
+	r.remote = newRemoteBookings(r.catalog, r.cfg, r.affinity, r.now)
 	r.sel = &selector{cfg: r.cfg, index: r.index, recorder: recorder, catalog: r.catalog,
 		book: r.book, pending: r.pending, affinity: r.affinity, timing: r.selectTiming}
 	r.queries = &Queries{catalog: r.catalog, sel: r.sel, index: r.index, cfg: r.cfg}
@@ -223,6 +226,7 @@ func (r *Router) forgetServer(old *WorkerRecord) {
 	id := old.WorkerID
 	r.index.RemoveWorker(old.Partition(), id)
 	r.book.forgetWorker(id)
+	r.remote.forgetWorker(id)
 	if r.affinity.enabled() {
 		r.affinity.forgetWorker(id)
 	}

@@ -62,7 +62,7 @@ func runTrace(ctx context.Context, url, model string, sessions []session, conc i
 					if ctx.Err() != nil {
 						return
 					}
-					r := request(ctx, client, url, model, s, t, answers)
+					r := request(ctx, client, targetFor(url, s.ID, t), model, s, t, answers)
 					r.Session, r.Turn = s.ID, t
 					answers[t] = r.Text
 					if ctx.Err() != nil && r.Err != nil {

@@ -1,0 +1,89 @@
+package caddymodule
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The replicas' metrics (docs/replicas.md, "Metrics"), read from the
+// running replica at scrape time; none without a cluster block.
+var (
+	clusterConnectedDesc = prometheus.NewDesc("kvrouter_cluster_connected",
+		"1 while this replica reaches NATS and shares state with the others; 0 while it routes alone.", nil, nil)
+	clusterPeersDesc = prometheus.NewDesc("kvrouter_cluster_peers",
+		"Other replicas heard from within the lease.", nil, nil)
+	clusterRemoteBookingsDesc = prometheus.NewDesc("kvrouter_cluster_remote_bookings",
+		"Other replicas' bookings counted as load on this one.", nil, nil)
+	clusterMessagesDesc = prometheus.NewDesc("kvrouter_cluster_messages_total",
+		"NATS messages this replica sent or received, by direction.", []string{"direction"}, nil)
+	clusterBytesDesc = prometheus.NewDesc("kvrouter_cluster_bytes_total",
+		"NATS message bytes this replica sent or received, by direction.", []string{"direction"}, nil)
+	clusterDroppedDesc = prometheus.NewDesc("kvrouter_cluster_dropped_total",
+		"Events not sent or not applied, by reason (queue_full, disconnected, publish_error, oversize, malformed, over_bound, unknown_rank, bad_field).", []string{"reason"}, nil)
+	clusterRefusedDesc = prometheus.NewDesc("kvrouter_cluster_refused_total",
+		"Messages refused from replicas with other settings (fingerprint), another build (version) or this replica's name (own_name).", []string{"reason"}, nil)
+	clusterLeaseExpiriesDesc = prometheus.NewDesc("kvrouter_cluster_lease_expiries_total",
+		"Replicas whose bookings were dropped because they went silent for the lease.", nil, nil)
+	clusterDigestDiffDesc = prometheus.NewDesc("kvrouter_cluster_index_digest_difference",
+		"How far another replica's prefix index was from this one's at its last digest (every tenth heartbeat): entries on one side and not the other, summed over partitions; 0 when they match.", []string{"replica"}, nil)
+	clusterOutagesDesc = prometheus.NewDesc("kvrouter_cluster_outages_total",
+		"Losses of the NATS connection (this replica routed alone until it returned).", nil, nil)
+)
+
+type clusterCollector struct{}
+
+func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{clusterConnectedDesc, clusterPeersDesc, clusterRemoteBookingsDesc, clusterMessagesDesc,
+		clusterBytesDesc, clusterDroppedDesc, clusterRefusedDesc, clusterLeaseExpiriesDesc, clusterOutagesDesc, clusterDigestDiffDesc} {
+		ch <- d
+	}
+}
+
+func (clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	rep := runningReplica()
+	if rep == nil {
+		return
+	}
+	s := rep.Stats()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	connected := 0.0
+	if s.Connected {
+		connected = 1
+	}
+	gauge(clusterConnectedDesc, connected)
+	gauge(clusterPeersDesc, float64(s.Peers))
+	gauge(clusterRemoteBookingsDesc, float64(s.RemoteBookings))
+	counter(clusterMessagesDesc, s.SentMessages, "sent")
+	counter(clusterMessagesDesc, s.RecvMessages, "received")
+	counter(clusterBytesDesc, s.SentBytes, "sent")
+	counter(clusterBytesDesc, s.RecvBytes, "received")
+	for r, v := range s.Dropped {
+		counter(clusterDroppedDesc, v, r)
+	}
+	for r, v := range s.Refused {
+		counter(clusterRefusedDesc, v, r)
+	}
+	counter(clusterLeaseExpiriesDesc, s.LeaseExpiries)
+	counter(clusterOutagesDesc, s.Outages)
+	for name, d := range s.DigestDiff {
+		gauge(clusterDigestDiffDesc, float64(d), name)
+	}
+}
+
+func registerClusterMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	err := reg.Register(clusterCollector{})
+	var are prometheus.AlreadyRegisteredError
+	if err != nil && !errors.As(err, &are) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,175 @@
+package cluster
+
+import (
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// receive applies one message from another replica. NATS calls it on one
+// goroutine per subscription, so messages apply in the order each origin
+// sent them.
+func (r *Replica) receive(msg *nats.Msg) {
+	r.ctr.recvMessages.Add(1)
+	r.ctr.recvBytes.Add(uint64(len(msg.Data)))
+	if len(msg.Data) > r.cfg.MaxMessageBytes {
+		r.ctr.drop("oversize")
+		return
+	}
+	origin := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
+	var env envelope
+	if err := decode(msg.Data, &env); err != nil || env.Origin != origin || len(env.Events) > maxEventsPerEnv {
+		r.ctr.drop("malformed")
+		return
+	}
+	if reason := r.refusal(&env); reason != "" {
+		r.ctr.refuse(reason)
+		r.logRefusal(origin, reason, &env)
+		return
+	}
+	diff, compared := r.compareDigests(&env)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.connected.Load() {
+		return // a message raced the outage: this replica routes alone now
+	}
+	p := r.peers[origin]
+	if p == nil {
+		if len(r.peers) >= maxPeers {
+			r.ctr.drop("over_bound")
+			return
+		}
+		p = &peer{epoch: env.Epoch}
+		r.peers[origin] = p
+		// Heard for the first time (or again after its lease ran out): what
+		// it booked before is unknown here, so ask every replica to announce.
+		r.helloWanted.Store(true)
+		r.poke()
+	} else if p.epoch != env.Epoch {
+		// A new epoch: the origin announces its bookings afresh.
+		r.router.Remote().DropOrigin(origin)
+		p.epoch = env.Epoch
+	}
+	p.lastSeen = time.Now()
+	if compared {
+		p.digestDiff = diff
+	}
+	for i := range env.Events {
+		r.apply(origin, &env.Events[i])
+	}
+}
+
+// refusal names why a message is refused, or "".
+func (r *Replica) refusal(env *envelope) string {
+	switch {
+	case env.Origin == r.cfg.Name:
+		return "own_name"
+	case env.Fingerprint != r.cfg.Fingerprint:
+		return "fingerprint"
+	case env.Version != r.cfg.Version:
+		return "version"
+	}
+	return ""
+}
+
+// logRefusal logs the first refusal of each origin (bounded: a hostile
+// stream of names cannot grow the set past maxPeers).
+func (r *Replica) logRefusal(origin, reason string, env *envelope) {
+	r.mu.Lock()
+	first := !r.refusedAt[origin] && len(r.refusedAt) < maxPeers
+	if first {
+		r.refusedAt[origin] = true
+	}
+	r.mu.Unlock()
+	if first {
+		r.log.Warn("refusing messages from a replica with other settings or another version",
+			zap.String("replica", origin), zap.String("reason", reason),
+			zap.Uint64("their_fingerprint", env.Fingerprint), zap.Uint64("our_fingerprint", r.cfg.Fingerprint),
+			zap.String("their_version", env.Version), zap.String("our_version", r.cfg.Version))
+	}
+}
+
+// apply applies one event of origin; r.mu is held.
+func (r *Replica) apply(origin string, ev *event) {
+	remote := r.router.Remote()
+	if ev.Kind != kindHeartbeat && ev.Kind != kindHello && (ev.ID == "" || len(ev.ID) > maxIDBytes) {
+		r.ctr.drop("bad_field")
+		return
+	}
+	switch ev.Kind {
+	case kindHeartbeat:
+	case kindHello:
+		r.announceWanted.Store(true)
+		r.poke()
+	case kindReserve:
+		if len(ev.Hashes) > r.cfg.MaxHashes || len(ev.Session) > maxSessionBytes ||
+			len(ev.Model) > maxPartitionBytes || len(ev.Group) > maxPartitionBytes || ev.Outputs < 0 {
+			r.ctr.drop("bad_field")
+			return
+		}
+		rec := &selection.BookingRecord{ID: ev.ID, Partition: selection.PartitionKey{Model: ev.Model, Group: ev.Group},
+			Rank: selection.Rank{WorkerID: ev.Worker, DPRank: ev.DPRank}, Hashes: ev.Hashes,
+			PrefillTokens: ev.Prefill, Outputs: ev.Outputs, Session: ev.Session}
+		switch remote.Reserve(origin, rec, r.cfg.MaxRemoteBookings) {
+		case selection.RemoteOverBound:
+			r.ctr.drop("over_bound")
+		case selection.RemoteUnknownRank:
+			r.ctr.drop("unknown_rank")
+		}
+	case kindPrefill:
+		remote.PrefillCompleted(origin, ev.ID)
+	case kindOutput:
+		remote.OutputBlock(origin, ev.ID, ev.Decay)
+	case kindFree:
+		remote.Free(origin, ev.ID)
+	default:
+		r.ctr.drop("bad_field")
+	}
+}
+
+// compareDigests compares the index digests a message carries (if any)
+// with this replica's index now, outside r.mu (it walks the index): the
+// entries counted on one side and not the other, summed over partitions,
+// with a partition of equal counts but different contents counted as 1.
+// Partitions over maxDigests or truncated on either side are skipped.
+func (r *Replica) compareDigests(env *envelope) (uint64, bool) {
+	var theirs []digest
+	for i := range env.Events {
+		if ev := &env.Events[i]; ev.Kind == kindHeartbeat && len(ev.Digests) > 0 {
+			theirs = ev.Digests
+		}
+	}
+	if len(theirs) == 0 || len(theirs) > maxDigests {
+		return 0, false
+	}
+	ours := map[string]selection.IndexDigest{}
+	for _, d := range r.router.Queries().IndexDigests() {
+		ours[d.Partition] = d
+	}
+	var diff uint64
+	seen := make(map[string]bool, len(theirs))
+	for _, t := range theirs {
+		if len(t.Partition) > 2*maxPartitionBytes || seen[t.Partition] {
+			continue
+		}
+		seen[t.Partition] = true
+		o, ok := ours[t.Partition]
+		switch {
+		case ok && o.Truncated:
+		case o.Entries != t.Entries:
+			diff += max(o.Entries, t.Entries) - min(o.Entries, t.Entries)
+		case o.Xor != t.Xor:
+			diff++
+		}
+	}
+	for name, o := range ours {
+		if !seen[name] && !o.Truncated {
+			diff += o.Entries
+		}
+	}
+	return diff, true
+}

@@ -1,0 +1,224 @@
+package cluster
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// Replica links one router to the other replicas. Start it with Start and
+// stop it with Close; the router routes on its own (with only its own
+// bookings) before, after, and while NATS is unreachable.
+type Replica struct {
+	cfg     Config
+	router  *selection.Router
+	nc      *nats.Conn
+	sub     *nats.Subscription
+	subject string // this replica's: <prefix>.r.<name>
+	ctr     *counters
+	log     *zap.Logger
+
+	queue chan event    // own booking events, to publish in order
+	wake  chan struct{} // a flag below was set
+	// Work for the publisher, set from any goroutine.
+	announceWanted, helloWanted, heartbeatWanted atomic.Bool
+	connected, closing                           atomic.Bool
+	epoch                                        uint64 // the publisher's alone
+
+	mu        sync.Mutex
+	peers     map[string]*peer
+	refusedAt map[string]bool // origins whose refusal was logged (bounded by maxPeers)
+
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	beats int // heartbeats sent, the publisher's alone
+}
+
+// peer is what this replica knows of another.
+type peer struct {
+	epoch    uint64
+	lastSeen time.Time
+	// digestDiff is how far its index was from ours at its last digest.
+	digestDiff uint64
+}
+
+// Bounds on what peers control that the config does not name.
+const (
+	maxPeers          = 256 // replicas followed at once
+	maxEventsPerEnv   = 4096
+	maxIDBytes        = 128
+	maxSessionBytes   = 256
+	maxPartitionBytes = 256
+	maxBatchEvents    = 1024
+	maxDigests        = 256 // partitions a heartbeat summarises
+	digestEvery       = 10  // heartbeats between index digests
+	subPendingMsgs    = 8192
+	subPendingBytes   = 64 << 20
+)
+
+// Start connects to NATS (retrying in the background while it is
+// unreachable), hooks into router and begins exchanging state.
+func Start(router *selection.Router, cfg Config) (*Replica, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Replica{cfg: cfg, router: router, ctr: newCounters(), log: cfg.Logger,
+		subject: cfg.Prefix + ".r." + cfg.Name,
+		queue:   make(chan event, cfg.QueueLength), wake: make(chan struct{}, 1),
+		peers: map[string]*peer{}, refusedAt: map[string]bool{}, stop: make(chan struct{})}
+	opts := []nats.Option{
+		nats.Name("kvrouter-" + cfg.Name),
+		nats.NoEcho(), // a replica's own messages are not news to it
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(-1), // nothing is queued while away: the announcement on return replaces it
+		nats.PingInterval(cfg.Lease),
+		nats.MaxPingsOutstanding(2),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { r.lost() }),
+		nats.ReconnectHandler(r.back),
+		nats.ConnectHandler(r.back),
+	}
+	if cfg.Credentials != "" {
+		opts = append(opts, nats.UserCredentials(cfg.Credentials))
+	}
+	if cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	if cfg.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
+	r.nc, err = nats.Connect(strings.Join(cfg.URLs, ","), opts...)
+	if err != nil {
+		return nil, err
+	}
+	r.sub, err = r.nc.Subscribe(cfg.Prefix+".r.*", r.receive)
+	if err != nil {
+		r.nc.Close()
+		return nil, err
+	}
+	_ = r.sub.SetPendingLimits(subPendingMsgs, subPendingBytes)
+	router.SetReplicaSink(r)
+	r.wg.Go(r.publish)
+	r.wg.Go(r.tick)
+	if r.nc.IsConnected() {
+		r.back(r.nc)
+	}
+	return r, nil
+}
+
+// Close stops exchanging state, drops the other replicas' bookings and
+// closes the NATS connection.
+func (r *Replica) Close() {
+	if r.closing.Swap(true) {
+		return
+	}
+	r.router.ClearReplicaSink(r)
+	close(r.stop)
+	r.wg.Wait()
+	r.nc.Close()
+	r.mu.Lock()
+	r.peers = map[string]*peer{}
+	r.mu.Unlock()
+	r.router.Remote().DropAll()
+}
+
+// Stats returns the counters and the current state.
+func (r *Replica) Stats() Stats {
+	var s Stats
+	r.ctr.fill(&s)
+	s.Connected = r.connected.Load()
+	r.mu.Lock()
+	s.Peers = len(r.peers)
+	s.DigestDiff = make(map[string]uint64, len(r.peers))
+	for name, p := range r.peers {
+		s.DigestDiff[name] = p.digestDiff
+	}
+	r.mu.Unlock()
+	s.RemoteBookings = r.router.Remote().Total()
+	return s
+}
+
+// lost runs when the connection drops: this replica routes alone until it
+// returns, so the others' bookings, which it can no longer follow, go.
+func (r *Replica) lost() {
+	if r.closing.Load() || !r.connected.Swap(false) {
+		return
+	}
+	r.ctr.outages.Add(1)
+	r.mu.Lock()
+	r.dropPeersLocked()
+	r.mu.Unlock()
+	r.log.Warn("NATS unreachable: this replica routes alone, with its own bookings only, until it returns",
+		zap.String("replica", r.cfg.Name))
+}
+
+// back runs when the connection is made or made again: announce our live
+// bookings and ask the others to announce theirs.
+func (r *Replica) back(nc *nats.Conn) {
+	if r.closing.Load() || r.connected.Swap(true) {
+		return
+	}
+	r.log.Info("NATS reachable: exchanging bookings with the other replicas", zap.String("replica", r.cfg.Name),
+		zap.String("server", nc.ConnectedUrlRedacted()))
+	r.announceWanted.Store(true)
+	r.helloWanted.Store(true)
+	r.poke()
+}
+
+func (r *Replica) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Replica) dropPeersLocked() {
+	for origin := range r.peers {
+		r.router.Remote().DropOrigin(origin)
+	}
+	r.peers = map[string]*peer{}
+}
+
+// tick asks for a heartbeat every Heartbeat and, eight times per lease,
+// drops the replicas not heard from within it: a dead replica's bookings
+// stop counting at most an eighth of the lease after the lease.
+func (r *Replica) tick() {
+	beat := time.NewTicker(r.cfg.Heartbeat)
+	defer beat.Stop()
+	check := time.NewTicker(r.cfg.Lease / 8)
+	defer check.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-beat.C:
+			r.heartbeatWanted.Store(true)
+			r.poke()
+		case <-check.C:
+			r.expire(time.Now())
+		}
+	}
+}
+
+// expire drops the bookings of every replica silent for longer than the lease.
+func (r *Replica) expire(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for origin, p := range r.peers {
+		if now.Sub(p.lastSeen) > r.cfg.Lease {
+			n := r.router.Remote().DropOrigin(origin)
+			delete(r.peers, origin)
+			r.ctr.leaseExpiries.Add(1)
+			r.log.Warn("replica silent past its lease: its bookings are dropped",
+				zap.String("replica", origin), zap.Int("bookings", n), zap.Duration("lease", r.cfg.Lease))
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine"))
+}
+
+func TestReplicasSeeEachOthersBookings(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil)
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 5*time.Second, "replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+
+	reserve(t, a, "a1", 1, []uint64{1, 2, 3}, 40)
+	waitFor(t, 2*time.Second, "B sees A's booking", func() bool { return load(b, 1).ActiveRequests == 1 })
+	reserve(t, b, "b1", 1, []uint64{1, 2, 9}, 10)
+	waitFor(t, 2*time.Second, "both see the fleet's load", func() bool { return same(a, b) })
+	if l := load(a, 1); l.ActiveRequests != 2 || l.PotentialPrefillTokens != 50 || l.PotentialDecodeBlocks != 4 {
+		t.Fatalf("fleet load on worker 1: %+v", l)
+	}
+	if err := a.PrefillComplete("a1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "B sees A's prefill complete", func() bool { return load(b, 1).PotentialPrefillTokens == 10 })
+	for _, f := range []func() error{func() error { return a.Free("a1") }, func() error { return b.Free("b1") }} {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 2*time.Second, "both back to idle", func() bool {
+		return load(a, 1).ActiveRequests == 0 && load(b, 1).ActiveRequests == 0 && a.Remote().Total() == 0 && b.Remote().Total() == 0
+	})
+}
+
+// TestBookingVisibleLatency measures how long a booking made on A takes to
+// show in B's loads, over 200 bookings on loopback (the target is
+// a p99 of 5 ms).
+func TestBookingVisibleLatency(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil)
+	startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 5*time.Second, "A hears B", func() bool { return ra.Stats().Peers == 1 })
+	var lat []time.Duration
+	for i := range 200 {
+		id := fmt.Sprintf("r%d", i)
+		start := time.Now()
+		reserve(t, a, id, 2, []uint64{uint64(i)}, 16)
+		for load(b, 2).ActiveRequests != uint64(i+1) {
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("booking %d not visible on B", i)
+			}
+			time.Sleep(20 * time.Microsecond) // a spinning reader would starve B's NATS goroutines
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	t.Logf("booking on A visible in B's loads: p50 %v p99 %v max %v (200 bookings)", lat[100], lat[197], lat[199])
+}
+
+// TestSilentReplicaLeaseExpires: a replica that stops sending (as a
+// killed one does) has its bookings dropped by the others within the lease.
+func TestSilentReplicaLeaseExpires(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil)
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	reserve(t, a, "a1", 1, []uint64{1, 2}, 40)
+	reserve(t, a, "a2", 2, []uint64{5}, 40)
+	waitFor(t, 2*time.Second, "B sees A's bookings", func() bool { return b.Remote().Count("a") == 2 })
+	ra.Close() // silent from now on; its bookings stay live in A's router
+	took := waitFor(t, 2*time.Second, "A's bookings expire on B", func() bool {
+		return load(b, 1).ActiveRequests == 0 && load(b, 2).ActiveRequests == 0
+	})
+	if lease := 300 * time.Millisecond; took > lease+4*50*time.Millisecond {
+		t.Fatalf("bookings dropped %v after the last message, lease %v", took, lease)
+	}
+	if got := rb.Stats().LeaseExpiries; got != 1 {
+		t.Fatalf("lease expiries %d", got)
+	}
+}
+
+// TestOutageAndResync: with NATS gone both replicas route alone; when it is
+// back they converge on each other's live bookings, including what changed
+// while it was away.
+func TestOutageAndResync(t *testing.T) {
+	s := natsServer(t, 0)
+	url := s.ClientURL()
+	port, _ := strconv.Atoi(url[strings.LastIndexByte(url, ':')+1:])
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, url, "a", nil)
+	rb := startReplica(t, b, url, "b", nil)
+	reserve(t, a, "a1", 1, []uint64{1, 2}, 40)
+	reserve(t, a, "a2", 2, []uint64{7}, 30)
+	waitFor(t, 2*time.Second, "B sees A's bookings", func() bool { return same(a, b) })
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	waitFor(t, 2*time.Second, "both route alone", func() bool {
+		return !ra.Stats().Connected && !rb.Stats().Connected && b.Remote().Total() == 0
+	})
+	if l := load(b, 1); l.ActiveRequests != 0 {
+		t.Fatalf("B, alone, still counts A's booking: %+v", l)
+	}
+	// While NATS is away: A frees one and books another, B books one.
+	if err := a.Free("a1"); err != nil {
+		t.Fatal(err)
+	}
+	reserve(t, a, "a3", 1, []uint64{3}, 20)
+	reserve(t, b, "b1", 2, []uint64{8}, 10)
+
+	natsServer(t, port)
+	took := waitFor(t, 5*time.Second, "the replicas converge after NATS returns", func() bool {
+		return same(a, b) && load(a, 1).ActiveRequests == 1 && load(a, 2).ActiveRequests == 2
+	})
+	t.Logf("converged %v after the server restarted", took)
+	if ra.Stats().Outages != 1 || rb.Stats().Outages != 1 {
+		t.Fatalf("outages counted: a %d b %d", ra.Stats().Outages, rb.Stats().Outages)
+	}
+}
+
+// TestLateReplicaGetsLiveBookings: a replica that starts after bookings
+// were made learns them from the others' announcement.
+func TestLateReplicaGetsLiveBookings(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	startReplica(t, a, s.ClientURL(), "a", nil)
+	reserve(t, a, "a1", 1, []uint64{1, 2}, 40)
+	time.Sleep(100 * time.Millisecond)
+	startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 2*time.Second, "the late replica sees A's booking", func() bool { return same(a, b) && load(b, 1).ActiveRequests == 1 })
+}
+
+// TestMismatchedReplicaRefused: a replica with other routing settings (or
+// another build) is refused and counted; its bookings are not applied.
+func TestMismatchedReplicaRefused(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	startReplica(t, a, s.ClientURL(), "a", func(c *Config) { c.Fingerprint = 7 })
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	reserve(t, a, "a1", 1, []uint64{1, 2}, 40)
+	waitFor(t, 2*time.Second, "B refuses A", func() bool { return rb.Stats().Refused["fingerprint"] > 0 })
+	time.Sleep(100 * time.Millisecond)
+	if l := load(b, 1); l.ActiveRequests != 0 || b.Remote().Total() != 0 {
+		t.Fatalf("B applied a refused replica's booking: %+v", l)
+	}
+	if rb.Stats().Peers != 0 {
+		t.Fatal("a refused replica counts as a peer")
+	}
+}
+
+// TestOverBoundBookingsDropped: a replica may hold at most
+// MaxRemoteBookings bookings on another; the rest are dropped and counted.
+func TestOverBoundBookingsDropped(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil)
+	rb := startReplica(t, b, s.ClientURL(), "b", func(c *Config) { c.MaxRemoteBookings = 3 })
+	waitFor(t, 5*time.Second, "A hears B", func() bool { return ra.Stats().Peers == 1 })
+	for i := range 5 {
+		reserve(t, a, fmt.Sprintf("a%d", i), 1, []uint64{uint64(i)}, 1)
+	}
+	waitFor(t, 2*time.Second, "B drops the two over its bound", func() bool { return rb.Stats().Dropped["over_bound"] >= 2 })
+	if n := b.Remote().Count("a"); n != 3 {
+		t.Fatalf("B holds %d of A's bookings, bound 3", n)
+	}
+}
+
+// TestIndexDigestDifference: replicas compare their index digests; in
+// approximate mode each learns only its own bookings, so a prompt booked
+// on A is a difference of its blocks on B, and none before.
+func TestIndexDigestDifference(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	fast := func(c *Config) { c.Heartbeat, c.Lease = 10*time.Millisecond, 200*time.Millisecond }
+	startReplica(t, a, s.ClientURL(), "a", fast)
+	rb := startReplica(t, b, s.ClientURL(), "b", fast)
+	waitFor(t, 5*time.Second, "B compares digests with A", func() bool {
+		_, ok := rb.Stats().DigestDiff["a"]
+		return ok && a.Remote().Total() == 0
+	})
+	time.Sleep(300 * time.Millisecond) // a digest or two of two empty indexes
+	if d := rb.Stats().DigestDiff["a"]; d != 0 {
+		t.Fatalf("two empty indexes differ by %d", d)
+	}
+	isl := uint64(48)
+	if _, err := a.SelectAndReserve(&selection.SelectRequest{
+		Prompt: selection.Prompt{BlockHashes: []uint64{11, 12, 13}, SequenceHashes: []uint64{11, 12, 13}, ISLTokens: &isl}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "B sees A's index 3 entries ahead", func() bool { return rb.Stats().DigestDiff["a"] == 3 })
+}

@@ -1,0 +1,73 @@
+package cluster
+
+import "sync/atomic"
+
+// Stats are a replica's counters since it started (docs/replicas.md,
+// "Metrics"). Read them with Replica.Stats.
+type Stats struct {
+	Connected      bool
+	Peers          int    // other replicas heard within the lease
+	RemoteBookings int    // their bookings applied here
+	SentMessages   uint64 // messages published
+	SentBytes      uint64
+	SentEvents     uint64
+	RecvMessages   uint64 // messages read from other replicas
+	RecvBytes      uint64
+	// Dropped counts what was not sent or not applied, by reason:
+	// queue_full, disconnected, publish_error (not sent); oversize,
+	// malformed, over_bound, unknown_rank, bad_field (not applied).
+	Dropped map[string]uint64
+	// Refused counts messages from replicas whose settings fingerprint or
+	// version differs from this one's, or that claim this replica's name.
+	Refused map[string]uint64
+	// LeaseExpiries counts replicas dropped because they went silent.
+	LeaseExpiries uint64
+	// Outages counts losses of the NATS connection.
+	Outages uint64
+	// Announcements counts this replica's announcements of its bookings.
+	Announcements uint64
+	// DigestDiff is, per other replica, how far its prefix index was from
+	// this one's at its last digest: the entries counted on one side and
+	// not the other, summed over partitions (0: the same).
+	DigestDiff map[string]uint64
+}
+
+// Drop and refusal reasons.
+var (
+	dropReasons   = []string{"queue_full", "disconnected", "publish_error", "oversize", "malformed", "over_bound", "unknown_rank", "bad_field"}
+	refuseReasons = []string{"fingerprint", "version", "own_name"}
+)
+
+type counters struct {
+	sentMessages, sentBytes, sentEvents, recvMessages, recvBytes atomic.Uint64
+	leaseExpiries, outages, announcements                        atomic.Uint64
+	dropped                                                      map[string]*atomic.Uint64
+	refused                                                      map[string]*atomic.Uint64
+}
+
+func newCounters() *counters {
+	c := &counters{dropped: map[string]*atomic.Uint64{}, refused: map[string]*atomic.Uint64{}}
+	for _, r := range dropReasons {
+		c.dropped[r] = new(atomic.Uint64)
+	}
+	for _, r := range refuseReasons {
+		c.refused[r] = new(atomic.Uint64)
+	}
+	return c
+}
+
+func (c *counters) drop(reason string)   { c.dropped[reason].Add(1) }
+func (c *counters) refuse(reason string) { c.refused[reason].Add(1) }
+
+func (c *counters) fill(s *Stats) {
+	s.SentMessages, s.SentBytes, s.SentEvents = c.sentMessages.Load(), c.sentBytes.Load(), c.sentEvents.Load()
+	s.RecvMessages, s.RecvBytes = c.recvMessages.Load(), c.recvBytes.Load()
+	s.LeaseExpiries, s.Outages, s.Announcements = c.leaseExpiries.Load(), c.outages.Load(), c.announcements.Load()
+	s.Dropped, s.Refused = map[string]uint64{}, map[string]uint64{}
+	for r, v := range c.dropped {
+		s.Dropped[r] = v.Load()
+	}
+	for r, v := range c.refused {
+		s.Refused[r] = v.Load()
+	}
+}

@@ -1,0 +1,63 @@
+package cluster
+
+import (
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// The wire format: one message is an envelope, msgpack-encoded, holding a
+// batch of events in the order they happened on its origin. Every envelope
+// names its origin's settings fingerprint, build version and epoch; a new
+// epoch means the origin announces its live bookings afresh, so its
+// earlier ones are dropped first.
+
+// Event kinds.
+const (
+	kindHeartbeat uint8 = iota + 1
+	kindHello           // the sender (re)joined: every replica announces its bookings again
+	kindReserve
+	kindPrefill
+	kindOutput
+	kindFree
+)
+
+type envelope struct {
+	Origin      string  `msgpack:"o"`
+	Fingerprint uint64  `msgpack:"f"`
+	Version     string  `msgpack:"v"`
+	Epoch       uint64  `msgpack:"e"`
+	Events      []event `msgpack:"x"`
+}
+
+// event is one step of a booking's life, a heartbeat or a hello. Only the
+// fields of its kind are set.
+type event struct {
+	Kind    uint8    `msgpack:"k"`
+	ID      string   `msgpack:"i,omitempty"`
+	Model   string   `msgpack:"m,omitempty"`
+	Group   string   `msgpack:"g,omitempty"`
+	Worker  uint64   `msgpack:"w,omitempty"`
+	DPRank  uint32   `msgpack:"d,omitempty"`
+	Hashes  []uint64 `msgpack:"h,omitempty"`
+	Prefill uint64   `msgpack:"p,omitempty"`
+	Outputs int      `msgpack:"n,omitempty"`
+	Session string   `msgpack:"s,omitempty"`
+	Decay   *float64 `msgpack:"y,omitempty"`
+	// Digests, on every tenth heartbeat, summarise the sender's index.
+	Digests []digest `msgpack:"dg,omitempty"`
+}
+
+// digest is one partition's selection.IndexDigest on the wire.
+type digest struct {
+	Partition string `msgpack:"p"`
+	Entries   uint64 `msgpack:"n"`
+	Xor       uint64 `msgpack:"x"`
+}
+
+// size is a cheap upper bound of e's encoded size, for batching.
+func (e *event) size() int {
+	return 64 + len(e.ID) + len(e.Model) + len(e.Group) + len(e.Session) + 9*len(e.Hashes)
+}
+
+func encode(env *envelope) ([]byte, error) { return msgpack.Marshal(env) }
+
+func decode(data []byte, env *envelope) error { return msgpack.Unmarshal(data, env) }

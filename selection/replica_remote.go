@@ -1,0 +1,237 @@
+package selection
+
+import (
+	"sync"
+	"time"
+)
+
+// RemoteBookings are other replicas' bookings, applied as load on this
+// router's ranks (docs/replicas.md): a remote booking adds its prefill
+// tokens, its request and its active blocks to the rank exactly as a local
+// one does, so selection scores the fleet's load. Each is owned by the
+// replica (origin) that made it, which alone frees it; when the origin
+// goes silent its caller drops them all (DropOrigin).
+//
+// Lock order: RemoteBookings.mu comes before Catalog.mu, partition.mu and
+// affinityTable.mu, and after Catalog.writeMu (forgetServer runs under
+// it). Nothing takes RemoteBookings.mu while holding one of the others.
+type RemoteBookings struct {
+	catalog  *Catalog
+	cfg      *liveConfig
+	affinity *affinityTable
+	now      func() time.Time
+
+	mu      sync.Mutex
+	origins map[string]map[string]*booking // origin → selection id → booking
+}
+
+// RemoteOutcome is what became of a remote reservation.
+type RemoteOutcome int
+
+const (
+	// RemoteApplied: the booking now counts on its rank.
+	RemoteApplied RemoteOutcome = iota
+	// RemoteDuplicate: the origin already holds a booking with this id
+	// (a re-announcement); nothing changed.
+	RemoteDuplicate
+	// RemoteUnknownRank: this router has no such schedulable rank (its
+	// catalog differs, or the worker left); dropped.
+	RemoteUnknownRank
+	// RemoteOverBound: the origin holds the most bookings allowed; dropped.
+	RemoteOverBound
+)
+
+func newRemoteBookings(c *Catalog, cfg *liveConfig, aff *affinityTable, now func() time.Time) *RemoteBookings {
+	return &RemoteBookings{catalog: c, cfg: cfg, affinity: aff, now: now, origins: map[string]map[string]*booking{}}
+}
+
+// Remote is the table of other replicas' bookings.
+func (r *Router) Remote() *RemoteBookings { return r.remote }
+
+// Reserve applies origin's booking rec, unless origin already holds
+// maxPerOrigin bookings (0: no bound). rec.Hashes is kept: the caller
+// must not modify it afterwards.
+func (m *RemoteBookings) Reserve(origin string, rec *BookingRecord, maxPerOrigin int) RemoteOutcome {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mine := m.origins[origin]
+	if _, ok := mine[rec.ID]; ok {
+		return RemoteDuplicate
+	}
+	if maxPerOrigin > 0 && len(mine) >= maxPerOrigin {
+		return RemoteOverBound
+	}
+	p := m.catalog.partition(rec.Partition.withDefaults())
+	if p == nil {
+		return RemoteUnknownRank
+	}
+	cfg := m.cfg.get()
+	p.mu.Lock()
+	rs := p.byRank[rec.Rank]
+	if rs == nil {
+		p.mu.Unlock()
+		return RemoteUnknownRank
+	}
+	b := &booking{id: rec.ID, key: p.key, part: p, rs: rs, hashes: rec.Hashes, prefill: rec.PrefillTokens,
+		client: origin, createdAt: m.now()}
+	p.load.add(b, cfg.TrackActiveBlocks)
+	if rec.Outputs > 0 {
+		b.outputs, b.outWeight = rec.Outputs, float64(rec.Outputs)
+		rs.decodeWeight += float64(rec.Outputs)
+	}
+	p.mu.Unlock()
+	if rec.Session != "" && m.affinity.enabled() && m.affinity.adopt(sessionKey{p.key, rec.Session}, rec.Rank) {
+		b.session = rec.Session
+	}
+	if mine == nil {
+		mine = map[string]*booking{}
+		m.origins[origin] = mine
+	}
+	mine[rec.ID] = b
+	return RemoteApplied
+}
+
+// PrefillCompleted marks origin's booking id prefilled; false when unknown.
+func (m *RemoteBookings) PrefillCompleted(origin, id string) bool {
+	return m.onBooking(origin, id, func(b *booking) { b.part.load.prefillComplete(b) })
+}
+
+// OutputBlock adds an output block to origin's booking id; false when
+// unknown or when the decay fraction is out of [0, 1].
+func (m *RemoteBookings) OutputBlock(origin, id string, decay *float64) bool {
+	if decay != nil && !(*decay >= 0 && *decay <= 1) {
+		return false
+	}
+	track := m.cfg.get().TrackActiveBlocks
+	return m.onBooking(origin, id, func(b *booking) { b.part.load.outputBlock(b, decay, track) })
+}
+
+func (m *RemoteBookings) onBooking(origin, id string, fn func(b *booking)) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.origins[origin][id]
+	if b == nil {
+		return false
+	}
+	b.part.mu.Lock()
+	if !b.freed {
+		fn(b)
+	}
+	b.part.mu.Unlock()
+	return true
+}
+
+// Free releases origin's booking id; false when unknown.
+func (m *RemoteBookings) Free(origin, id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.origins[origin][id]
+	if b == nil {
+		return false
+	}
+	delete(m.origins[origin], id)
+	if len(m.origins[origin]) == 0 {
+		delete(m.origins, origin)
+	}
+	m.releaseLocked(b)
+	return true
+}
+
+// DropOrigin releases every booking of origin (it went silent, restarted
+// or re-announces) and returns how many there were.
+func (m *RemoteBookings) DropOrigin(origin string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mine := m.origins[origin]
+	delete(m.origins, origin)
+	for _, b := range mine {
+		m.releaseLocked(b)
+	}
+	return len(mine)
+}
+
+// DropAll releases every remote booking (this replica routes alone).
+func (m *RemoteBookings) DropAll() int {
+	m.mu.Lock()
+	origins := make([]string, 0, len(m.origins))
+	for o := range m.origins {
+		origins = append(origins, o)
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, o := range origins {
+		n += m.DropOrigin(o)
+	}
+	return n
+}
+
+// Count is the number of bookings origin holds here.
+func (m *RemoteBookings) Count(origin string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.origins[origin])
+}
+
+// Total is the number of remote bookings held, all origins together.
+func (m *RemoteBookings) Total() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, mine := range m.origins {
+		n += len(mine)
+	}
+	return n
+}
+
+// forgetWorker releases the remote bookings on a worker whose endpoint now
+// names another server (Router.forgetServer).
+func (m *RemoteBookings) forgetWorker(id uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for origin, mine := range m.origins {
+		for sid, b := range mine {
+			if b.rs.rank.WorkerID == id {
+				delete(mine, sid)
+				m.releaseLocked(b)
+			}
+		}
+		if len(mine) == 0 {
+			delete(m.origins, origin)
+		}
+	}
+}
+
+func (m *RemoteBookings) releaseLocked(b *booking) {
+	p := b.part
+	p.mu.Lock()
+	p.load.free(b, m.cfg.get().TrackActiveBlocks)
+	p.mu.Unlock()
+	if b.session != "" {
+		m.affinity.release(sessionKey{b.key, b.session})
+	}
+}
+
+// adopt takes a lease for a booking another replica dispatched to r: the
+// binding follows it, whatever the mode (the dispatch has happened; a hard
+// refusal belongs to the replica that made it). It reports whether a lease
+// was taken (not when the table is full).
+func (a *affinityTable) adopt(k sessionKey, r Rank) bool {
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b := a.bindings[k]
+	if b != nil && b.leases == 0 && !b.deadline.After(now) {
+		delete(a.bindings, k)
+		b = nil
+	}
+	if b == nil {
+		if len(a.bindings) >= a.cap {
+			return false
+		}
+		a.bindings[k] = &binding{rank: r, leases: 1}
+		return true
+	}
+	b.rank = r
+	b.leases++
+	return true
+}

@@ -1,0 +1,121 @@
+package selection
+
+import (
+	"sync"
+	"testing"
+)
+
+// directSink hands router A's booking lifecycle to router B's remote
+// table, as the cluster package does over NATS.
+type directSink struct {
+	mu     sync.Mutex
+	origin string
+	to     *Router
+	maxPer int
+	seen   []RemoteOutcome
+}
+
+func (d *directSink) Reserved(rec *BookingRecord) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seen = append(d.seen, d.to.Remote().Reserve(d.origin, rec, d.maxPer))
+}
+func (d *directSink) PrefillCompleted(id string) { d.to.Remote().PrefillCompleted(d.origin, id) }
+func (d *directSink) OutputBlock(id string, f *float64) {
+	d.to.Remote().OutputBlock(d.origin, id, f)
+}
+func (d *directSink) Freed(id string) { d.to.Remote().Free(d.origin, id) }
+
+func TestReplicaBookingLifecycleMirrorsLoad(t *testing.T) {
+	a := newTestRouter(t, nil)
+	b := newTestRouter(t, nil)
+	for _, r := range []*Router{a, b} {
+		addWorker(t, r, 1, nil)
+		addWorker(t, r, 2, nil)
+	}
+	a.SetReplicaSink(&directSink{origin: "a", to: b})
+
+	book(t, a, "s1", 1, 0, []uint64{1, 2, 3}, 48, 40)
+	book(t, a, "s2", 1, 0, []uint64{1, 2, 4}, 48, 20)
+	want := loadOf(a, 1, 0)
+	if got := loadOf(b, 1, 0); got != want {
+		t.Fatalf("B sees %+v of A's bookings, A has %+v", got, want)
+	}
+	if want.ActiveRequests != 2 || want.PotentialPrefillTokens != 60 || want.PotentialDecodeBlocks != 4 {
+		t.Fatalf("A's own load is %+v", want)
+	}
+	// B's own booking on the same rank adds to A's: B's load is the fleet's.
+	book(t, b, "s3", 1, 0, []uint64{1, 2, 3}, 48, 10)
+	if got := loadOf(b, 1, 0); got.ActiveRequests != 3 || got.PotentialPrefillTokens != 70 || got.PotentialDecodeBlocks != 4 {
+		t.Fatalf("B's fleet load %+v", got)
+	}
+	if err := a.PrefillComplete("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := loadOf(b, 1, 0); got.PotentialPrefillTokens != 30 {
+		t.Fatalf("after prefill complete B sees %+v", got)
+	}
+	if err := a.AddOutputBlock("s2", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := loadOf(b, 1, 0).PotentialDecodeBlocks, loadOf(a, 1, 0).PotentialDecodeBlocks; got != want {
+		t.Fatalf("after an output block B sees %d decode blocks, A %d", got, want)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if err := a.Free(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := loadOf(b, 1, 0); got.ActiveRequests != 1 || got.PotentialPrefillTokens != 10 || got.PotentialDecodeBlocks != 3 {
+		t.Fatalf("after A freed, B sees %+v; want only its own booking", got)
+	}
+	if n := b.Remote().Total(); n != 0 {
+		t.Fatalf("B still holds %d remote bookings", n)
+	}
+}
+
+func TestReplicaRemoteBoundsAndDrop(t *testing.T) {
+	b := newTestRouter(t, nil)
+	addWorker(t, b, 1, nil)
+	rm := b.Remote()
+	rec := func(id string, w uint64) *BookingRecord {
+		return &BookingRecord{ID: id, Partition: PartitionKey{}, Rank: Rank{WorkerID: w}, Hashes: []uint64{9}, PrefillTokens: 5}
+	}
+	if got := rm.Reserve("a", rec("x", 1), 2); got != RemoteApplied {
+		t.Fatalf("first reserve: %v", got)
+	}
+	if got := rm.Reserve("a", rec("x", 1), 2); got != RemoteDuplicate {
+		t.Fatalf("re-announced reserve: %v", got)
+	}
+	if got := rm.Reserve("a", rec("y", 77), 2); got != RemoteUnknownRank {
+		t.Fatalf("reserve on a worker B does not have: %v", got)
+	}
+	rm.Reserve("a", rec("y", 1), 2)
+	if got := rm.Reserve("a", rec("z", 1), 2); got != RemoteOverBound {
+		t.Fatalf("third reserve over a bound of 2: %v", got)
+	}
+	if got := loadOf(b, 1, 0); got.ActiveRequests != 2 || got.PotentialPrefillTokens != 10 {
+		t.Fatalf("load %+v", got)
+	}
+	if n := rm.DropOrigin("a"); n != 2 {
+		t.Fatalf("dropped %d", n)
+	}
+	if got := loadOf(b, 1, 0); got != (PotentialLoad{WorkerID: 1}) {
+		t.Fatalf("after the drop: %+v", got)
+	}
+}
+
+func TestReplicaRemoteSessionLease(t *testing.T) {
+	b := newTestRouter(t, func(c *Config) { c.SessionAffinityTTL = 60e9 })
+	addWorker(t, b, 1, nil)
+	addWorker(t, b, 2, nil)
+	b.Remote().Reserve("a", &BookingRecord{ID: "x", Rank: Rank{WorkerID: 2}, PrefillTokens: 4096, Session: "chat"}, 0)
+	resp, err := b.SelectAndReserve(&SelectRequest{Prompt: Prompt{BlockHashes: []uint64{1}, SequenceHashes: []uint64{1}, ISLTokens: ptr(uint64(16))},
+		Placement: Placement{SessionID: "chat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.WorkerID != 2 {
+		t.Fatalf("a session bound on replica A went to worker %d on B, not 2", resp.WorkerID)
+	}
+}
