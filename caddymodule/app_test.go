@@ -21,12 +21,12 @@ func TestAppBuildDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := selection.DefaultConfig()
+	want := selection.GatewayConfig()
 	if n := ranksForDescriptors(); n > 0 && n < want.MaxRanks {
 		want.MaxRanks = n // this machine's descriptor limit bounds it further
 	}
 	if changed := changedSettings(want, cfg); len(changed) > 0 || cfg.WorkerDownAfter != 30*time.Second {
-		t.Errorf("an empty app differs from Dynamo's defaults in %v (worker_down_after %v)", changed, cfg.WorkerDownAfter)
+		t.Errorf("an empty app differs from the gateway's defaults in %v (worker_down_after %v)", changed, cfg.WorkerDownAfter)
 	}
 	if len(workers) != 0 {
 		t.Errorf("got %d workers, want none", len(workers))
@@ -51,6 +51,8 @@ func TestAppBuildSettings(t *testing.T) {
 		TrackPrefillTokens:        ptr(false),
 		TrackActiveBlocks:         ptr(false),
 		TrackOutputBlocks:         ptr(true),
+		InFlightOverlap:           ptr(false),
+		UnclippedOverlapCredit:    ptr(false),
 		ApproxTTL:                 caddy.Duration(90 * time.Second),
 		SessionAffinityTTL:        caddy.Duration(10 * time.Minute),
 		SessionAffinityMode:       "soft",

