@@ -91,10 +91,11 @@ func registerMetrics(reg *prometheus.Registry) error {
 
 // registeredCollectors are every collector the gateway exports.
 func registeredCollectors() []prometheus.Collector {
-	return []prometheus.Collector{eventCollector{}, requestsTotal, selectionSeconds,
+	out := []prometheus.Collector{eventCollector{}, requestsTotal, selectionSeconds,
 		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
 		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
 		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal, engineFactsCollector{}, discoveryCollector{}}
+	return append(out, overloadCollectors()...)
 }
 
 // Proxy-path metrics: package-level, so they carry on across reloads. The
