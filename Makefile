@@ -5,7 +5,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo replay fuzz fuzz-ci clean hostile
+.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo replay overload fuzz fuzz-ci clean hostile
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
@@ -92,6 +92,11 @@ bench-scale: deps build bin/kvbench bin/kvmock
 # Without the trace it says so and does nothing.
 replay: deps build bin/kvbench bin/kvmock
 	./scripts/replay.sh
+
+# overload: the fleet's capacity, then 0.8x and 2x of it offered open loop
+# with the overload queue, and 2x without (issue 12, item 5; BENCHMARKS.md).
+overload: deps build bin/kvbench bin/kvmock
+	./scripts/overload.sh
 
 # hostile: the attacks of issue 10 against the built gateway as a separate
 # process (hostile/); prints expected and observed answers, RSS and fds

@@ -32,6 +32,12 @@ const headPoll = 20 * time.Millisecond
 // rate, for the predicted wait of a newcomer.
 const rateWindow = 32
 
+// predictMargin is the share of max_wait a newcomer's predicted wait may
+// take: the rate is an estimate, and one that waits its whole max_wait
+// only to be refused costs the client max_wait; one refused on arrival
+// costs it nothing.
+const predictMargin = 0.8
+
 // shedReason says why a request left the queue without a worker; it is
 // the reason label of kvrouter_overload_shed_total.
 type shedReason string
@@ -143,7 +149,7 @@ func (q *overloadQueue) enqueue(key selection.PartitionKey, w *waiter, now time.
 	for c := 0; c <= w.class; c++ {
 		ahead += len(line.classes[c])
 	}
-	if rate := line.rate(now, q.s.maxWait); rate > 0 && time.Duration(float64(ahead+1)/rate*float64(time.Second)) > q.s.maxWait {
+	if rate := line.rate(now, q.s.maxWait); rate > 0 && float64(ahead+1)/rate > predictMargin*q.s.maxWait.Seconds() {
 		return shedPredictedWait
 	}
 	line.classes[w.class] = append(line.classes[w.class], w)
