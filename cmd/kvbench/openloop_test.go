@@ -11,11 +11,14 @@ import (
 
 // An open loop sends at its rate whatever the answers, and sorts them:
 // streamed 2xx (with their TTFT), 429 (with their time) and the rest.
+// It asserts lower bounds of times only: a loaded machine makes anything
+// slower.
 func TestOpenLoopSortsAnswers(t *testing.T) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		switch n.Add(1) % 3 {
 		case 0:
+			time.Sleep(150 * time.Millisecond) // a slow refusal
 			rw.Header().Set("Retry-After", "1")
 			rw.WriteHeader(http.StatusTooManyRequests)
 		case 1:
@@ -37,8 +40,8 @@ func TestOpenLoopSortsAnswers(t *testing.T) {
 	if run.TTFTP50 < 0.02 {
 		t.Fatalf("TTFT p50 %.3f s, under the server's 20 ms", run.TTFTP50)
 	}
-	if run.ShedUnder != 1 {
-		t.Fatalf("instant 429s: %.2f within 100 ms", run.ShedUnder)
+	if run.ShedUnder != 0 || run.ShedP50 < 0.15 {
+		t.Fatalf("429s after 150 ms: %.2f within 100 ms, p50 %.3f s", run.ShedUnder, run.ShedP50)
 	}
 	// A closed loop keeps its clients busy until the end.
 	run = openLoop(srv.URL, "m", 0, 2, 200*time.Millisecond, 8, 1, 1, 5*time.Second)
