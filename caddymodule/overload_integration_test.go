@@ -184,22 +184,21 @@ func TestOverloadQueuesUntilCapacityFrees(t *testing.T) {
 	}
 }
 
-// A full queue answers 429 with Retry-After at once, not after max_wait.
+// A full queue answers 429 with Retry-After at once, not after max_wait:
+// max_wait is 30 s, and the client gives up after 5 s, so a 429 at all is
+// one that did not wait.
 func TestOverloadQueueFullSheds(t *testing.T) {
 	tester := newTester(t)
 	ow := newOverloadWorker(t, 1)
-	tester.InitServer(overloadCaddyfile(ow.testWorker, "", "\t\toverload {\n\t\t\tqueue_size 1\n\t\t\tmax_wait 10s\n\t\t}\n"), "caddyfile")
+	tester.InitServer(overloadCaddyfile(ow.testWorker, "", "\t\toverload {\n\t\t\tqueue_size 1\n\t\t\tmax_wait 30s\n\t\t}\n"), "caddyfile")
 	full := shedCount("queue_full")
 
 	first := holdWorker(t, tester, ow)
 	waiting := sendAsync(context.Background(), tester, "queued", "")
 	waitDepth(t, 1)
 	r := send(context.Background(), tester, "shed", "")
-	if r.status != http.StatusTooManyRequests || r.retryAfter != "10" || !strings.Contains(r.body, "queue is full") {
+	if r.status != http.StatusTooManyRequests || r.retryAfter != "30" || !strings.Contains(r.body, "queue is full") {
 		t.Fatalf("over the queue's bound: %+v", r)
-	}
-	if r.took > 5*time.Second {
-		t.Fatalf("the shed took %v: it waited instead of being refused", r.took)
 	}
 	if got := shedCount("queue_full") - full; got != 1 {
 		t.Fatalf("queue_full sheds: %v", got)
