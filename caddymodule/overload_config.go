@@ -29,8 +29,8 @@ type OverloadConfig struct {
 
 	// MaxWait bounds a request's wait in the queue; past it the request
 	// is answered 429. A request whose wait, at the rate the queue has
-	// been admitting requests, would pass it is answered 429 on arrival.
-	// Default: 5s.
+	// been admitting requests, would pass half of it is answered 429 on
+	// arrival (overload.go, predictMargin). Default: 5s.
 	MaxWait caddy.Duration `json:"max_wait,omitempty"`
 
 	// PriorityHeader names the request header that holds the request's

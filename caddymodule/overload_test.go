@@ -90,15 +90,15 @@ func TestOverloadPredictedWaitSheds(t *testing.T) {
 		line.admits[i] = now.Add(time.Duration(i-10) * 100 * time.Millisecond)
 	}
 	line.nAdmit = 11
-	for i := range 8 {
+	for i := range 5 {
 		if r := q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1)}, now); r != "" {
 			t.Fatalf("waiter %d (predicted wait %v) refused: %s", i, time.Duration(i+1)*100*time.Millisecond, r)
 		}
 	}
-	// The eighth waits 0.8 s, predictMargin of max_wait; the ninth would
-	// wait 0.9 s.
+	// The fifth waits 0.5 s, predictMargin of max_wait; the sixth would
+	// wait 0.6 s.
 	if r := q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1)}, now); r != shedPredictedWait {
-		t.Fatalf("the ninth: %q, want predicted_wait", r)
+		t.Fatalf("the sixth: %q, want predicted_wait", r)
 	}
 	// A higher class waits only behind its own and higher: it may wait.
 	if r := q.enqueue(key, &waiter{class: 0, wake: make(chan struct{}, 1)}, now); r != "" {
