@@ -24,6 +24,13 @@ import (
 // a client that goes away, a deadline or the handler's Cleanup takes its
 // request out of the line.
 
+// clearFor is how long a partition found not busy is not asked again:
+// the router's answer takes the partition's lock, which every selection
+// contends for, so the fast path asks at most about a thousand times a
+// second per partition however many requests arrive. The cost: requests
+// arriving within clearFor of the partition turning busy go on.
+const clearFor = time.Millisecond
+
 // headPoll is how often the head of a line looks for capacity freed
 // where the handler does not see it.
 const headPoll = 20 * time.Millisecond
@@ -56,7 +63,7 @@ const (
 // waiting requests.
 type overloadQueue struct {
 	s    overloadSettings
-	busy func(selection.Partition) bool // the router's PartitionBusy
+	busy func(selection.Partition) (busy, exists bool) // the router's PartitionBusy
 	now  func() time.Time
 
 	mu     sync.Mutex
@@ -64,10 +71,14 @@ type overloadQueue struct {
 	closed bool
 }
 
-// waitLine is one partition's waiting requests, a FIFO per class.
+// waitLine is one partition's waiting requests, a FIFO per class. Lines
+// exist for partitions of the catalog only (the router said they exist),
+// so clients cannot grow the map.
 type waitLine struct {
 	classes [][]*waiter
 	n       int
+	// clearUntil is when the partition, found not busy, is asked again.
+	clearUntil time.Time
 	// admits is a ring of the latest admission times, for the rate.
 	admits [rateWindow]time.Time
 	nAdmit int
@@ -80,7 +91,7 @@ type waiter struct {
 	wake  chan struct{}
 }
 
-func newOverloadQueue(s overloadSettings, busy func(selection.Partition) bool) *overloadQueue {
+func newOverloadQueue(s overloadSettings, busy func(selection.Partition) (bool, bool)) *overloadQueue {
 	return &overloadQueue{s: s, busy: busy, now: time.Now, lines: map[selection.PartitionKey]*waitLine{}}
 }
 
@@ -95,14 +106,24 @@ type admission struct {
 // refused.
 func (q *overloadQueue) wait(ctx context.Context, part selection.Partition, class int) admission {
 	key := part.Key()
+	start := q.now()
 	q.mu.Lock()
 	line := q.lines[key]
 	idle := line == nil || line.n == 0
+	clear := line != nil && start.Before(line.clearUntil)
 	q.mu.Unlock()
-	if idle && !q.busy(part) {
+	if idle && clear {
 		return admission{}
 	}
-	start := q.now()
+	if idle {
+		busy, exists := q.busy(part)
+		if !busy {
+			if exists {
+				q.noteClear(key, start)
+			}
+			return admission{}
+		}
+	}
 	w := &waiter{class: class, wake: make(chan struct{}, 1)}
 	if reason := q.enqueue(key, w, start); reason != "" {
 		return admission{shed: reason}
@@ -115,7 +136,7 @@ func (q *overloadQueue) wait(ctx context.Context, part selection.Partition, clas
 	poll := time.NewTicker(headPoll)
 	defer poll.Stop()
 	for {
-		if q.isHead(key, w) && !q.busy(part) && q.admit(key, w) {
+		if q.isHead(key, w) && !q.isBusy(part) && q.admit(key, w) {
 			return admission{queued: true, waited: q.now().Sub(start)}
 		}
 		select {
@@ -132,6 +153,29 @@ func (q *overloadQueue) wait(ctx context.Context, part selection.Partition, clas
 	}
 }
 
+// isBusy asks the router whether every worker of the partition is busy.
+func (q *overloadQueue) isBusy(part selection.Partition) bool {
+	busy, _ := q.busy(part)
+	return busy
+}
+
+// noteClear remembers that the partition was not busy at now.
+func (q *overloadQueue) noteClear(key selection.PartitionKey, now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lineLocked(key).clearUntil = now.Add(clearFor)
+}
+
+// lineLocked is the partition's line, made when missing. q.mu is held.
+func (q *overloadQueue) lineLocked(key selection.PartitionKey) *waitLine {
+	line := q.lines[key]
+	if line == nil {
+		line = &waitLine{classes: make([][]*waiter, len(q.s.classes))}
+		q.lines[key] = line
+	}
+	return line
+}
+
 // enqueue puts w at the end of its class, or says why it may not wait.
 func (q *overloadQueue) enqueue(key selection.PartitionKey, w *waiter, now time.Time) shedReason {
 	q.mu.Lock()
@@ -139,11 +183,7 @@ func (q *overloadQueue) enqueue(key selection.PartitionKey, w *waiter, now time.
 	if q.closed {
 		return shedClosing
 	}
-	line := q.lines[key]
-	if line == nil {
-		line = &waitLine{classes: make([][]*waiter, len(q.s.classes))}
-		q.lines[key] = line
-	}
+	line := q.lineLocked(key)
 	if line.n >= q.s.queueSize {
 		return shedQueueFull
 	}

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -80,7 +81,7 @@ func TestOverloadCaddyfile(t *testing.T) {
 // would wait past max_wait is refused on arrival.
 func TestOverloadPredictedWaitSheds(t *testing.T) {
 	s, _ := (&OverloadConfig{MaxWait: 1_000_000_000}).settings()
-	q := newOverloadQueue(s, func(selection.Partition) bool { return true })
+	q := newOverloadQueue(s, func(selection.Partition) (bool, bool) { return true, true })
 	now := time.Unix(1000, 0)
 	q.now = func() time.Time { return now }
 	key := selection.PartitionKey{Model: "m"}
@@ -115,7 +116,7 @@ func TestOverloadCloseReleasesWaiters(t *testing.T) {
 	s, _ := (&OverloadConfig{}).settings()
 	var busy atomic.Bool
 	busy.Store(true)
-	q := newOverloadQueue(s, func(selection.Partition) bool { return busy.Load() })
+	q := newOverloadQueue(s, func(selection.Partition) (bool, bool) { return busy.Load(), true })
 	part := selection.Partition{ModelName: "m"}
 	done := make(chan admission)
 	go func() { done <- q.wait(context.Background(), part, 1) }()
@@ -161,5 +162,38 @@ func TestParseRetryAfter(t *testing.T) {
 		if busy, _ := overloadedAnswer(c.status, h); busy != c.busy {
 			t.Errorf("status %d Retry-After %q: busy %v", c.status, c.ra, busy)
 		}
+	}
+}
+
+// A partition found not busy is not asked again for clearFor; one the
+// router does not know gets no line.
+func TestOverloadFastPathAsksSparingly(t *testing.T) {
+	s, _ := (&OverloadConfig{}).settings()
+	var asked atomic.Int64
+	q := newOverloadQueue(s, func(p selection.Partition) (bool, bool) {
+		asked.Add(1)
+		return false, p.ModelName == "m" && p.RoutingGroup == ""
+	})
+	now := time.Unix(1000, 0)
+	q.now = func() time.Time { return now }
+	served := selection.Partition{ModelName: "m"}
+	for range 3 {
+		if a := q.wait(context.Background(), served, 1); a.queued || a.shed != "" {
+			t.Fatalf("an idle partition: %+v", a)
+		}
+	}
+	if asked.Load() != 1 {
+		t.Fatalf("asked the router %d times within clearFor", asked.Load())
+	}
+	now = now.Add(clearFor)
+	q.wait(context.Background(), served, 1)
+	if asked.Load() != 2 {
+		t.Fatalf("not asked again after clearFor: %d", asked.Load())
+	}
+	for i := range 100 {
+		q.wait(context.Background(), selection.Partition{ModelName: "m", RoutingGroup: strconv.Itoa(i)}, 1)
+	}
+	if len(q.lines) != 1 {
+		t.Fatalf("%d lines: unknown partitions got lines", len(q.lines))
 	}
 }

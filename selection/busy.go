@@ -65,12 +65,14 @@ func (h *Health) busyMarks() map[uint64]bool {
 }
 
 // PartitionBusy reports whether every rank of the partition that could
-// take a request (not down) is busy. A partition with no such rank, or
-// none at all, is not busy: Reserve answers for it (404 or 503).
-func (r *Router) PartitionBusy(part Partition) bool {
+// take a request (not down) is busy, and whether the partition exists. A
+// partition with no such rank, or none at all, is not busy: Reserve
+// answers for it (404 or 503). It stops at the first rank that is not
+// busy, so outside overload it reads one rank.
+func (r *Router) PartitionBusy(part Partition) (busy, exists bool) {
 	p := r.catalog.partition(part.Key())
 	if p == nil {
-		return false
+		return false, false
 	}
 	marks := r.health.busyMarks() // before p.mu: Health.mu is taken alone
 	cfg := r.cfg.get()
@@ -83,10 +85,10 @@ func (r *Router) PartitionBusy(part Partition) bool {
 		}
 		eligible++
 		if !marks[rs.rank.WorkerID] && !rs.busy(cfg) {
-			return false
+			return false, true
 		}
 	}
-	return eligible > 0
+	return eligible > 0, true
 }
 
 // busy reports whether the rank is past a busy threshold or full. p.mu

@@ -13,7 +13,8 @@ func TestPartitionBusyPrefillThreshold(t *testing.T) {
 		addWorker(t, r, id, func(w *WorkerRequest) { w.MaxNumBatchedTokens = ptr(uint64(100)) })
 	}
 	part := Partition{}
-	if r.PartitionBusy(part) {
+	busy := func() bool { b, _ := r.PartitionBusy(part); return b }
+	if busy() {
 		t.Fatal("an idle partition is busy")
 	}
 	var ids []string
@@ -24,14 +25,14 @@ func TestPartitionBusyPrefillThreshold(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids = append(ids, res.SelectionID)
-		if busy := r.PartitionBusy(part); busy != (id == 2) {
+		if busy := busy(); busy != (id == 2) {
 			t.Fatalf("after booking %d of 2 workers past the threshold: busy %v", id, busy)
 		}
 	}
 	if err := r.PrefillComplete(ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if r.PartitionBusy(part) {
+	if busy() {
 		t.Fatal("busy after a worker's prefill completed")
 	}
 }
@@ -48,23 +49,30 @@ func TestReportBusyMarksForItsDuration(t *testing.T) {
 	}
 	defer r.Close()
 	addWorker(t, r, 1, nil)
+	busy := func(model string) bool {
+		b, exists := r.PartitionBusy(Partition{ModelName: model})
+		if exists != (model == "") {
+			t.Fatalf("partition %q exists: %v", model, exists)
+		}
+		return b
+	}
 	r.Health().ReportBusy(1, 2*time.Second)
 	r.Health().ReportBusy(1, time.Second) // shorter: does not shorten the mark
-	if !r.PartitionBusy(Partition{}) || !r.Health().MarkedBusy(1) {
+	if !busy("") || !r.Health().MarkedBusy(1) {
 		t.Fatal("a worker that said it is busy is not busy")
 	}
 	if r.Health().WorkerDown(1) {
 		t.Fatal("a busy worker is down")
 	}
 	now = now.Add(1500 * time.Millisecond)
-	if !r.PartitionBusy(Partition{}) {
+	if !busy("") {
 		t.Fatal("the shorter mark replaced the longer one")
 	}
 	now = now.Add(time.Second)
-	if r.PartitionBusy(Partition{}) || r.Health().MarkedBusy(1) {
+	if busy("") || r.Health().MarkedBusy(1) {
 		t.Fatal("still busy after the mark ran out")
 	}
-	if r.PartitionBusy(Partition{ModelName: "nobody-serves-this"}) {
+	if busy("nobody-serves-this") {
 		t.Fatal("a partition without workers is busy")
 	}
 }
