@@ -2,7 +2,9 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -64,6 +66,15 @@ func TestOverloadCaddyfile(t *testing.T) {
 		strings.Join(o.PriorityClasses, ",") != "gold,silver" || o.DefaultPriority != "silver" ||
 		time.Duration(o.WorkerBusyFor) != 2*time.Second || time.Duration(o.WorkerBusyMax) != 30*time.Second {
 		t.Fatalf("parsed %+v", o)
+	}
+	// The JSON it adapts to says the same.
+	b, err := json.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Handler
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back.Overload, h.Overload) {
+		t.Fatalf("JSON %s round-trips to %+v (%v)", b, back.Overload, err)
 	}
 	h = Handler{}
 	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("kv_router {\n overload off\n}")); err != nil || !h.Overload.Off {
