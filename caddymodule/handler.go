@@ -262,12 +262,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// No tokens: book the request by load alone (an empty prompt).
 		mode, req.TokenIDs = "load", []uint32{}
 	}
-	if !h.admitOrShed(w, r, req.Partition, mode) {
+	// Through the overload queue when every worker is busy
+	// (overload_handler.go).
+	res, took, answered, err := h.reserve(w, r, req, mode)
+	if answered {
 		return nil
 	}
-	start := time.Now()
-	res, err := h.router.Reserve(req, h.Explain)
-	h.kickQueue(req.Partition) // the next waiter may look for capacity now
 	if err != nil {
 		// A model no worker serves (404), or a served one none of whose
 		// workers can take the request now (none schedulable, a hard
@@ -288,7 +288,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// cancel; the freed capacity may admit a waiting request.
 	defer h.kickQueue(req.Partition)
 	defer res.Release()
-	observeSelection(res.Response(), len(req.TokenIDs), mode, time.Since(start))
+	observeSelection(res.Response(), len(req.TokenIDs), mode, took)
 	d := &decision{res: res, explain: h.Explain}
 	caddyhttp.SetVar(r.Context(), decisionVar, d)
 	d.annotate(w, r)

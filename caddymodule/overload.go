@@ -24,7 +24,8 @@ import (
 // a client that goes away, a deadline or the handler's Cleanup takes its
 // request out of the line.
 
-// clearFor is how long a partition found not busy is not asked again:
+// clearFor is how long a partition found not busy is not asked again
+// (overloadQueue.clearFor; tests lengthen it):
 // the router's answer takes the partition's lock, which every selection
 // contends for, so the fast path asks at most about a thousand times a
 // second per partition however many requests arrive. The cost: requests
@@ -65,6 +66,8 @@ type overloadQueue struct {
 	s    overloadSettings
 	busy func(selection.Partition) (busy, exists bool) // the router's PartitionBusy
 	now  func() time.Time
+	// clearFor is how long a not-busy answer is reused (the const).
+	clearFor time.Duration
 
 	mu     sync.Mutex
 	lines  map[selection.PartitionKey]*waitLine
@@ -92,7 +95,7 @@ type waiter struct {
 }
 
 func newOverloadQueue(s overloadSettings, busy func(selection.Partition) (bool, bool)) *overloadQueue {
-	return &overloadQueue{s: s, busy: busy, now: time.Now, lines: map[selection.PartitionKey]*waitLine{}}
+	return &overloadQueue{s: s, busy: busy, now: time.Now, clearFor: clearFor, lines: map[selection.PartitionKey]*waitLine{}}
 }
 
 // admission is how a request came through the queue.
@@ -163,7 +166,17 @@ func (q *overloadQueue) isBusy(part selection.Partition) bool {
 func (q *overloadQueue) noteClear(key selection.PartitionKey, now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.lineLocked(key).clearUntil = now.Add(clearFor)
+	q.lineLocked(key).clearUntil = now.Add(q.clearFor)
+}
+
+// forgetClear drops the partition's not-busy answer: a booking found
+// every worker full.
+func (q *overloadQueue) forgetClear(key selection.PartitionKey) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if line := q.lines[key]; line != nil {
+		line.clearUntil = time.Time{}
+	}
 }
 
 // lineLocked is the partition's line, made when missing. q.mu is held.

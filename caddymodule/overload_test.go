@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strconv"
 	"strings"
@@ -207,4 +208,56 @@ func TestOverloadFastPathAsksSparingly(t *testing.T) {
 	if len(q.lines) != 1 {
 		t.Fatalf("%d lines: unknown partitions got lines", len(q.lines))
 	}
+}
+
+// A request that went straight on, on a not-busy answer still reused,
+// and found every worker full waits in the queue instead of getting 503,
+// and books the worker once it frees.
+func TestOverloadStaleClearRequeues(t *testing.T) {
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents = false
+	cfg.MaxReservationsPerRank = 1
+	router, err := selection.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer router.Close()
+	id, endpoint, bs := uint64(1), "127.0.0.1:9", uint32(4)
+	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &endpoint, BlockSize: &bs}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := (&OverloadConfig{}).settings()
+	h := &Handler{router: router, overload: s, queue: newOverloadQueue(s, router.PartitionBusy)}
+	h.queue.clearFor = time.Hour // the first answer is reused throughout
+	request := func() (*selection.Reservation, error, bool) {
+		req := &selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}}}
+		r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+		res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, "kv")
+		return res, err, answered
+	}
+	first, err, answered := request()
+	if err != nil || answered {
+		t.Fatalf("first request: %v %v", err, answered)
+	}
+	type outcome struct {
+		res      *selection.Reservation
+		err      error
+		answered bool
+	}
+	second := make(chan outcome, 1)
+	go func() { res, err, answered := request(); second <- outcome{res, err, answered} }()
+	for h.queue.depth((&selection.Partition{}).Key()) == 0 {
+		select {
+		case o := <-second:
+			t.Fatalf("the second request did not wait: %v (answered %v)", o.err, o.answered)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	first.Release()
+	h.kickQueue(selection.Partition{})
+	o := <-second
+	if o.err != nil || o.answered || o.res == nil {
+		t.Fatalf("the waiting request: %v (answered %v)", o.err, o.answered)
+	}
+	o.res.Release()
 }
