@@ -5,7 +5,7 @@ GO      ?= go
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export CGO_ENABLED := 1
 
-.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo demo-replicas replay fuzz fuzz-ci clean hostile sim
+.PHONY: all deps build test test-unit test-race bench bench-proxy bench-scale demo demo-replicas replay overload fuzz fuzz-ci clean hostile sim
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
@@ -113,6 +113,11 @@ SIM_OUT ?= /tmp/kvrouter-sim
 sim: deps bin/kvsim
 	@mkdir -p $(SIM_OUT)
 	./bin/kvsim --json $(SIM_OUT)/seed.json --svg $(SIM_OUT)/seed.svg $(SIM_ARGS)
+
+# overload: the fleet's capacity, then 0.8x and 2x of it offered open loop
+# with the overload queue, and 2x without (issue 12, item 5; BENCHMARKS.md).
+overload: deps build bin/kvbench bin/kvmock
+	./scripts/overload.sh
 
 # hostile: the attacks of issue 10 against the built gateway as a separate
 # process (hostile/); prints expected and observed answers, RSS and fds

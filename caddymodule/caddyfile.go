@@ -335,6 +335,7 @@ func parseRouterHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //		tokenize_cache <tokens>
 //		request_usage on|off
 //		explain on|off
+//		overload [off] { ... }   (overload_config.go)
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
@@ -366,6 +367,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if v, err = parseBool(d); err == nil {
 				h.Explain = *v
 			}
+		case "overload":
+			h.Overload, err = unmarshalOverload(d)
 		default:
 			return d.Errf("unrecognized subdirective %s", d.Val())
 		}

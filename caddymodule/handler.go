@@ -89,6 +89,15 @@ type Handler struct {
 	// candidates, their cached blocks, load and cost. Default: false.
 	Explain bool `json:"explain,omitempty"`
 
+	// Overload holds requests back while every worker of their model is
+	// busy, in a bounded queue with priority classes, and marks workers
+	// that answer "overloaded" busy rather than failed
+	// (overload_config.go, docs/overload.md). Default: on, with the
+	// defaults of OverloadConfig.
+	Overload *OverloadConfig `json:"overload,omitempty"`
+
+	overload  overloadSettings
+	queue     *overloadQueue // nil with the queue off
 	router    *selection.Router
 	tokenizer *tokenizer
 	logger    *zap.Logger
@@ -113,6 +122,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.router = app.Router()
+	if h.overload, err = h.Overload.settings(); err != nil {
+		return err
+	}
+	if !h.overload.off {
+		h.queue = newOverloadQueue(h.overload, h.router.PartitionBusy)
+	}
 	if h.MaxBodySize == 0 {
 		h.MaxBodySize = 16 << 20
 	}
@@ -136,6 +151,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// Cleanup answers the requests waiting in the overload queue with 429:
+// the handler is going away.
+func (h *Handler) Cleanup() error {
+	if h.queue != nil {
+		h.queue.close()
+	}
+	return nil
+}
+
 // Validate checks the handler's settings.
 func (h *Handler) Validate() error {
 	if h.MaxBodySize < 0 {
@@ -147,7 +171,8 @@ func (h *Handler) Validate() error {
 	if h.TokenizeCache != nil && *h.TokenizeCache < 0 {
 		return errors.New("tokenize_cache must not be negative")
 	}
-	return nil
+	_, err := h.Overload.settings()
+	return err
 }
 
 // openAIRequest is what the handler reads of a completions or chat body.
@@ -237,8 +262,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// No tokens: book the request by load alone (an empty prompt).
 		mode, req.TokenIDs = "load", []uint32{}
 	}
-	start := time.Now()
-	res, err := h.router.Reserve(req, h.Explain)
+	// Through the overload queue when every worker is busy
+	// (overload_handler.go).
+	res, took, answered, err := h.reserve(w, r, req, mode)
+	if answered {
+		return nil
+	}
 	if err != nil {
 		// A model no worker serves (404), or a served one none of whose
 		// workers can take the request now (none schedulable, a hard
@@ -255,8 +284,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return h.refuse(w, status, err)
 	}
-	defer res.Release() // runs on return, on panic(http.ErrAbortHandler) and after a client cancel
-	observeSelection(res.Response(), len(req.TokenIDs), mode, time.Since(start))
+	// Runs on return, on panic(http.ErrAbortHandler) and after a client
+	// cancel; the freed capacity may admit a waiting request.
+	defer h.kickQueue(req.Partition)
+	defer res.Release()
+	observeSelection(res.Response(), len(req.TokenIDs), mode, took)
 	d := &decision{res: res, explain: h.Explain}
 	caddyhttp.SetVar(r.Context(), decisionVar, d)
 	d.annotate(w, r)
@@ -267,6 +299,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		out = strip
 	}
 	pw := newPrefillWriter(out, res, arrived)
+	pw.overload, pw.health = &h.overload, h.router.Health()
+	if h.queue != nil {
+		pw.prefilled = func() { h.kickQueue(req.Partition) }
+	}
 	defer pw.done()
 	err = next.ServeHTTP(pw, r)
 	if strip != nil {
@@ -396,6 +432,12 @@ type prefillWriter struct {
 	status      int
 	wroteHeader bool
 	firstByte   bool
+	// overload and health mark a worker that answers "overloaded" busy
+	// (overload_worker.go); prefilled, when set, runs at the first body
+	// byte, when the worker's prefill capacity frees.
+	overload  *overloadSettings
+	health    *selection.Health
+	prefilled func()
 }
 
 // tails pools the response tails, a fixed 8 KiB each.
@@ -418,7 +460,14 @@ func (w *prefillWriter) WriteHeader(status int) {
 	if !w.wroteHeader && status >= 200 {
 		w.wroteHeader = true
 		w.status = status
-		w.res.Answered(status)
+		report := status
+		if busy, d := overloadedAnswer(status, w.Header()); busy && w.overload != nil {
+			if resp := w.res.Response(); resp != nil {
+				w.overload.markOverloaded(w.health, resp, d)
+			}
+			report = http.StatusTooManyRequests // busy, neither failed nor working
+		}
+		w.res.Answered(report)
 	}
 	w.ResponseWriterWrapper.WriteHeader(status)
 }
@@ -431,6 +480,9 @@ func (w *prefillWriter) Write(b []byte) (int, error) {
 		w.res.PrefillDone()
 		if !w.firstByte {
 			w.firstByte = true
+			if w.prefilled != nil {
+				w.prefilled()
+			}
 			if resp := w.res.Response(); resp != nil {
 				ttftSeconds.WithLabelValues(resp.ModelName).Observe(time.Since(w.arrived).Seconds())
 			}
@@ -453,6 +505,7 @@ type writerOnly struct{ io.Writer }
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 	_ caddyfile.Unmarshaler       = (*Handler)(nil)
 	_ io.ReaderFrom               = (*prefillWriter)(nil)

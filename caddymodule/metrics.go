@@ -95,7 +95,8 @@ func registeredCollectors() []prometheus.Collector {
 		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
 		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
 		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal, engineFactsCollector{}, discoveryCollector{}}
-	return append(cs, selectTimingCollectors...)
+	cs = append(cs, selectTimingCollectors...)
+	return append(cs, overloadCollectors()...)
 }
 
 // Proxy-path metrics: package-level, so they carry on across reloads. The

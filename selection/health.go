@@ -60,6 +60,9 @@ type Health struct {
 
 	mu      sync.Mutex
 	workers map[uint64]*workerHealth
+	// busy holds, per worker that answered "overloaded", when its mark
+	// ends (busy.go).
+	busy map[uint64]time.Time
 }
 
 // ReportFailure records that a worker failed a request: a dial error, or
@@ -105,11 +108,12 @@ func (h *Health) ReportStatus(workerID uint64, status int) {
 	}
 }
 
-// forget drops a worker's failure history.
+// forget drops a worker's failure history and busy mark.
 func (h *Health) forget(id uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.workers, id)
+	delete(h.busy, id)
 }
 
 // WorkerDown reports whether the router has taken a worker out as

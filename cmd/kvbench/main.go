@@ -23,6 +23,10 @@
 //	                     (--compare) and report what run reports plus
 //	                     the hit ratio as a share of two ceilings the
 //	                     trace allows (replay.go, trace.go)
+//	kvbench openloop     streamed completions of fresh prompts arriving
+//	                     at a fixed mean rate (open loop), or a closed
+//	                     loop for the fleet's capacity: admitted TTFT and
+//	                     the 429s (openloop.go)
 //	kvbench stats        read a gateway's selection latency histogram and
 //	                     KV-event counters (and a kvmock fleet's): wait
 //	                     until every worker is followed, record them before
@@ -64,8 +68,15 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "openloop" {
+		if err := runOpenLoop(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "kvbench openloop:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "select" && os.Args[1] != "completions" {
-		fmt.Fprintln(os.Stderr, "usage: kvbench select|completions|sink|run|replay|stats [flags]   (see kvbench run -h, kvbench replay -h)")
+		fmt.Fprintln(os.Stderr, "usage: kvbench select|completions|sink|run|replay|openloop|stats [flags]   (see kvbench run -h, kvbench replay -h)")
 		os.Exit(2)
 	}
 	mode := os.Args[1]

@@ -1,0 +1,87 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// reserve runs the request through the overload queue and books a
+// worker; answered is true when the request was answered 429 instead (or
+// its client left). A request that went straight on, on a not-busy answer
+// up to clearFor old, and found every worker full (503) waits in the
+// queue and tries once more, so that it is not refused for the age of
+// that answer. took is the time the booking itself took.
+func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, req *selection.SelectRequest, mode string) (res *selection.Reservation, took time.Duration, answered bool, err error) {
+	queued, ok := h.admitOrShed(w, r, req.Partition, mode)
+	if !ok {
+		return nil, 0, true, nil
+	}
+	start := time.Now()
+	res, err = h.router.Reserve(req, h.Explain)
+	took = time.Since(start)
+	h.kickQueue(req.Partition) // the next waiter may look for capacity now
+	if err == nil || h.queue == nil || queued || selection.StatusOf(err) != http.StatusServiceUnavailable {
+		return res, took, false, err
+	}
+	h.queue.forgetClear(req.Partition.Key())
+	if _, ok := h.admitOrShed(w, r, req.Partition, mode); !ok {
+		return nil, 0, true, nil
+	}
+	start = time.Now()
+	res, err = h.router.Reserve(req, h.Explain)
+	took = time.Since(start)
+	h.kickQueue(req.Partition)
+	return res, took, false, err
+}
+
+// admitOrShed runs a request through the overload queue: ok when it may
+// book a worker (queued: after a wait); not ok when it was answered 429
+// (or its client left).
+func (h *Handler) admitOrShed(w http.ResponseWriter, r *http.Request, part selection.Partition, mode string) (queued, ok bool) {
+	if h.queue == nil {
+		return false, true
+	}
+	class := h.overload.class(strings.TrimSpace(r.Header.Get(h.overload.priorityHeader)))
+	a := h.queue.wait(r.Context(), part, class)
+	model := part.Key().Model
+	if a.shed == "" {
+		if a.queued {
+			queueAdmittedTotal.WithLabelValues(model).Inc()
+			queueWaitSeconds.WithLabelValues(model, "admitted").Observe(a.waited.Seconds())
+		}
+		return a.queued, true
+	}
+	queueShedTotal.WithLabelValues(model, string(a.shed)).Inc()
+	if a.queued {
+		queueWaitSeconds.WithLabelValues(model, "shed").Observe(a.waited.Seconds())
+	}
+	if a.shed == shedCanceled {
+		return true, false // no one to answer
+	}
+	requestsTotal.WithLabelValues(model, "shed", mode).Inc()
+	w.Header().Set("Retry-After", h.overload.retryAfterSeconds())
+	writeOpenAIError(w, http.StatusTooManyRequests, shedMessage(a.shed, h.overload.maxWait))
+	return true, false
+}
+
+// shedMessage is the client-facing text of a 429 from the queue.
+func shedMessage(reason shedReason, maxWait fmt.Stringer) string {
+	switch reason {
+	case shedDeadline:
+		return fmt.Sprintf("every worker of the model stayed busy for %s; retry later", maxWait)
+	case shedClosing:
+		return "the gateway is reloading; retry"
+	}
+	return "every worker of the model is busy and the queue is full; retry later"
+}
+
+// kickQueue wakes the head of the partition's line, if any.
+func (h *Handler) kickQueue(part selection.Partition) {
+	if h.queue != nil {
+		h.queue.kick(part.Key())
+	}
+}

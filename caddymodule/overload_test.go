@@ -1,0 +1,263 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+func TestOverloadSettingsDefaultsAndClasses(t *testing.T) {
+	s, err := (*OverloadConfig)(nil).settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.off || s.queueSize != 1024 || s.maxWait != 5*time.Second || s.priorityHeader != "X-Priority" ||
+		s.busyFor != time.Second || s.busyMax != 10*time.Second {
+		t.Fatalf("defaults: %+v", s)
+	}
+	for value, want := range map[string]int{"high": 0, "normal": 1, "low": 2, "": 1, "HIGH": 1, "critical": 1} {
+		if got := s.class(value); got != want {
+			t.Errorf("class(%q) = %d, want %d", value, got, want)
+		}
+	}
+	s, err = (&OverloadConfig{PriorityClasses: []string{"gold", "silver", "bronze"}}).settings()
+	if err != nil || s.class("platinum") != 2 {
+		t.Fatalf("custom classes: the default must be the last: %+v %v", s, err)
+	}
+	for _, bad := range []OverloadConfig{
+		{QueueSize: -1}, {QueueSize: maxQueueSize + 1}, {MaxWait: -1},
+		{PriorityClasses: []string{"a", "a"}}, {PriorityClasses: []string{"a", ""}},
+		{DefaultPriority: "urgent"}, {PriorityClasses: []string{"a"}, DefaultPriority: "normal"},
+	} {
+		if _, err := bad.settings(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+func TestOverloadCaddyfile(t *testing.T) {
+	var h Handler
+	d := caddyfile.NewTestDispenser(`kv_router {
+		overload {
+			queue_size 10
+			max_wait 250ms
+			priority_header X-Tier
+			priority_classes gold silver
+			default_priority silver
+			worker_busy_for 2s
+			worker_busy_max 30s
+		}
+	}`)
+	if err := h.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	o := h.Overload
+	if o.Off || o.QueueSize != 10 || time.Duration(o.MaxWait) != 250*time.Millisecond || o.PriorityHeader != "X-Tier" ||
+		strings.Join(o.PriorityClasses, ",") != "gold,silver" || o.DefaultPriority != "silver" ||
+		time.Duration(o.WorkerBusyFor) != 2*time.Second || time.Duration(o.WorkerBusyMax) != 30*time.Second {
+		t.Fatalf("parsed %+v", o)
+	}
+	// The JSON it adapts to says the same.
+	b, err := json.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Handler
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back.Overload, h.Overload) {
+		t.Fatalf("JSON %s round-trips to %+v (%v)", b, back.Overload, err)
+	}
+	h = Handler{}
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("kv_router {\n overload off\n}")); err != nil || !h.Overload.Off {
+		t.Fatalf("overload off: %+v %v", h.Overload, err)
+	}
+	for _, bad := range []string{"overload on", "overload {\n bogus 1\n}", "overload {\n priority_classes\n}"} {
+		h = Handler{}
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("kv_router {\n" + bad + "\n}")); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// A newcomer that, at the rate the line has been admitting requests,
+// would wait past max_wait is refused on arrival.
+func TestOverloadPredictedWaitSheds(t *testing.T) {
+	s, _ := (&OverloadConfig{MaxWait: 1_000_000_000}).settings()
+	q := newOverloadQueue(s, func(selection.Partition) (bool, bool) { return true, true })
+	now := time.Unix(1000, 0)
+	q.now = func() time.Time { return now }
+	key := selection.PartitionKey{Model: "m"}
+	line := &waitLine{classes: make([][]*waiter, len(s.classes))}
+	q.lines[key] = line
+	for i := range 11 { // ten admissions a second
+		line.admits[i] = now.Add(time.Duration(i-10) * 100 * time.Millisecond)
+	}
+	line.nAdmit = 11
+	for i := range 5 {
+		if r := q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1)}, now); r != "" {
+			t.Fatalf("waiter %d (predicted wait %v) refused: %s", i, time.Duration(i+1)*100*time.Millisecond, r)
+		}
+	}
+	// The fifth waits 0.5 s, predictMargin of max_wait; the sixth would
+	// wait 0.6 s.
+	if r := q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1)}, now); r != shedPredictedWait {
+		t.Fatalf("the sixth: %q, want predicted_wait", r)
+	}
+	// A higher class waits only behind its own and higher: it may wait.
+	if r := q.enqueue(key, &waiter{class: 0, wake: make(chan struct{}, 1)}, now); r != "" {
+		t.Fatalf("a high-class newcomer refused: %s", r)
+	}
+	// After an idle spell the old rate says nothing: no prediction.
+	if r := q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1)}, now.Add(2*time.Second)); r != "" {
+		t.Fatalf("refused on a stale rate: %s", r)
+	}
+}
+
+// Cleanup refuses the waiting requests and later ones.
+func TestOverloadCloseReleasesWaiters(t *testing.T) {
+	s, _ := (&OverloadConfig{}).settings()
+	var busy atomic.Bool
+	busy.Store(true)
+	q := newOverloadQueue(s, func(selection.Partition) (bool, bool) { return busy.Load(), true })
+	part := selection.Partition{ModelName: "m"}
+	done := make(chan admission)
+	go func() { done <- q.wait(context.Background(), part, 1) }()
+	for q.depth(part.Key()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	q.close()
+	if a := <-done; a.shed != shedClosing || !a.queued {
+		t.Fatalf("a waiter at close: %+v", a)
+	}
+	if q.depth(part.Key()) != 0 {
+		t.Fatal("the closed queue still holds a waiter")
+	}
+	if a := q.wait(context.Background(), part, 1); a.shed != shedClosing {
+		t.Fatalf("a request after close: %+v", a)
+	}
+	busy.Store(false)
+	if a := q.wait(context.Background(), part, 1); a.shed != "" || a.queued {
+		t.Fatalf("with capacity, even a closed queue lets requests go straight on: %+v", a)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"": 0, "3": 3 * time.Second, " 0 ": 0, "-1": 0, "soon": 0,
+		now.Add(5 * time.Second).Format(http.TimeFormat): 5 * time.Second,
+		now.Add(-time.Hour).Format(http.TimeFormat):      0,
+	} {
+		if got := parseRetryAfter(v, now); got != want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", v, got, want)
+		}
+	}
+	for _, c := range []struct {
+		status int
+		ra     string
+		busy   bool
+	}{{429, "", true}, {503, "2", true}, {503, "", false}, {502, "2", false}, {200, "2", false}} {
+		h := http.Header{}
+		if c.ra != "" {
+			h.Set("Retry-After", c.ra)
+		}
+		if busy, _ := overloadedAnswer(c.status, h); busy != c.busy {
+			t.Errorf("status %d Retry-After %q: busy %v", c.status, c.ra, busy)
+		}
+	}
+}
+
+// A partition found not busy is not asked again for clearFor; one the
+// router does not know gets no line.
+func TestOverloadFastPathAsksSparingly(t *testing.T) {
+	s, _ := (&OverloadConfig{}).settings()
+	var asked atomic.Int64
+	q := newOverloadQueue(s, func(p selection.Partition) (bool, bool) {
+		asked.Add(1)
+		return false, p.ModelName == "m" && p.RoutingGroup == ""
+	})
+	now := time.Unix(1000, 0)
+	q.now = func() time.Time { return now }
+	served := selection.Partition{ModelName: "m"}
+	for range 3 {
+		if a := q.wait(context.Background(), served, 1); a.queued || a.shed != "" {
+			t.Fatalf("an idle partition: %+v", a)
+		}
+	}
+	if asked.Load() != 1 {
+		t.Fatalf("asked the router %d times within clearFor", asked.Load())
+	}
+	now = now.Add(clearFor)
+	q.wait(context.Background(), served, 1)
+	if asked.Load() != 2 {
+		t.Fatalf("not asked again after clearFor: %d", asked.Load())
+	}
+	for i := range 100 {
+		q.wait(context.Background(), selection.Partition{ModelName: "m", RoutingGroup: strconv.Itoa(i)}, 1)
+	}
+	if len(q.lines) != 1 {
+		t.Fatalf("%d lines: unknown partitions got lines", len(q.lines))
+	}
+}
+
+// A request that went straight on, on a not-busy answer still reused,
+// and found every worker full waits in the queue instead of getting 503,
+// and books the worker once it frees.
+func TestOverloadStaleClearRequeues(t *testing.T) {
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents = false
+	cfg.MaxReservationsPerRank = 1
+	router, err := selection.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer router.Close()
+	id, endpoint, bs := uint64(1), "127.0.0.1:9", uint32(4)
+	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &endpoint, BlockSize: &bs}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := (&OverloadConfig{}).settings()
+	h := &Handler{router: router, overload: s, queue: newOverloadQueue(s, router.PartitionBusy)}
+	h.queue.clearFor = time.Hour // the first answer is reused throughout
+	request := func() (*selection.Reservation, error, bool) {
+		req := &selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}}}
+		r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+		res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, "kv")
+		return res, err, answered
+	}
+	first, err, answered := request()
+	if err != nil || answered {
+		t.Fatalf("first request: %v %v", err, answered)
+	}
+	type outcome struct {
+		res      *selection.Reservation
+		err      error
+		answered bool
+	}
+	second := make(chan outcome, 1)
+	go func() { res, err, answered := request(); second <- outcome{res, err, answered} }()
+	for h.queue.depth((&selection.Partition{}).Key()) == 0 {
+		select {
+		case o := <-second:
+			t.Fatalf("the second request did not wait: %v (answered %v)", o.err, o.answered)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	first.Release()
+	h.kickQueue(selection.Partition{})
+	o := <-second
+	if o.err != nil || o.answered || o.res == nil {
+		t.Fatalf("the waiting request: %v (answered %v)", o.err, o.answered)
+	}
+	o.res.Release()
+}
