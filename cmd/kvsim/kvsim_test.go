@@ -196,7 +196,7 @@ func TestTraceReplay(t *testing.T) {
 	path := writeTrace(t)
 	out, rep := runKvsim(t, "--trace", path, "--requests", "0", "--speed", "1", "--max-model-len", "1300",
 		"--workers", "4", "--block-size", "64", "--kv-blocks", "256", "--prefill-rate", "20000", "--decode-time", "5ms",
-		"--policies", "oracle,kv_router,round_robin")
+		"--policies", "oracle,kv_router,round_robin,first_block")
 	t.Log("\n" + out)
 	if rep.Skipped != 1 {
 		t.Errorf("skipped %d, want the one request longer than --max-model-len", rep.Skipped)
@@ -212,6 +212,11 @@ func TestTraceReplay(t *testing.T) {
 	// that is the hit ratio's ceiling.
 	if o, kv, rr := r["oracle"].HitRatio, r["kv_router"].HitRatio, r["round_robin"].HitRatio; !(o > 0.5 && kv > 0.5 && kv > rr) {
 		t.Errorf("hit: oracle %.4f kv_router %.4f round_robin %.4f", o, kv, rr)
+	}
+	// Placed by first block, every turn finds the one before it (the
+	// caches hold every conversation): no policy can hit more.
+	if fb := r["first_block"].HitRatio; fb < r["oracle"].HitRatio || fb < r["kv_router"].HitRatio {
+		t.Errorf("first_block hit %.4f below oracle %.4f or kv_router %.4f", fb, r["oracle"].HitRatio, r["kv_router"].HitRatio)
 	}
 	if err := run([]string{"--trace", filepath.Join(t.TempDir(), "none.jsonl")}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 		t.Error("a missing trace was accepted")

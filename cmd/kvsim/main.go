@@ -73,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&c.Warmup, "warmup", 150*time.Second, "virtual time before the measured window (sessions)")
 	fs.DurationVar(&c.Duration, "duration", 300*time.Second, "virtual time the run ends (sessions)")
 	fs.IntVar(&c.Buckets, "buckets", 30, "time buckets of the load-spread series")
-	policies := fs.String("policies", strings.Join(builtinPolicies, ","), "policies to run, in order (built-in names and --router-config names)")
+	policies := fs.String("policies", strings.Join(defaultPolicies, ","), "policies to run, in order (built-in names and --router-config names)")
 	var variantFlags stringList
 	fs.Var(&variantFlags, "router-config", "NAME={json}: a kv_router variant, cost knobs by their Caddyfile names over our defaults (\"base\":\"dynamo\" for Dynamo's); repeatable; add NAME to --policies (it is added at the end if absent)")
 	jsonPath := fs.String("json", "", "write the results as JSON to this file")

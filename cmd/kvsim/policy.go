@@ -206,3 +206,27 @@ func (p *oracle) place(j *job) (*worker, error) {
 	j.estHits = bestHits
 	return best, nil
 }
+
+// firstBlock places every request by its prompt's first block alone, blind
+// to load: all the requests that share a first block (a conversation, a
+// family of prompts with one system prompt) go to one worker. On a trace
+// it keeps every reuse it can, as one cache as large as the fleet's
+// would, as long as no worker's queue evicts a prefix before its next
+// request is admitted; it is the reference that shows what load costs the
+// hit ratio (docs/routing.md). With a system prompt shared by every
+// session it sends them all to one worker, so it is for traces.
+type firstBlock struct {
+	noop
+	s *sim
+}
+
+func (p *firstBlock) place(j *job) (*worker, error) {
+	ws := p.s.workers
+	if len(j.seq.Hashes) == 0 { // a prompt shorter than one block
+		return ws[0], nil
+	}
+	// The engine hash is already well mixed; the multiply spreads it
+	// over the workers whatever their count.
+	h := j.seq.Hashes[0] * 0x9E3779B97F4A7C15
+	return ws[(h>>32)%uint64(len(ws))], nil
+}

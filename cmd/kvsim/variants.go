@@ -12,7 +12,12 @@ import (
 
 // The policies a run can compare, by name; --router-config adds kv_router
 // variants under names of their own.
-var builtinPolicies = []string{"kv_router", "kv_router_dynamo", "round_robin", "least_loaded", "random", "oracle"}
+var builtinPolicies = []string{"kv_router", "kv_router_dynamo", "round_robin", "least_loaded", "random", "oracle", "first_block"}
+
+// defaultPolicies are the ones a run compares unless told otherwise:
+// first_block is left out, since with a system prompt every session
+// shares it sends the whole fleet's work to one worker.
+var defaultPolicies = builtinPolicies[:len(builtinPolicies)-1]
 
 // ourRouterConfig is the gateway's router with its defaults.
 func ourRouterConfig() selection.Config { return selection.GatewayConfig() }
@@ -117,6 +122,8 @@ func newPolicy(s *sim, name string, variants []variant) (policy, error) {
 		return &randomPolicy{s: s, rng: rand.New(rand.NewPCG(s.cfg.Seed, 0x72616e646f6d))}, nil
 	case "oracle":
 		return &oracle{s: s}, nil
+	case "first_block":
+		return &firstBlock{s: s}, nil
 	}
 	for _, v := range variants {
 		if v.name == name {
