@@ -73,22 +73,8 @@ counter_value() {
 	awk -v name="$1" '$1 == name { v = $2 } END { printf "%d", v + 0 }' "$2"
 }
 
-for port in 18080 18092 12019 18000 20001 22001 24001; do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		echo "port $port is in use: is another bench-scale (or something else) running?"
-		exit 1
-	fi
-done
-
-GW=
-MOCK=
-cleanup() {
-	[ -n "$MOCK" ] && kill "$MOCK" 2>/dev/null
-	[ -n "$GW" ] && kill "$GW" 2>/dev/null
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+ports_free "bench-scale" 18080 18092 12019 18000 20001 22001 24001
+stop_on_exit
 
 ./bin/caddy run --config scripts/bench-scale.Caddyfile --adapter caddyfile >"$OUT/gateway.log" 2>&1 &
 GW=$!

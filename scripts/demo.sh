@@ -46,11 +46,7 @@ echo "== starting 8 simulated workers (kvmock), registered through the selection
 ./bin/kvmock --workers 8 --kv-blocks "$KV_BLOCKS" --register "$API" --admin 127.0.0.1:8000 \
 	--enable-prompt-tokens-details >"$OUT/kvmock.log" 2>&1 &
 MOCK=$!
-for _ in $(seq 1 150); do
-	curl -fsS "$API/ready" 2>/dev/null | grep -q '"schedulable_workers":8' && break
-	sleep 0.1
-done
-curl -fsS "$API/ready" | grep -q '"schedulable_workers":8' || { echo "workers did not register; see $OUT/kvmock.log"; exit 1; }
+wait_workers "$API" 8 "$OUT/kvmock.log" || exit 1
 
 echo "== the agentic trace through each policy ($DURATION each)"
 ./bin/kvbench run --workload agentic --sessions 64 --turns 32 --concurrency 32 --duration "$DURATION" \

@@ -32,3 +32,37 @@ stop_started() {
 	[ -n "${GW:-}" ] && kill "$GW" 2>/dev/null
 	wait 2>/dev/null || true
 }
+
+# ports_free WHAT PORT... exits the script when one of the ports already
+# answers on loopback, naming WHAT (the run that may hold it).
+ports_free() {
+	what=$1
+	shift
+	for port in "$@"; do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "port $port is in use: is another $what (or something else) running?"
+			exit 1
+		fi
+	done
+}
+
+# stop_on_exit makes the script stop what it starts (GW, MOCK; both empty
+# now) when it exits, and exit on INT and TERM.
+stop_on_exit() {
+	GW=
+	MOCK=
+	trap stop_started EXIT
+	trap 'exit 130' INT TERM
+}
+
+# wait_workers API N LOG waits up to 15 s for the selection API at API to
+# count N schedulable workers; if it does not, it says where the fleet's
+# log is and fails.
+wait_workers() {
+	for _ in $(seq 1 150); do
+		curl -fsS "$1/ready" 2>/dev/null | grep -q "\"schedulable_workers\":$2" && return 0
+		sleep 0.1
+	done
+	echo "workers did not register; see $3"
+	return 1
+}

@@ -33,22 +33,8 @@ export OVERLOAD_MAX_WAIT=${OVERLOAD_MAX_WAIT:-250ms}
 
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json
-for port in 28080 28081 28092 29019 28000 28101 28201 28301; do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		echo "port $port is in use: is another make overload (or something else) running?"
-		exit 1
-	fi
-done
-
-GW=
-MOCK=
-cleanup() {
-	[ -n "$MOCK" ] && kill "$MOCK" 2>/dev/null
-	[ -n "$GW" ] && kill "$GW" 2>/dev/null
-	wait 2>/dev/null || true
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+ports_free "make overload" 28080 28081 28092 29019 28000 28101 28201 28301
+stop_on_exit
 
 ./bin/caddy run --config scripts/overload.Caddyfile --adapter caddyfile >"$OUT/gateway.log" 2>&1 &
 GW=$!
@@ -58,11 +44,7 @@ echo "== $WORKERS kvmock workers (20,000 uncached prompt tokens/s each, 5 ms dec
 ./bin/kvmock --workers "$WORKERS" --http-base-port 28100 --zmq-base-port 28200 --replay-base-port 28300 \
 	--admin 127.0.0.1:28000 --register "$API" >"$OUT/kvmock.log" 2>&1 &
 MOCK=$!
-for _ in $(seq 1 150); do
-	curl -fsS "$API/ready" 2>/dev/null | grep -q "\"schedulable_workers\":$WORKERS" && break
-	sleep 0.1
-done
-curl -fsS "$API/ready" | grep -q "\"schedulable_workers\":$WORKERS" || { echo "workers did not register; see $OUT/kvmock.log"; exit 1; }
+wait_workers "$API" "$WORKERS" "$OUT/kvmock.log" || exit 1
 
 LOAD=(--tokens "$TOKENS" --output-tokens "$OUTPUT")
 echo "== capacity: closed loop, $CAPACITY_CLIENTS clients, ${DURATION}, no queue"

@@ -38,12 +38,7 @@ mkdir -p "$OUT"
 
 # Caddyfile.example's listeners, kvmock's admin and its workers' HTTP
 # ports: a gateway or fleet already on them would answer in our place.
-for port in 2019 8080 8081 8082 8083 8092 8000 $(seq 8001 $((8000 + WORKERS))); do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		echo "port $port is in use (another gateway or kvmock running?); stop it first"
-		exit 1
-	fi
-done
+ports_free "gateway or kvmock" 2019 8080 8081 8082 8083 8092 8000 $(seq 8001 $((8000 + WORKERS)))
 
 start_example_gateway "$OUT"
 
@@ -57,11 +52,7 @@ echo "== starting $WORKERS simulated workers (kvmock): $KV_BLOCKS blocks of 16 t
 ./bin/kvmock --workers "$WORKERS" --kv-blocks "$KV_BLOCKS" --block-size 16 --max-model-len "$MAX_MODEL_LEN" \
 	--register "$API" --admin 127.0.0.1:8000 --enable-prompt-tokens-details >"$OUT/kvmock.log" 2>&1 &
 MOCK=$!
-for _ in $(seq 1 150); do
-	curl -fsS "$API/ready" 2>/dev/null | grep -q "\"schedulable_workers\":$WORKERS" && break
-	sleep 0.1
-done
-curl -fsS "$API/ready" | grep -q "\"schedulable_workers\":$WORKERS" || { echo "workers did not register; see $OUT/kvmock.log"; exit 1; }
+wait_workers "$API" "$WORKERS" "$OUT/kvmock.log" || exit 1
 
 echo "== the first $REQUESTS requests of $TRACE at ${SPEED}x through each policy"
 ./bin/kvbench replay --trace "$TRACE" --requests "$REQUESTS" --speed "$SPEED" --max-model-len "$MAX_MODEL_LEN" \
