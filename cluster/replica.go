@@ -22,6 +22,7 @@ type Replica struct {
 	sub     *nats.Subscription
 	subject string // this replica's: <prefix>.r.<name>
 	ctr     *counters
+	cat     *catalogSync // the catalog bucket (catalog.go)
 	log     *zap.Logger
 
 	queue chan event    // own booking events, to publish in order
@@ -73,6 +74,7 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 		subject: cfg.Prefix + ".r." + cfg.Name,
 		queue:   make(chan event, cfg.QueueLength), wake: make(chan struct{}, 1),
 		peers: map[string]*peer{}, refusedAt: map[string]bool{}, stop: make(chan struct{})}
+	r.cat = newCatalogSync(r)
 	opts := []nats.Option{
 		nats.Name("kvrouter-" + cfg.Name),
 		nats.NoEcho(), // a replica's own messages are not news to it
@@ -106,7 +108,9 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 	}
 	_ = r.sub.SetPendingLimits(subPendingMsgs, subPendingBytes)
 	router.SetReplicaSink(r)
+	router.Catalog().SetSink(r)
 	r.wg.Go(r.publish)
+	r.wg.Go(r.cat.run)
 	r.wg.Go(r.tick)
 	if r.nc.IsConnected() {
 		r.back(r.nc)
@@ -121,6 +125,7 @@ func (r *Replica) Close() {
 		return
 	}
 	r.router.ClearReplicaSink(r)
+	r.router.Catalog().ClearSink(r)
 	close(r.stop)
 	r.wg.Wait()
 	r.nc.Close()
@@ -135,6 +140,7 @@ func (r *Replica) Stats() Stats {
 	var s Stats
 	r.ctr.fill(&s)
 	s.Connected = r.connected.Load()
+	s.CatalogSynced = r.cat.open.Load()
 	r.mu.Lock()
 	s.Peers = len(r.peers)
 	s.DigestDiff = make(map[string]uint64, len(r.peers))
@@ -153,6 +159,7 @@ func (r *Replica) lost() {
 		return
 	}
 	r.ctr.outages.Add(1)
+	r.cat.open.Store(false)
 	r.mu.Lock()
 	r.dropPeersLocked()
 	r.mu.Unlock()
@@ -171,6 +178,8 @@ func (r *Replica) back(nc *nats.Conn) {
 	r.announceWanted.Store(true)
 	r.helloWanted.Store(true)
 	r.poke()
+	r.cat.reopen.Store(true) // watch the bucket afresh: its replay brings what changed while away
+	r.cat.poke()
 }
 
 func (r *Replica) poke() {
