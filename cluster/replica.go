@@ -196,14 +196,17 @@ func (r *Replica) dropPeersLocked() {
 	r.peers = map[string]*peer{}
 }
 
-// tick asks for a heartbeat every Heartbeat and, eight times per lease,
-// drops the replicas not heard from within it: a dead replica's bookings
-// stop counting at most an eighth of the lease after the lease.
+// tick asks for a heartbeat every Heartbeat, and drops each replica when
+// its lease runs out: one timer, armed at the earliest lastSeen+lease of
+// the peers (or a lease from now when there are none, which no peer heard
+// later can expire before), so a silent replica's bookings stop counting
+// at its lease, to the timer's precision (a millisecond or so), not at the
+// next check.
 func (r *Replica) tick() {
 	beat := time.NewTicker(r.cfg.Heartbeat)
 	defer beat.Stop()
-	check := time.NewTicker(r.cfg.Lease / 8)
-	defer check.Stop()
+	deadline := time.NewTimer(r.cfg.Lease)
+	defer deadline.Stop()
 	for {
 		select {
 		case <-r.stop:
@@ -211,23 +214,32 @@ func (r *Replica) tick() {
 		case <-beat.C:
 			r.heartbeatWanted.Store(true)
 			r.poke()
-		case <-check.C:
-			r.expire(time.Now())
+		case now := <-deadline.C:
+			next := r.expire(now)
+			deadline.Reset(next.Sub(time.Now()))
 		}
 	}
 }
 
-// expire drops the bookings of every replica silent for longer than the lease.
-func (r *Replica) expire(now time.Time) {
+// expire drops the bookings of every replica silent for the lease or
+// longer, and returns when the next lease of those left runs out.
+func (r *Replica) expire(now time.Time) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	next := now.Add(r.cfg.Lease)
 	for origin, p := range r.peers {
-		if now.Sub(p.lastSeen) > r.cfg.Lease {
+		end := p.lastSeen.Add(r.cfg.Lease)
+		if !now.Before(end) {
 			n := r.router.Remote().DropOrigin(origin)
 			delete(r.peers, origin)
 			r.ctr.leaseExpiries.Add(1)
 			r.log.Warn("replica silent past its lease: its bookings are dropped",
 				zap.String("replica", origin), zap.Int("bookings", n), zap.Duration("lease", r.cfg.Lease))
+			continue
+		}
+		if end.Before(next) {
+			next = end
 		}
 	}
+	return next
 }
