@@ -7,7 +7,9 @@
 #   2. NATS stopped for 30 s under traffic through both, then started:
 #      requests failed, how long until both are connected and hear each
 #      other again, and whether, once the traffic ends, both replicas'
-#      loads are back to zero (no booking lost or left behind).
+#      loads are back to zero (no booking lost or left behind);
+#   3. a worker registered through A's selection API: how long until B's
+#      catalog has it, and, deleted on A, until B's has it no more.
 LEASE=${DEMO_LEASE:-3s}
 
 # until_within SECONDS CMD... runs CMD every 50 ms until it succeeds, for
@@ -76,4 +78,19 @@ echo "   requests through both: exit $rc; $(grep -E '^split' "$OUT/drill2.txt" |
 sleep 1
 echo "   after the traffic: active requests in A's loads $(active 8191), in B's $(active 8192); remote bookings A $(metric 2120 kvrouter_cluster_remote_bookings), B $(metric 2121 kvrouter_cluster_remote_bookings)"
 echo "   outages counted: A $(metric 2120 kvrouter_cluster_outages_total), B $(metric 2121 kvrouter_cluster_outages_total)"
+
+echo "== drill 3: a worker registered through A's API, then deleted there"
+on_b() { curl -fsS "http://127.0.0.1:8192/workers/100" >/dev/null 2>&1; }
+not_on_b() { ! on_b; }
+auth=(-H "Authorization: Bearer $KVROUTER_WRITE_TOKEN" -H "Content-Type: application/json")
+t0=$(now_ms)
+curl -fsS "${auth[@]}" -X POST "http://127.0.0.1:8191/workers" \
+	-d '{"worker_id":100,"endpoint":"127.0.0.1:8001","block_size":16}' >/dev/null
+until_within 10 on_b || echo "   B does not have the worker 10 s after it was registered on A"
+t1=$(now_ms)
+curl -fsS "${auth[@]}" -X DELETE "http://127.0.0.1:8191/workers/100" >/dev/null
+until_within 10 not_on_b || echo "   B still has the worker 10 s after it was deleted on A"
+t2=$(now_ms)
+echo "   registered on A: on B $((t1 - t0)) ms later; deleted on A: gone from B $((t2 - t1)) ms later"
+echo "   catalog bucket watched: A $(metric 2120 kvrouter_cluster_catalog_synced), B $(metric 2121 kvrouter_cluster_catalog_synced); writes published by A $(metric 2120 kvrouter_cluster_catalog_writes_total), applied by B $(metric 2121 kvrouter_cluster_catalog_writes_total)"
 echo "logs: $OUT/"

@@ -73,7 +73,8 @@ caddyfile() {
 		echo "}"
 		if [ -n "${4:-}" ]; then
 			# The selection API, for /loads (read-only: no write token is
-			# needed to read, and the catalog comes from this file).
+			# needed to read) and, in the fault drills, a worker registered
+			# on one replica and read on the other.
 			echo ":$(($2 + 10)) {"
 			echo "	bind 127.0.0.1"
 			echo "	kv_selection {"
@@ -119,8 +120,12 @@ metric() {
 	curl -fsS "http://localhost:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.0f\n", s }'
 }
 
+# JetStream (-js) holds the catalog bucket; its store (-sd) outlives a
+# restart of the server, as a deployed one's does, and starts empty with
+# each run of the demo.
+rm -rf "$OUT/nats-store"
 start_nats() {
-	./bin/nats-server -a 127.0.0.1 -p "$NATS_PORT" >>"$OUT/nats.log" 2>&1 &
+	./bin/nats-server -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$OUT/nats-store" >>"$OUT/nats.log" 2>&1 &
 	PIDS+=($!)
 	NATS=$!
 }
