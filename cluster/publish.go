@@ -23,6 +23,12 @@ func (r *Replica) OutputBlock(id string, decay *float64) {
 // Freed implements selection.ReplicaSink.
 func (r *Replica) Freed(id string) { r.enqueue(event{Kind: kindFree, ID: id}) }
 
+// WorkerHealth implements selection.HealthSink.
+func (r *Replica) WorkerHealth(id uint64, down bool) {
+	r.ctr.healthShared.Add(1)
+	r.enqueue(event{Kind: kindHealth, Worker: id, Down: down})
+}
+
 func reserveEvent(rec *selection.BookingRecord, maxHashes int) event {
 	h := rec.Hashes
 	if len(h) > maxHashes {

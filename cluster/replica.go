@@ -109,6 +109,7 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 	_ = r.sub.SetPendingLimits(subPendingMsgs, subPendingBytes)
 	router.SetReplicaSink(r)
 	router.Catalog().SetSink(r)
+	router.Health().SetSink(r)
 	r.wg.Go(r.publish)
 	r.wg.Go(r.cat.run)
 	r.wg.Go(r.tick)
@@ -126,6 +127,7 @@ func (r *Replica) Close() {
 	}
 	r.router.ClearReplicaSink(r)
 	r.router.Catalog().ClearSink(r)
+	r.router.Health().ClearSink(r)
 	close(r.stop)
 	r.wg.Wait()
 	r.nc.Close()
@@ -216,7 +218,7 @@ func (r *Replica) tick() {
 			r.poke()
 		case now := <-deadline.C:
 			next := r.expire(now)
-			deadline.Reset(next.Sub(time.Now()))
+			deadline.Reset(time.Until(next))
 		}
 	}
 }

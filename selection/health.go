@@ -60,6 +60,8 @@ type Health struct {
 
 	mu      sync.Mutex
 	workers map[uint64]*workerHealth
+	// out hears this router's decisions, for the other replicas (replica_health.go).
+	out healthOut
 }
 
 // ReportFailure records that a worker failed a request: a dial error, or
@@ -161,6 +163,7 @@ func (h *Health) sweep() {
 	h.mu.Unlock()
 	for _, id := range takeOut {
 		h.setDown(id, true)
+		h.shared(id, true)
 	}
 	sem := make(chan struct{}, probeParallel)
 	var wg sync.WaitGroup
@@ -193,6 +196,7 @@ func (h *Health) sweep() {
 			h.mu.Unlock()
 			if back {
 				h.setDown(id, false)
+				h.shared(id, false)
 			}
 		}(id, w, *rec.Endpoint)
 	}
