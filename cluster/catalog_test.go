@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -248,4 +249,31 @@ func natsServerIn(t testing.TB, port int, dir string, jetStream bool) *server.Se
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s
+}
+
+// TestCatalogWriteVisibleLatency measures how long a worker registered
+// through A's API takes to show in B's catalog, over 100 registrations on
+// loopback (reported, not asserted: timing belongs to the figures).
+func TestCatalogWriteVisibleLatency(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil)
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 5*time.Second, "both watch the bucket", func() bool { return ra.Stats().CatalogSynced && rb.Stats().CatalogSynced })
+	base := apiServer(t, a)
+	var lat []time.Duration
+	for i := range 100 {
+		id := uint64(1000 + i)
+		start := time.Now()
+		register(t, base, id, "127.0.0.1:"+strconv.Itoa(10000+i))
+		for endpointOn(b, id) == "" {
+			if time.Since(start) > 3*time.Second {
+				t.Fatalf("worker %d not on B", id)
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	t.Logf("worker registered through A's API, in B's catalog: p50 %v p99 %v max %v (100 registrations, the HTTP call included)", lat[50], lat[98], lat[99])
 }
