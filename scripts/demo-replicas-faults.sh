@@ -80,7 +80,7 @@ echo "   after the traffic: active requests in A's loads $(active $((8191 + PORT
 echo "   outages counted: A $(metric $((2120 + PORT_OFFSET)) kvrouter_cluster_outages_total), B $(metric $((2121 + PORT_OFFSET)) kvrouter_cluster_outages_total)"
 
 echo "== drill 3: a worker registered through A's API, then deleted there"
-on_b() { curl -fsS "http://127.0.0.1:$((8192 + PORT_OFFSET))/workers/100" >/dev/null 2>&1; }
+on_b() { curl -fsS "http://127.0.0.1:$((8192 + PORT_OFFSET))/workers" | grep -q '"worker_id":100,'; }
 not_on_b() { ! on_b; }
 auth=(-H "Authorization: Bearer $KVROUTER_WRITE_TOKEN" -H "Content-Type: application/json")
 t0=$(now_ms)
