@@ -33,6 +33,10 @@ var (
 		"1 while this replica watches the catalog bucket (workers registered through the API are shared); 0 while it cannot (NATS away, or no JetStream on the server).", nil, nil)
 	clusterCatalogWritesDesc = prometheus.NewDesc("kvrouter_cluster_catalog_writes_total",
 		"Catalog writes through the catalog bucket: published (this replica's API writes put in it) and applied (other replicas' writes applied here).", []string{"direction"}, nil)
+	clusterHealthDesc = prometheus.NewDesc("kvrouter_cluster_health_observations_total",
+		"Worker-health observations (a worker taken out or brought back): shared (this replica's own, told the others) and applied (the others', applied here).", []string{"direction"}, nil)
+	clusterApproxAppliedDesc = prometheus.NewDesc("kvrouter_cluster_approx_records_applied_total",
+		"Other replicas' approximate-index records (a booked prompt's blocks on a rank) applied to this replica's index (approximate mode).", nil, nil)
 	clusterCatalogUnavailableDesc = prometheus.NewDesc("kvrouter_cluster_catalog_unavailable_total",
 		"Connections on which the catalog bucket could not be opened (no JetStream on the server): bookings and leases were shared, API catalog writes were not.", nil, nil)
 )
@@ -42,7 +46,7 @@ type clusterCollector struct{}
 func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{clusterConnectedDesc, clusterPeersDesc, clusterRemoteBookingsDesc, clusterMessagesDesc,
 		clusterBytesDesc, clusterDroppedDesc, clusterRefusedDesc, clusterLeaseExpiriesDesc, clusterOutagesDesc, clusterDigestDiffDesc,
-		clusterCatalogSyncedDesc, clusterCatalogWritesDesc, clusterCatalogUnavailableDesc} {
+		clusterCatalogSyncedDesc, clusterCatalogWritesDesc, clusterCatalogUnavailableDesc, clusterHealthDesc, clusterApproxAppliedDesc} {
 		ch <- d
 	}
 }
@@ -86,6 +90,9 @@ func (clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(clusterCatalogWritesDesc, s.CatalogPublished, "published")
 	counter(clusterCatalogWritesDesc, s.CatalogApplied, "applied")
 	counter(clusterCatalogUnavailableDesc, s.CatalogUnavailable)
+	counter(clusterHealthDesc, s.HealthShared, "shared")
+	counter(clusterHealthDesc, s.HealthApplied, "applied")
+	counter(clusterApproxAppliedDesc, s.ApproxApplied)
 	for name, d := range s.DigestDiff {
 		gauge(clusterDigestDiffDesc, float64(d), name)
 	}

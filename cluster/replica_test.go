@@ -210,27 +210,37 @@ func TestOverBoundBookingsDropped(t *testing.T) {
 	}
 }
 
-// TestIndexDigestDifference: replicas compare their index digests; in
-// approximate mode each learns only its own bookings, so a prompt booked
-// on A is a difference of its blocks on B, and none before.
+// TestIndexDigestDifference: replicas compare their index digests. In
+// approximate mode a booking's record is shared, so only what A recorded
+// before it joined (three blocks) is a difference on B; what it records
+// after is on both.
 func TestIndexDigestDifference(t *testing.T) {
 	s := natsServer(t, 0)
 	a, b := testRouter(t), testRouter(t)
+	book := func(hashes ...uint64) {
+		t.Helper()
+		isl := uint64(16 * len(hashes))
+		if _, err := a.SelectAndReserve(&selection.SelectRequest{
+			Prompt: selection.Prompt{BlockHashes: hashes, SequenceHashes: hashes, ISLTokens: &isl}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	book(11, 12, 13) // before A joins: never told
 	fast := func(c *Config) { c.Heartbeat, c.Lease = 10*time.Millisecond, 200*time.Millisecond }
 	startReplica(t, a, s.ClientURL(), "a", fast)
 	rb := startReplica(t, b, s.ClientURL(), "b", fast)
-	waitFor(t, 5*time.Second, "B compares digests with A", func() bool {
-		_, ok := rb.Stats().DigestDiff["a"]
-		return ok && a.Remote().Total() == 0
-	})
-	time.Sleep(300 * time.Millisecond) // a digest or two of two empty indexes
-	if d := rb.Stats().DigestDiff["a"]; d != 0 {
-		t.Fatalf("two empty indexes differ by %d", d)
-	}
-	isl := uint64(48)
-	if _, err := a.SelectAndReserve(&selection.SelectRequest{
-		Prompt: selection.Prompt{BlockHashes: []uint64{11, 12, 13}, SequenceHashes: []uint64{11, 12, 13}, ISLTokens: &isl}}); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, 5*time.Second, "B sees A's index 3 entries ahead", func() bool { return rb.Stats().DigestDiff["a"] == 3 })
+	book(21, 22)
+	waitFor(t, 5*time.Second, "B records A's second booking", func() bool { return rb.Stats().ApproxApplied == 1 })
+	var entries uint64
+	for _, d := range b.Queries().IndexDigests() {
+		entries += d.Entries
+	}
+	if entries != 2 {
+		t.Fatalf("B's index holds %d entries, want A's second booking's 2", entries)
+	}
+	time.Sleep(100 * time.Millisecond) // a few digests
+	if d := rb.Stats().DigestDiff["a"]; d != 3 {
+		t.Fatalf("digest difference %d after a shared record, want 3", d)
+	}
 }

@@ -34,6 +34,9 @@ type Stats struct {
 	// HealthShared counts workers this replica took out or brought back
 	// and told the others; HealthApplied the others' observations applied.
 	HealthShared, HealthApplied uint64
+	// ApproxApplied counts the others' approximate-index records applied
+	// to this replica's index (approximate mode).
+	ApproxApplied uint64
 	// Announcements counts this replica's announcements of its bookings.
 	Announcements uint64
 	// DigestDiff is, per other replica, how far its prefix index was from
@@ -53,7 +56,7 @@ type counters struct {
 	sentMessages, sentBytes, sentEvents, recvMessages, recvBytes atomic.Uint64
 	leaseExpiries, outages, announcements                        atomic.Uint64
 	catalogPublished, catalogApplied, catalogUnavailable         atomic.Uint64
-	healthShared, healthApplied                                  atomic.Uint64
+	healthShared, healthApplied, approxApplied                   atomic.Uint64
 	dropped                                                      map[string]*atomic.Uint64
 	refused                                                      map[string]*atomic.Uint64
 }
@@ -77,7 +80,7 @@ func (c *counters) fill(s *Stats) {
 	s.RecvMessages, s.RecvBytes = c.recvMessages.Load(), c.recvBytes.Load()
 	s.LeaseExpiries, s.Outages, s.Announcements = c.leaseExpiries.Load(), c.outages.Load(), c.announcements.Load()
 	s.CatalogPublished, s.CatalogApplied, s.CatalogUnavailable = c.catalogPublished.Load(), c.catalogApplied.Load(), c.catalogUnavailable.Load()
-	s.HealthShared, s.HealthApplied = c.healthShared.Load(), c.healthApplied.Load()
+	s.HealthShared, s.HealthApplied, s.ApproxApplied = c.healthShared.Load(), c.healthApplied.Load(), c.approxApplied.Load()
 	s.Dropped, s.Refused = map[string]uint64{}, map[string]uint64{}
 	for r, v := range c.dropped {
 		s.Dropped[r] = v.Load()

@@ -19,6 +19,7 @@ const (
 	kindOutput
 	kindFree
 	kindHealth // a worker the sender took out (Down) or brought back
+	kindApprox // blocks the sender's approximate index recorded as cached on a rank (in Hashes)
 )
 
 type envelope struct {
@@ -29,8 +30,8 @@ type envelope struct {
 	Events      []event `msgpack:"x"`
 }
 
-// event is one step of a booking's life, a heartbeat, a hello or a
-// worker-health observation. Only the fields of its kind are set.
+// event is one step of a booking's life, a heartbeat, a hello, a
+// worker-health observation or an approximate-index record. Only the fields of its kind are set.
 type event struct {
 	Kind    uint8    `msgpack:"k"`
 	ID      string   `msgpack:"i,omitempty"`
