@@ -82,6 +82,12 @@ type ClusterSettings struct {
 	// are dropped, counted, and this replica announces its bookings anew.
 	// Default: 65536.
 	QueueLength int `json:"queue_length,omitempty"`
+
+	// MaxCatalogValueBytes bounds one worker's entry in the catalog bucket
+	// (a worker registered through the selection API, shared with every
+	// replica): a larger write stays on this replica, a larger entry read
+	// is dropped, both counted. At least 1024. Default: 65536 (64 KiB).
+	MaxCatalogValueBytes int `json:"max_catalog_value_bytes,omitempty"`
 }
 
 // validate checks the settings without connecting.
@@ -118,7 +124,7 @@ func (s *ClusterSettings) config(fingerprint uint64, log *zap.Logger) (cluster.C
 		TLSCA: s.TLSCA, TLSCert: s.TLSCert, TLSKey: s.TLSKey,
 		Heartbeat: time.Duration(s.Heartbeat), Lease: time.Duration(s.Lease),
 		MaxRemoteBookings: s.MaxRemoteBookings, MaxMessageBytes: s.MaxMessageBytes,
-		MaxHashes: s.MaxHashes, QueueLength: s.QueueLength,
+		MaxHashes: s.MaxHashes, QueueLength: s.QueueLength, MaxCatalogValueBytes: s.MaxCatalogValueBytes,
 		Fingerprint: fingerprint, Version: buildVersion(), Logger: log}
 	return cluster.Validate(cfg)
 }

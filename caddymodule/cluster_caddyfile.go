@@ -20,6 +20,7 @@ import (
 //		max_message_bytes   <size>
 //		max_hashes          <count>
 //		queue_length        <count>
+//		max_catalog_value_bytes <size>
 //	}
 //
 // The block is optional; the subdirective may be given once.
@@ -64,6 +65,11 @@ func (c *ClusterConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) (bool, error)
 			s.MaxHashes, err = parseCount(d)
 		case "queue_length":
 			s.QueueLength, err = parseCount(d)
+		case "max_catalog_value_bytes":
+			var n int64
+			if n, err = parseSize(d); err == nil {
+				s.MaxCatalogValueBytes = int(n)
+			}
 		default:
 			return true, d.Errf("unrecognized cluster subdirective %s", d.Val())
 		}

@@ -38,12 +38,13 @@ func TestClusterCaddyfile(t *testing.T) {
 					max_message_bytes 64KiB
 					max_hashes 2048
 					queue_length 512
+					max_catalog_value_bytes 8KiB
 				}
 			}`,
 			want: &ClusterSettings{URLs: []string{"nats://n0:4222", "tls://n1:4222"}, Name: "gw_b", Prefix: "edge.kv",
 				Credentials: "/etc/r.creds", TLSCA: "/etc/ca.pem", TLSCert: "/etc/c.pem", TLSKey: "/etc/k.pem",
 				Heartbeat: caddy.Duration(500 * time.Millisecond), Lease: caddy.Duration(2 * time.Second),
-				MaxRemoteBookings: 1000, MaxMessageBytes: 64 << 10, MaxHashes: 2048, QueueLength: 512},
+				MaxRemoteBookings: 1000, MaxMessageBytes: 64 << 10, MaxHashes: 2048, QueueLength: 512, MaxCatalogValueBytes: 8 << 10},
 		},
 		{input: "kv_router {\n cluster\n}", wantErr: "wrong argument count"},
 		{input: "kv_router {\n cluster 127.0.0.1:4222 {\n name a\n }\n}", wantErr: "is not a URL"},
@@ -53,6 +54,7 @@ func TestClusterCaddyfile(t *testing.T) {
 		{input: "kv_router {\n cluster nats://h:1 {\n name a\n bogus 1\n }\n}", wantErr: "unrecognized cluster subdirective"},
 		{input: "kv_router {\n cluster nats://h:1\n cluster nats://h:2\n}", wantErr: "given once"},
 		{input: "kv_router {\n cluster nats://h:1 {\n name a\n max_hashes 100000\n }\n}", wantErr: "cannot carry"},
+		{input: "kv_router {\n cluster nats://h:1 {\n name a\n max_catalog_value_bytes 100\n }\n}", wantErr: "at least 1024"},
 	} {
 		var app App
 		err := app.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))

@@ -37,7 +37,8 @@ func clusterOptions(url string) string {
 // gateway whose config drops the cluster block stops counting on the peer
 // within the lease.
 func TestClusterGatewayAndPeer(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +118,26 @@ func TestClusterGatewayAndPeer(t *testing.T) {
 		t.Fatalf("select_and_reserve: %d %s", res.StatusCode, body)
 	}
 	waitUntil("the peer counts the gateway's booking", func() bool { return peer.Remote().Count("gw") == 1 })
+
+	// A worker registered through the gateway's API is on the peer; the
+	// worker its Caddyfile declares is not sent (the peer has its own 1).
+	res, err = tester.Client.Post(api+"/workers", "application/json",
+		strings.NewReader(`{"worker_id":5,"endpoint":"127.0.0.1:19","block_size":16}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /workers: %d %s", res.StatusCode, body)
+	}
+	waitUntil("the peer has the gateway's registered worker", func() bool {
+		w, ok := peer.Catalog().Worker(5)
+		return ok && w.Schedulable()
+	})
+	if st := rep.Stats(); st.CatalogApplied != 1 {
+		t.Fatalf("the peer applied %d catalog writes, want 1 (the declared worker is not shared)", st.CatalogApplied)
+	}
 
 	// A reload that changes nothing the replicas share (engine facts are
 	// local): the link is kept, nothing is lost.

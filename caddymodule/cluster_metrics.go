@@ -20,7 +20,7 @@ var (
 	clusterBytesDesc = prometheus.NewDesc("kvrouter_cluster_bytes_total",
 		"NATS message bytes this replica sent or received, by direction.", []string{"direction"}, nil)
 	clusterDroppedDesc = prometheus.NewDesc("kvrouter_cluster_dropped_total",
-		"Events not sent or not applied, by reason (queue_full, disconnected, publish_error, oversize, malformed, over_bound, unknown_rank, bad_field).", []string{"reason"}, nil)
+		"Events not sent or not applied, by reason (queue_full, disconnected, publish_error, oversize, malformed, over_bound, unknown_rank, bad_field; catalog_oversize, catalog_malformed, catalog_rejected for the catalog bucket).", []string{"reason"}, nil)
 	clusterRefusedDesc = prometheus.NewDesc("kvrouter_cluster_refused_total",
 		"Messages refused from replicas with other settings (fingerprint), another build (version) or this replica's name (own_name).", []string{"reason"}, nil)
 	clusterLeaseExpiriesDesc = prometheus.NewDesc("kvrouter_cluster_lease_expiries_total",
@@ -29,13 +29,24 @@ var (
 		"How far another replica's prefix index was from this one's at its last digest (every tenth heartbeat): entries on one side and not the other, summed over partitions; 0 when they match.", []string{"replica"}, nil)
 	clusterOutagesDesc = prometheus.NewDesc("kvrouter_cluster_outages_total",
 		"Losses of the NATS connection (this replica routed alone until it returned).", nil, nil)
+	clusterCatalogSyncedDesc = prometheus.NewDesc("kvrouter_cluster_catalog_synced",
+		"1 while this replica watches the catalog bucket (workers registered through the API are shared); 0 while it cannot (NATS away, or no JetStream on the server).", nil, nil)
+	clusterCatalogWritesDesc = prometheus.NewDesc("kvrouter_cluster_catalog_writes_total",
+		"Catalog writes through the catalog bucket: published (this replica's API writes put in it) and applied (other replicas' writes applied here).", []string{"direction"}, nil)
+	clusterHealthDesc = prometheus.NewDesc("kvrouter_cluster_health_observations_total",
+		"Worker-health observations (a worker taken out or brought back): shared (this replica's own, told the others) and applied (the others', applied here).", []string{"direction"}, nil)
+	clusterApproxAppliedDesc = prometheus.NewDesc("kvrouter_cluster_approx_records_applied_total",
+		"Other replicas' approximate-index records (a booked prompt's blocks on a rank) applied to this replica's index (approximate mode).", nil, nil)
+	clusterCatalogUnavailableDesc = prometheus.NewDesc("kvrouter_cluster_catalog_unavailable_total",
+		"Connections on which the catalog bucket could not be opened (no JetStream on the server): bookings and leases were shared, API catalog writes were not.", nil, nil)
 )
 
 type clusterCollector struct{}
 
 func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{clusterConnectedDesc, clusterPeersDesc, clusterRemoteBookingsDesc, clusterMessagesDesc,
-		clusterBytesDesc, clusterDroppedDesc, clusterRefusedDesc, clusterLeaseExpiriesDesc, clusterOutagesDesc, clusterDigestDiffDesc} {
+		clusterBytesDesc, clusterDroppedDesc, clusterRefusedDesc, clusterLeaseExpiriesDesc, clusterOutagesDesc, clusterDigestDiffDesc,
+		clusterCatalogSyncedDesc, clusterCatalogWritesDesc, clusterCatalogUnavailableDesc, clusterHealthDesc, clusterApproxAppliedDesc} {
 		ch <- d
 	}
 }
@@ -71,6 +82,17 @@ func (clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(clusterLeaseExpiriesDesc, s.LeaseExpiries)
 	counter(clusterOutagesDesc, s.Outages)
+	synced := 0.0
+	if s.CatalogSynced {
+		synced = 1
+	}
+	gauge(clusterCatalogSyncedDesc, synced)
+	counter(clusterCatalogWritesDesc, s.CatalogPublished, "published")
+	counter(clusterCatalogWritesDesc, s.CatalogApplied, "applied")
+	counter(clusterCatalogUnavailableDesc, s.CatalogUnavailable)
+	counter(clusterHealthDesc, s.HealthShared, "shared")
+	counter(clusterHealthDesc, s.HealthApplied, "applied")
+	counter(clusterApproxAppliedDesc, s.ApproxApplied)
 	for name, d := range s.DigestDiff {
 		gauge(clusterDigestDiffDesc, float64(d), name)
 	}

@@ -25,6 +25,10 @@ const (
 	DefaultMaxMessageBytes   = 256 << 10
 	DefaultMaxHashes         = 4096
 	DefaultQueueLength       = 65536
+	// DefaultMaxCatalogValueBytes bounds one worker's entry in the catalog
+	// bucket: a registration is a few hundred bytes, its maps and lists
+	// are bounded by the catalog's field bounds.
+	DefaultMaxCatalogValueBytes = 64 << 10
 	// maxNameBytes bounds a replica name: it is a subject token and a map
 	// key on every peer.
 	maxNameBytes = 64
@@ -57,6 +61,9 @@ type Config struct {
 	MaxHashes int
 	// QueueLength bounds the events waiting to be published.
 	QueueLength int
+	// MaxCatalogValueBytes bounds one worker's entry in the catalog bucket,
+	// written or read; a larger one is dropped and counted.
+	MaxCatalogValueBytes int
 	// Fingerprint and Version name the routing settings and the build;
 	// messages from a replica whose differ are refused.
 	Fingerprint uint64
@@ -106,6 +113,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.QueueLength == 0 {
 		c.QueueLength = DefaultQueueLength
+	}
+	if c.MaxCatalogValueBytes == 0 {
+		c.MaxCatalogValueBytes = DefaultMaxCatalogValueBytes
+	}
+	if c.MaxCatalogValueBytes < 1024 {
+		return c, errors.New("cluster: max_catalog_value_bytes must be at least 1024")
 	}
 	if c.MaxRemoteBookings < 0 || c.MaxMessageBytes < 1024 || c.MaxHashes < 0 || c.QueueLength < 1 {
 		return c, errors.New("cluster: max_remote_bookings, max_hashes and queue_length must be positive, max_message_bytes at least 1024")

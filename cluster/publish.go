@@ -23,6 +23,20 @@ func (r *Replica) OutputBlock(id string, decay *float64) {
 // Freed implements selection.ReplicaSink.
 func (r *Replica) Freed(id string) { r.enqueue(event{Kind: kindFree, ID: id}) }
 
+// ApproxRecorded implements selection.ApproxSink: the blocks are copied
+// (a longer prompt's cut to MaxHashes, a prefix is still a chain).
+func (r *Replica) ApproxRecorded(p selection.PartitionKey, rk selection.Rank, blocks []uint64) {
+	blocks = blocks[:min(len(blocks), r.cfg.MaxHashes)]
+	r.enqueue(event{Kind: kindApprox, Model: p.Model, Group: p.Group, Worker: rk.WorkerID, DPRank: rk.DPRank,
+		Hashes: append([]uint64(nil), blocks...)})
+}
+
+// WorkerHealth implements selection.HealthSink.
+func (r *Replica) WorkerHealth(id uint64, down bool) {
+	r.ctr.healthShared.Add(1)
+	r.enqueue(event{Kind: kindHealth, Worker: id, Down: down})
+}
+
 func reserveEvent(rec *selection.BookingRecord, maxHashes int) event {
 	h := rec.Hashes
 	if len(h) > maxHashes {

@@ -96,7 +96,7 @@ func (r *Replica) logRefusal(origin, reason string, env *envelope) {
 // apply applies one event of origin; r.mu is held.
 func (r *Replica) apply(origin string, ev *event) {
 	remote := r.router.Remote()
-	if ev.Kind != kindHeartbeat && ev.Kind != kindHello && (ev.ID == "" || len(ev.ID) > maxIDBytes) {
+	if ev.Kind != kindHeartbeat && ev.Kind != kindHello && ev.Kind != kindHealth && ev.Kind != kindApprox && (ev.ID == "" || len(ev.ID) > maxIDBytes) {
 		r.ctr.drop("bad_field")
 		return
 	}
@@ -126,6 +126,22 @@ func (r *Replica) apply(origin string, ev *event) {
 		remote.OutputBlock(origin, ev.ID, ev.Decay)
 	case kindFree:
 		remote.Free(origin, ev.ID)
+	case kindApprox:
+		if len(ev.Hashes) > r.cfg.MaxHashes || len(ev.Model) > maxPartitionBytes || len(ev.Group) > maxPartitionBytes {
+			r.ctr.drop("bad_field")
+			return
+		}
+		if !r.router.RecordPeerBooking(selection.PartitionKey{Model: ev.Model, Group: ev.Group},
+			selection.Rank{WorkerID: ev.Worker, DPRank: ev.DPRank}, ev.Hashes) {
+			r.ctr.drop("unknown_rank")
+			return
+		}
+		r.ctr.approxApplied.Add(1)
+	case kindHealth:
+		// Applied without r.mu's help but under it: the health tracker
+		// takes its own lock and never calls back into the replica.
+		r.router.Health().ObservedByPeer(ev.Worker, ev.Down)
+		r.ctr.healthApplied.Add(1)
 	default:
 		r.ctr.drop("bad_field")
 	}

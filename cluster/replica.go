@@ -22,6 +22,7 @@ type Replica struct {
 	sub     *nats.Subscription
 	subject string // this replica's: <prefix>.r.<name>
 	ctr     *counters
+	cat     *catalogSync // the catalog bucket (catalog.go)
 	log     *zap.Logger
 
 	queue chan event    // own booking events, to publish in order
@@ -73,6 +74,7 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 		subject: cfg.Prefix + ".r." + cfg.Name,
 		queue:   make(chan event, cfg.QueueLength), wake: make(chan struct{}, 1),
 		peers: map[string]*peer{}, refusedAt: map[string]bool{}, stop: make(chan struct{})}
+	r.cat = newCatalogSync(r)
 	opts := []nats.Option{
 		nats.Name("kvrouter-" + cfg.Name),
 		nats.NoEcho(), // a replica's own messages are not news to it
@@ -106,7 +108,11 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 	}
 	_ = r.sub.SetPendingLimits(subPendingMsgs, subPendingBytes)
 	router.SetReplicaSink(r)
+	router.Catalog().SetSink(r)
+	router.Health().SetSink(r)
+	router.SetApproxSink(r)
 	r.wg.Go(r.publish)
+	r.wg.Go(r.cat.run)
 	r.wg.Go(r.tick)
 	if r.nc.IsConnected() {
 		r.back(r.nc)
@@ -121,6 +127,9 @@ func (r *Replica) Close() {
 		return
 	}
 	r.router.ClearReplicaSink(r)
+	r.router.Catalog().ClearSink(r)
+	r.router.Health().ClearSink(r)
+	r.router.ClearApproxSink(r)
 	close(r.stop)
 	r.wg.Wait()
 	r.nc.Close()
@@ -135,6 +144,7 @@ func (r *Replica) Stats() Stats {
 	var s Stats
 	r.ctr.fill(&s)
 	s.Connected = r.connected.Load()
+	s.CatalogSynced = r.cat.open.Load()
 	r.mu.Lock()
 	s.Peers = len(r.peers)
 	s.DigestDiff = make(map[string]uint64, len(r.peers))
@@ -153,6 +163,7 @@ func (r *Replica) lost() {
 		return
 	}
 	r.ctr.outages.Add(1)
+	r.cat.open.Store(false)
 	r.mu.Lock()
 	r.dropPeersLocked()
 	r.mu.Unlock()
@@ -171,6 +182,8 @@ func (r *Replica) back(nc *nats.Conn) {
 	r.announceWanted.Store(true)
 	r.helloWanted.Store(true)
 	r.poke()
+	r.cat.reopen.Store(true) // watch the bucket afresh: its replay brings what changed while away
+	r.cat.poke()
 }
 
 func (r *Replica) poke() {
@@ -187,14 +200,17 @@ func (r *Replica) dropPeersLocked() {
 	r.peers = map[string]*peer{}
 }
 
-// tick asks for a heartbeat every Heartbeat and, eight times per lease,
-// drops the replicas not heard from within it: a dead replica's bookings
-// stop counting at most an eighth of the lease after the lease.
+// tick asks for a heartbeat every Heartbeat, and drops each replica when
+// its lease runs out: one timer, armed at the earliest lastSeen+lease of
+// the peers (or a lease from now when there are none, which no peer heard
+// later can expire before), so a silent replica's bookings stop counting
+// at its lease, to the timer's precision (a millisecond or so), not at the
+// next check.
 func (r *Replica) tick() {
 	beat := time.NewTicker(r.cfg.Heartbeat)
 	defer beat.Stop()
-	check := time.NewTicker(r.cfg.Lease / 8)
-	defer check.Stop()
+	deadline := time.NewTimer(r.cfg.Lease)
+	defer deadline.Stop()
 	for {
 		select {
 		case <-r.stop:
@@ -202,23 +218,32 @@ func (r *Replica) tick() {
 		case <-beat.C:
 			r.heartbeatWanted.Store(true)
 			r.poke()
-		case <-check.C:
-			r.expire(time.Now())
+		case now := <-deadline.C:
+			next := r.expire(now)
+			deadline.Reset(time.Until(next))
 		}
 	}
 }
 
-// expire drops the bookings of every replica silent for longer than the lease.
-func (r *Replica) expire(now time.Time) {
+// expire drops the bookings of every replica silent for the lease or
+// longer, and returns when the next lease of those left runs out.
+func (r *Replica) expire(now time.Time) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	next := now.Add(r.cfg.Lease)
 	for origin, p := range r.peers {
-		if now.Sub(p.lastSeen) > r.cfg.Lease {
+		end := p.lastSeen.Add(r.cfg.Lease)
+		if !now.Before(end) {
 			n := r.router.Remote().DropOrigin(origin)
 			delete(r.peers, origin)
 			r.ctr.leaseExpiries.Add(1)
 			r.log.Warn("replica silent past its lease: its bookings are dropped",
 				zap.String("replica", origin), zap.Int("bookings", n), zap.Duration("lease", r.cfg.Lease))
+			continue
+		}
+		if end.Before(next) {
+			next = end
 		}
 	}
+	return next
 }

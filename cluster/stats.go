@@ -24,6 +24,19 @@ type Stats struct {
 	LeaseExpiries uint64
 	// Outages counts losses of the NATS connection.
 	Outages uint64
+	// CatalogSynced is true while the catalog bucket is open and watched.
+	CatalogSynced bool
+	// CatalogPublished counts API catalog writes put in the bucket;
+	// CatalogApplied the bucket's writes applied to this catalog;
+	// CatalogUnavailable the times the bucket could not be opened (no
+	// JetStream on the server).
+	CatalogPublished, CatalogApplied, CatalogUnavailable uint64
+	// HealthShared counts workers this replica took out or brought back
+	// and told the others; HealthApplied the others' observations applied.
+	HealthShared, HealthApplied uint64
+	// ApproxApplied counts the others' approximate-index records applied
+	// to this replica's index (approximate mode).
+	ApproxApplied uint64
 	// Announcements counts this replica's announcements of its bookings.
 	Announcements uint64
 	// DigestDiff is, per other replica, how far its prefix index was from
@@ -34,13 +47,16 @@ type Stats struct {
 
 // Drop and refusal reasons.
 var (
-	dropReasons   = []string{"queue_full", "disconnected", "publish_error", "oversize", "malformed", "over_bound", "unknown_rank", "bad_field"}
+	dropReasons = []string{"queue_full", "disconnected", "publish_error", "oversize", "malformed", "over_bound", "unknown_rank", "bad_field",
+		"catalog_oversize", "catalog_malformed", "catalog_rejected"}
 	refuseReasons = []string{"fingerprint", "version", "own_name"}
 )
 
 type counters struct {
 	sentMessages, sentBytes, sentEvents, recvMessages, recvBytes atomic.Uint64
 	leaseExpiries, outages, announcements                        atomic.Uint64
+	catalogPublished, catalogApplied, catalogUnavailable         atomic.Uint64
+	healthShared, healthApplied, approxApplied                   atomic.Uint64
 	dropped                                                      map[string]*atomic.Uint64
 	refused                                                      map[string]*atomic.Uint64
 }
@@ -63,6 +79,8 @@ func (c *counters) fill(s *Stats) {
 	s.SentMessages, s.SentBytes, s.SentEvents = c.sentMessages.Load(), c.sentBytes.Load(), c.sentEvents.Load()
 	s.RecvMessages, s.RecvBytes = c.recvMessages.Load(), c.recvBytes.Load()
 	s.LeaseExpiries, s.Outages, s.Announcements = c.leaseExpiries.Load(), c.outages.Load(), c.announcements.Load()
+	s.CatalogPublished, s.CatalogApplied, s.CatalogUnavailable = c.catalogPublished.Load(), c.catalogApplied.Load(), c.catalogUnavailable.Load()
+	s.HealthShared, s.HealthApplied, s.ApproxApplied = c.healthShared.Load(), c.healthApplied.Load(), c.approxApplied.Load()
 	s.Dropped, s.Refused = map[string]uint64{}, map[string]uint64{}
 	for r, v := range c.dropped {
 		s.Dropped[r] = v.Load()

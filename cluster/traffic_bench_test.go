@@ -35,10 +35,21 @@ func fleetRouter(b *testing.B, n int) *selection.Router {
 // once by the other replica: double them for sent + received), with
 // prompts of 2,048 and 16,384 tokens. Requests here come back to back,
 // so the publisher batches many per message; a proxy's requests, spread
-// over time, batch less (BENCHMARKS.md has both).
+// over time, batch less (BENCHMARKS.md has both). approx=off stops the
+// approximate-index records (the baseline of what sharing them costs).
 func BenchmarkTrafficPerRequest(b *testing.B) {
 	for _, tokens := range []int{2048, 16384} {
-		b.Run(fmt.Sprintf("workers=1024/prompt=%d", tokens), func(b *testing.B) {
+		for _, approx := range []bool{true, false} {
+			b.Run(fmt.Sprintf("workers=1024/prompt=%d/approx=%v", tokens, approx), func(b *testing.B) {
+				benchTraffic(b, tokens, approx)
+			})
+		}
+	}
+}
+
+func benchTraffic(b *testing.B, tokens int, approx bool) {
+	{
+		{
 			s := natsServer(b, 0)
 			routers := []*selection.Router{fleetRouter(b, 1024), fleetRouter(b, 1024)}
 			reps := make([]*Replica, 2)
@@ -49,6 +60,9 @@ func BenchmarkTrafficPerRequest(b *testing.B) {
 				}
 				defer rep.Close()
 				reps[i] = rep
+				if !approx {
+					routers[i].SetApproxSink(nil)
+				}
 			}
 			for reps[0].Stats().Peers != 1 || reps[1].Stats().Peers != 1 {
 				time.Sleep(time.Millisecond)
@@ -81,7 +95,7 @@ func BenchmarkTrafficPerRequest(b *testing.B) {
 			}
 			b.ReportMetric(float64(msgs)/float64(b.N), "msgs/req")
 			b.ReportMetric(float64(bytes)/float64(b.N), "bytes/req")
-		})
+		}
 	}
 }
 

@@ -18,6 +18,8 @@ const (
 	kindPrefill
 	kindOutput
 	kindFree
+	kindHealth // a worker the sender took out (Down) or brought back
+	kindApprox // blocks the sender's approximate index recorded as cached on a rank (in Hashes)
 )
 
 type envelope struct {
@@ -28,8 +30,8 @@ type envelope struct {
 	Events      []event `msgpack:"x"`
 }
 
-// event is one step of a booking's life, a heartbeat or a hello. Only the
-// fields of its kind are set.
+// event is one step of a booking's life, a heartbeat, a hello, a
+// worker-health observation or an approximate-index record. Only the fields of its kind are set.
 type event struct {
 	Kind    uint8    `msgpack:"k"`
 	ID      string   `msgpack:"i,omitempty"`
@@ -42,6 +44,7 @@ type event struct {
 	Outputs int      `msgpack:"n,omitempty"`
 	Session string   `msgpack:"s,omitempty"`
 	Decay   *float64 `msgpack:"y,omitempty"`
+	Down    bool     `msgpack:"dn,omitempty"`
 	// Digests, on every tenth heartbeat, summarise the sender's index.
 	Digests []digest `msgpack:"dg,omitempty"`
 }

@@ -22,7 +22,10 @@ OUT=${DEMO_OUT:-/tmp/kvrouter-demo-replicas}
 DURATION=${DEMO_DURATION:-15s} # per run; three runs
 KV_BLOCKS=${DEMO_KV_BLOCKS:-4096}
 CHAT_SHARE=${DEMO_CHAT_SHARE:-0}
-NATS_PORT=${DEMO_NATS_PORT:-4222}
+# DEMO_PORT_OFFSET moves every port below (and NATS's) by that much, so
+# the demo can run beside another one on the same machine.
+PORT_OFFSET=${DEMO_PORT_OFFSET:-0}
+NATS_PORT=${DEMO_NATS_PORT:-$((4222 + PORT_OFFSET))}
 WORKERS=8
 mkdir -p "$OUT"
 
@@ -52,9 +55,9 @@ caddyfile() {
 		fi
 		for w in $(seq 1 $WORKERS); do
 			echo "		worker $w {"
-			echo "			endpoint 127.0.0.1:$((8000 + w))"
-			echo "			kv_events tcp://127.0.0.1:$((5556 + w))"
-			echo "			replay tcp://127.0.0.1:$((5656 + w))"
+			echo "			endpoint 127.0.0.1:$((8000 + PORT_OFFSET + w))"
+			echo "			kv_events tcp://127.0.0.1:$((5556 + PORT_OFFSET + w))"
+			echo "			replay tcp://127.0.0.1:$((5656 + PORT_OFFSET + w))"
 			echo "			block_size 16"
 			echo "			total_kv_blocks $KV_BLOCKS"
 			echo "			max_num_batched_tokens 8192"
@@ -73,7 +76,8 @@ caddyfile() {
 		echo "}"
 		if [ -n "${4:-}" ]; then
 			# The selection API, for /loads (read-only: no write token is
-			# needed to read, and the catalog comes from this file).
+			# needed to read) and, in the fault drills, a worker registered
+			# on one replica and read on the other.
 			echo ":$(($2 + 10)) {"
 			echo "	bind 127.0.0.1"
 			echo "	kv_selection {"
@@ -119,8 +123,12 @@ metric() {
 	curl -fsS "http://localhost:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.0f\n", s }'
 }
 
+# JetStream (-js) holds the catalog bucket; its store (-sd) outlives a
+# restart of the server, as a deployed one's does, and starts empty with
+# each run of the demo.
+rm -rf "$OUT/nats-store"
 start_nats() {
-	./bin/nats-server -a 127.0.0.1 -p "$NATS_PORT" >>"$OUT/nats.log" 2>&1 &
+	./bin/nats-server -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$OUT/nats-store" >>"$OUT/nats.log" 2>&1 &
 	PIDS+=($!)
 	NATS=$!
 }
@@ -128,7 +136,8 @@ echo "== NATS server (bin/nats-server) on 127.0.0.1:$NATS_PORT"
 start_nats
 
 echo "== $WORKERS simulated workers (kvmock)"
-./bin/kvmock --workers $WORKERS --kv-blocks "$KV_BLOCKS" --admin 127.0.0.1:8000 \
+./bin/kvmock --workers $WORKERS --kv-blocks "$KV_BLOCKS" --admin 127.0.0.1:$((8000 + PORT_OFFSET)) \
+	--http-base-port $((8001 + PORT_OFFSET)) --zmq-base-port $((5557 + PORT_OFFSET)) --replay-base-port $((5657 + PORT_OFFSET)) \
 	--enable-prompt-tokens-details >"$OUT/kvmock.log" 2>&1 &
 PIDS+=($!)
 
@@ -141,27 +150,27 @@ if [ "${1:-}" = faults ]; then
 fi
 
 echo "== five gateways: one alone, two replicas synced over NATS, two not"
-start_gateway one 8180 2119
-start_gateway sync-a 8181 2120 gw-a
-start_gateway sync-b 8182 2121 gw-b
-start_gateway nosync-a 8183 2122
-start_gateway nosync-b 8184 2123
-wait_metrics 2119 2120 2121 2122 2123
+start_gateway one $((8180 + PORT_OFFSET)) $((2119 + PORT_OFFSET))
+start_gateway sync-a $((8181 + PORT_OFFSET)) $((2120 + PORT_OFFSET)) gw-a
+start_gateway sync-b $((8182 + PORT_OFFSET)) $((2121 + PORT_OFFSET)) gw-b
+start_gateway nosync-a $((8183 + PORT_OFFSET)) $((2122 + PORT_OFFSET))
+start_gateway nosync-b $((8184 + PORT_OFFSET)) $((2123 + PORT_OFFSET))
+wait_metrics $((2119 + PORT_OFFSET)) $((2120 + PORT_OFFSET)) $((2121 + PORT_OFFSET)) $((2122 + PORT_OFFSET)) $((2123 + PORT_OFFSET))
 for _ in $(seq 1 100); do
-	[ "$(metric 2120 kvrouter_cluster_peers)" = 1 ] && [ "$(metric 2121 kvrouter_cluster_peers)" = 1 ] && break
+	[ "$(metric $((2120 + PORT_OFFSET)) kvrouter_cluster_peers)" = 1 ] && [ "$(metric $((2121 + PORT_OFFSET)) kvrouter_cluster_peers)" = 1 ] && break
 	sleep 0.1
 done
-echo "   synced replicas see each other: gw-a peers $(metric 2120 kvrouter_cluster_peers), gw-b peers $(metric 2121 kvrouter_cluster_peers)"
+echo "   synced replicas see each other: gw-a peers $(metric $((2120 + PORT_OFFSET)) kvrouter_cluster_peers), gw-b peers $(metric $((2121 + PORT_OFFSET)) kvrouter_cluster_peers)"
 
 echo "== the agentic trace: one gateway, two synced replicas, two unsynced ($DURATION each)"
 ./bin/kvbench run "${TRACE[@]}" --duration "$DURATION" \
-	--compare "one=http://127.0.0.1:8180,sync_on=http://127.0.0.1:8181+http://127.0.0.1:8182,sync_off=http://127.0.0.1:8183+http://127.0.0.1:8184" \
-	--reset http://127.0.0.1:8000/reset --json "$OUT/results.json" --plot "$OUT/ttft.svg"
+	--compare "one=http://127.0.0.1:$((8180 + PORT_OFFSET)),sync_on=http://127.0.0.1:$((8181 + PORT_OFFSET))+http://127.0.0.1:$((8182 + PORT_OFFSET)),sync_off=http://127.0.0.1:$((8183 + PORT_OFFSET))+http://127.0.0.1:$((8184 + PORT_OFFSET))" \
+	--reset http://127.0.0.1:$((8000 + PORT_OFFSET))/reset --json "$OUT/results.json" --plot "$OUT/ttft.svg"
 
 # NATS traffic of the synced pair: what both replicas sent and received,
 # per request they proxied.
 routed=0 msgs=0 bytes=0
-for admin in 2120 2121; do
+for admin in $((2120 + PORT_OFFSET)) $((2121 + PORT_OFFSET)); do
 	routed=$((routed + $(metric "$admin" kvrouter_requests_total)))
 	msgs=$((msgs + $(metric "$admin" kvrouter_cluster_messages_total)))
 	bytes=$((bytes + $(metric "$admin" kvrouter_cluster_bytes_total)))
@@ -170,6 +179,6 @@ echo
 echo "== NATS traffic of the synced pair (both replicas, sent + received)"
 awk -v r="$routed" -v m="$msgs" -v b="$bytes" 'BEGIN {
 	printf "   %d requests proxied, %d messages, %d bytes: %.2f messages and %.0f bytes per request\n", r, m, b, (r ? m / r : 0), (r ? b / r : 0) }'
-echo "   dropped: gw-a $(metric 2120 kvrouter_cluster_dropped_total), gw-b $(metric 2121 kvrouter_cluster_dropped_total); refused: gw-a $(metric 2120 kvrouter_cluster_refused_total), gw-b $(metric 2121 kvrouter_cluster_refused_total)"
+echo "   dropped: gw-a $(metric $((2120 + PORT_OFFSET)) kvrouter_cluster_dropped_total), gw-b $(metric $((2121 + PORT_OFFSET)) kvrouter_cluster_dropped_total); refused: gw-a $(metric $((2120 + PORT_OFFSET)) kvrouter_cluster_refused_total), gw-b $(metric $((2121 + PORT_OFFSET)) kvrouter_cluster_refused_total)"
 echo
 echo "results: $OUT/results.json   logs: $OUT/"

@@ -63,6 +63,8 @@ type Health struct {
 	// busy holds, per worker that answered "overloaded", when its mark
 	// ends (busy.go).
 	busy map[uint64]time.Time
+	// out hears this router's decisions, for the other replicas (replica_health.go).
+	out healthOut
 }
 
 // ReportFailure records that a worker failed a request: a dial error, or
@@ -165,6 +167,7 @@ func (h *Health) sweep() {
 	h.mu.Unlock()
 	for _, id := range takeOut {
 		h.setDown(id, true)
+		h.shared(id, true)
 	}
 	sem := make(chan struct{}, probeParallel)
 	var wg sync.WaitGroup
@@ -197,6 +200,7 @@ func (h *Health) sweep() {
 			h.mu.Unlock()
 			if back {
 				h.setDown(id, false)
+				h.shared(id, false)
 			}
 		}(id, w, *rec.Endpoint)
 	}

@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"reflect"
 	"sync"
 	"testing"
 )
@@ -117,5 +118,41 @@ func TestReplicaRemoteSessionLease(t *testing.T) {
 	}
 	if resp.WorkerID != 2 {
 		t.Fatalf("a session bound on replica A went to worker %d on B, not 2", resp.WorkerID)
+	}
+}
+
+// TestRegistrationRecreatesTheRecord: a worker's Registration, upserted
+// into another router of the same config, makes the same record; facts its
+// registration did not give are left out for the other to read itself.
+func TestRegistrationRecreatesTheRecord(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	a, err := NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	id, ep, bs, dp := uint64(9), "127.0.0.1:9", uint32(16), uint32(2)
+	req := &WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs, DataParallelSize: &dp,
+		Taints: []string{"gpu=a100"}, TopologyDomains: map[string]string{"zone": "z1"}, LoraAdapters: []string{"sql"}}
+	rec, err := a.Catalog().UpsertWorker(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := rec.Registration()
+	if reg.MaxModelLen != nil || reg.ModelName != nil || reg.TotalKVBlocks != nil {
+		t.Fatalf("facts not given are in the registration: %+v", reg)
+	}
+	got, err := b.Catalog().UpsertWorker(&reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, rec) {
+		t.Fatalf("recreated\n%+v\nwant\n%+v", got, rec)
 	}
 }

@@ -51,6 +51,9 @@ type Router struct {
 	selectTiming func(SelectTiming)
 
 	remote *RemoteBookings // other replicas' bookings (replica_remote.go)
+	// approxShare wraps the approximate index's recorder for the other
+	// replicas (replica_approx.go); nil in event mode.
+	approxShare *sharingRecorder
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -96,7 +99,8 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 	}
 	var recorder BookingRecorder // non-nil when bookings feed the index
 	if rec, ok := r.index.(BookingRecorder); ok && !cfg.UseKVEvents {
-		recorder = rec
+		r.approxShare = &sharingRecorder{inner: rec} // tells the other replicas (replica_approx.go)
+		recorder = r.approxShare
 	}
 	if ai, ok := r.index.(*ApproxIndex); ok {
 		ai.now = r.now

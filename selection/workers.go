@@ -20,6 +20,8 @@ type Catalog struct {
 	// forget drops what the rest of the router knows of a replaced
 	// server (Router.forgetServer); it runs under writeMu.
 	forget func(old *WorkerRecord)
+	// shared hears the API's writes, for the other replicas (replica_catalog.go).
+	shared catalogOut
 
 	writeMu sync.Mutex    // serializes catalog updates, so they commit in order
 	version atomic.Uint64 // bumped on every catalog change

@@ -158,10 +158,16 @@ func (h *Handler) routeWorker(w http.ResponseWriter, r *http.Request, rest strin
 		var req selection.WorkerRequest
 		if h.decodePlain(w, r, &req) {
 			rec, err := h.router.Catalog().PatchWorker(id, &req)
+			if err == nil {
+				h.router.Catalog().Shared(&rec)
+			}
 			reply(w, http.StatusOK, rec, err)
 		}
 	case http.MethodDelete:
 		rec, err := h.router.Catalog().DeleteWorker(id)
+		if err == nil {
+			h.router.Catalog().SharedDelete(id)
+		}
 		reply(w, http.StatusOK, rec, err)
 	default:
 		writeError(w, errMethod)
@@ -225,6 +231,9 @@ func (h *Handler) handleUpsert(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := h.router.Catalog().UpsertWorker(&req)
+	if err == nil {
+		h.router.Catalog().Shared(&rec)
+	}
 	reply(w, http.StatusCreated, rec, err)
 }
 

@@ -1,0 +1,64 @@
+package cluster
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// healthRouter is a router whose worker 3 is served by srv (its /health
+// answers as srv says), with workers taken out after 100ms of failures.
+func healthRouter(t *testing.T, srv *httptest.Server) *selection.Router {
+	t.Helper()
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents = false
+	cfg.WorkerDownAfter = 100 * time.Millisecond
+	r, err := selection.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	id, ep, bs := uint64(3), srv.URL, uint32(16)
+	if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestWorkerHealthShared: a worker A takes out (it failed A's requests
+// past the grace) is taken out on B, which saw no failure; once its
+// /health answers, it is back on both; what a replica applied it does
+// not tell back.
+func TestWorkerHealthShared(t *testing.T) {
+	var healthy atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	s := natsServer(t, 0)
+	a, b := healthRouter(t, srv), healthRouter(t, srv)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil)
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 5*time.Second, "replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+
+	a.Health().ReportStatus(3, http.StatusBadGateway)
+	waitFor(t, 3*time.Second, "A takes worker 3 out", func() bool { return a.Health().WorkerDown(3) })
+	waitFor(t, 2*time.Second, "B takes it out too", func() bool { return b.Health().WorkerDown(3) })
+	healthy.Store(true)
+	waitFor(t, 3*time.Second, "worker 3 back on both", func() bool { return !a.Health().WorkerDown(3) && !b.Health().WorkerDown(3) })
+	// B saw no failure: only A's word took it out there. The return was
+	// seen by A's probe, B's, or both; each replica tells only its own
+	// decisions (at most out and back for A, back for B), never one it
+	// applied.
+	time.Sleep(200 * time.Millisecond)
+	sa, sb := ra.Stats(), rb.Stats()
+	if sb.HealthApplied == 0 || sa.HealthShared == 0 || sa.HealthShared > 2 || sb.HealthShared > 1 {
+		t.Fatalf("shared a %d b %d, applied a %d b %d", sa.HealthShared, sb.HealthShared, sa.HealthApplied, sb.HealthApplied)
+	}
+}

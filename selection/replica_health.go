@@ -1,0 +1,81 @@
+package selection
+
+import "sync/atomic"
+
+// Worker-health observations shared between replicas (docs/replicas.md):
+// a worker one replica takes out (it failed requests for WorkerDownAfter)
+// or brings back (its /health answered) is told to a HealthSink, which
+// tells the others; they apply it with ObservedByPeer, which tells no
+// sink, so an observation is shared once.
+
+// HealthSink hears this router's own health decisions. It is called on
+// the health sweep, outside the health lock: it must not block and must
+// not call back into the router.
+type HealthSink interface {
+	WorkerHealth(id uint64, down bool)
+}
+
+type healthSinkHolder struct{ sink HealthSink }
+
+// healthOut is the health tracker's link to its sink; the zero value has none.
+type healthOut struct {
+	p atomic.Pointer[healthSinkHolder]
+}
+
+// SetSink makes h tell s about every worker it takes out or brings back;
+// nil stops it.
+func (h *Health) SetSink(s HealthSink) {
+	if s == nil {
+		h.out.p.Store(nil)
+		return
+	}
+	h.out.p.Store(&healthSinkHolder{sink: s})
+}
+
+// ClearSink stops telling s (and only s: a sink set since stays).
+func (h *Health) ClearSink(s HealthSink) {
+	if cur := h.out.p.Load(); cur != nil && cur.sink == s {
+		h.out.p.CompareAndSwap(cur, nil)
+	}
+}
+
+// shared tells the sink, if any, of a decision this router made.
+func (h *Health) shared(id uint64, down bool) {
+	if cur := h.out.p.Load(); cur != nil {
+		cur.sink.WorkerHealth(id, down)
+	}
+}
+
+// ObservedByPeer applies another replica's observation of a worker in
+// the catalog: down takes it out here too (this router's own probe brings
+// it back once it answers, as for one it took out itself); up brings back
+// a worker that is down here. With the health sweep off (WorkerDownAfter
+// 0) nothing would probe a worker back, so observations are ignored.
+func (h *Health) ObservedByPeer(id uint64, down bool) {
+	if h.cfg.get().WorkerDownAfter <= 0 {
+		return
+	}
+	if _, ok := h.catalog.Worker(id); !ok {
+		return
+	}
+	h.mu.Lock()
+	if h.workers == nil {
+		h.workers = map[uint64]*workerHealth{}
+	}
+	w := h.workers[id]
+	switch {
+	case down && (w == nil || !w.down):
+		if w == nil {
+			w = &workerHealth{}
+			h.workers[id] = w
+		}
+		w.down = true
+	case !down && w != nil && w.down:
+		delete(h.workers, id)
+	default:
+		h.mu.Unlock()
+		return // already so here
+	}
+	h.mu.Unlock()
+	h.setDown(id, down)
+}
