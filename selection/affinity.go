@@ -77,17 +77,9 @@ func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b := a.bindings[k]
-	if b != nil && b.leases == 0 && !b.deadline.After(now) {
-		delete(a.bindings, k)
-		b = nil
-	}
+	b := a.liveBinding(k, now)
 	if b == nil {
-		if len(a.bindings) >= a.cap {
-			return false, nil
-		}
-		a.bindings[k] = &binding{rank: r, leases: 1}
-		return true, nil
+		return a.bindNew(k, r), nil
 	}
 	if b.rank != r {
 		if !a.soft {
@@ -99,6 +91,27 @@ func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
 	}
 	b.leases++
 	return true, nil
+}
+
+// liveBinding returns k's binding, dropping it first when it has expired
+// (no lease left and past its idle deadline). a.mu must be held.
+func (a *affinityTable) liveBinding(k sessionKey, now time.Time) *binding {
+	b := a.bindings[k]
+	if b != nil && b.leases == 0 && !b.deadline.After(now) {
+		delete(a.bindings, k)
+		return nil
+	}
+	return b
+}
+
+// bindNew binds k, which has no live binding, to r with one lease, unless
+// the table is full; it reports whether it did. a.mu must be held.
+func (a *affinityTable) bindNew(k sessionKey, r Rank) bool {
+	if len(a.bindings) >= a.cap {
+		return false
+	}
+	a.bindings[k] = &binding{rank: r, leases: 1}
+	return true
 }
 
 // release gives back a lease; the idle deadline starts when the last goes.

@@ -219,17 +219,9 @@ func (a *affinityTable) adopt(k sessionKey, r Rank) bool {
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b := a.bindings[k]
-	if b != nil && b.leases == 0 && !b.deadline.After(now) {
-		delete(a.bindings, k)
-		b = nil
-	}
+	b := a.liveBinding(k, now)
 	if b == nil {
-		if len(a.bindings) >= a.cap {
-			return false
-		}
-		a.bindings[k] = &binding{rank: r, leases: 1}
-		return true
+		return a.bindNew(k, r)
 	}
 	b.rank = r
 	b.leases++
