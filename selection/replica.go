@@ -1,8 +1,6 @@
 package selection
 
-import (
-	"sync/atomic"
-)
+import ()
 
 // Replicas (docs/replicas.md): several gateways in front of one fleet share
 // their bookings, so that each one's load per rank is the fleet's. This
@@ -38,18 +36,8 @@ type ReplicaSink interface {
 	Freed(id string)
 }
 
-// sinkHolder lets the sink be swapped atomically while requests run.
-type sinkHolder struct{ sink ReplicaSink }
-
 // replicaOut is the bookings' link to the sink; the zero value has none.
-type replicaOut struct{ p atomic.Pointer[sinkHolder] }
-
-func (o *replicaOut) get() ReplicaSink {
-	if h := o.p.Load(); h != nil {
-		return h.sink
-	}
-	return nil
-}
+type replicaOut struct{ sinkSlot[ReplicaSink] }
 
 // record builds what the sink hears of b; b must not be shared yet, or
 // its partition's lock must be held (prefill and outputs change under it).
@@ -87,18 +75,12 @@ func (o *replicaOut) freed(id string) {
 // completes and frees from now on; nil stops it. A replica that (re)joins
 // announces the bookings already live with LocalBookings.
 func (r *Router) SetReplicaSink(s ReplicaSink) {
-	if s == nil {
-		r.book.replica.p.Store(nil)
-		return
-	}
-	r.book.replica.p.Store(&sinkHolder{sink: s})
+	r.book.replica.set(s)
 }
 
 // ClearReplicaSink stops telling s (and only s: a sink set since stays).
 func (r *Router) ClearReplicaSink(s ReplicaSink) {
-	if h := r.book.replica.p.Load(); h != nil && h.sink == s {
-		r.book.replica.p.CompareAndSwap(h, nil)
-	}
+	r.book.replica.clear(s)
 }
 
 // LocalBookings returns this router's own live bookings, as a replica

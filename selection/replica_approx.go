@@ -1,7 +1,5 @@
 package selection
 
-import "sync/atomic"
-
 // Approximate-index records shared between replicas (docs/replicas.md):
 // in approximate mode (use_kv_events off) a booked prompt is recorded as
 // cached on its rank. The recorder the router feeds is wrapped so that
@@ -17,12 +15,10 @@ type ApproxSink interface {
 	ApproxRecorded(p PartitionKey, r Rank, blocks []uint64)
 }
 
-type approxSinkHolder struct{ sink ApproxSink }
-
 // sharingRecorder feeds the index and tells the sink, if any.
 type sharingRecorder struct {
 	inner BookingRecorder
-	out   atomic.Pointer[approxSinkHolder]
+	out   sinkSlot[ApproxSink]
 }
 
 // RecordBooking implements BookingRecorder.
@@ -43,8 +39,8 @@ func (s *sharingRecorder) RecordBookingChain(p PartitionKey, r Rank, blocks, cha
 }
 
 func (s *sharingRecorder) tell(p PartitionKey, r Rank, blocks []uint64) {
-	if h := s.out.Load(); h != nil && len(blocks) > 0 {
-		h.sink.ApproxRecorded(p, r, blocks)
+	if sink := s.out.get(); sink != nil && len(blocks) > 0 {
+		sink.ApproxRecorded(p, r, blocks)
 	}
 }
 
@@ -55,11 +51,7 @@ func (r *Router) SetApproxSink(s ApproxSink) {
 	if r.approxShare == nil {
 		return
 	}
-	if s == nil {
-		r.approxShare.out.Store(nil)
-		return
-	}
-	r.approxShare.out.Store(&approxSinkHolder{sink: s})
+	r.approxShare.out.set(s)
 }
 
 // ClearApproxSink stops telling s (and only s: a sink set since stays).
@@ -67,9 +59,7 @@ func (r *Router) ClearApproxSink(s ApproxSink) {
 	if r.approxShare == nil {
 		return
 	}
-	if h := r.approxShare.out.Load(); h != nil && h.sink == s {
-		r.approxShare.out.CompareAndSwap(h, nil)
-	}
+	r.approxShare.out.clear(s)
 }
 
 // RecordPeerBooking records blocks as cached on rank rk of partition p, as

@@ -3,7 +3,6 @@ package selection
 import (
 	"maps"
 	"slices"
-	"sync/atomic"
 )
 
 // Catalog writes shared between replicas (docs/replicas.md): a worker
@@ -22,44 +21,33 @@ type CatalogSink interface {
 	WorkerDeleted(id uint64)
 }
 
-// catalogSinkHolder lets the sink be swapped atomically while writes run.
-type catalogSinkHolder struct{ sink CatalogSink }
-
 // catalogOut is the catalog's link to its sink; the zero value has none.
-type catalogOut struct {
-	p atomic.Pointer[catalogSinkHolder]
-}
+type catalogOut struct{ sinkSlot[CatalogSink] }
 
 // SetSink makes the catalog tell s about every API write from now on;
 // nil stops it.
 func (c *Catalog) SetSink(s CatalogSink) {
-	if s == nil {
-		c.shared.p.Store(nil)
-		return
-	}
-	c.shared.p.Store(&catalogSinkHolder{sink: s})
+	c.shared.set(s)
 }
 
 // ClearSink stops telling s (and only s: a sink set since stays).
 func (c *Catalog) ClearSink(s CatalogSink) {
-	if h := c.shared.p.Load(); h != nil && h.sink == s {
-		c.shared.p.CompareAndSwap(h, nil)
-	}
+	c.shared.clear(s)
 }
 
 // Shared tells the sink, if any, that the API wrote rec (the record the
 // write returned).
 func (c *Catalog) Shared(rec *WorkerRecord) {
-	if h := c.shared.p.Load(); h != nil {
+	if sink := c.shared.get(); sink != nil {
 		reg := rec.Registration()
-		h.sink.WorkerWritten(&reg)
+		sink.WorkerWritten(&reg)
 	}
 }
 
 // SharedDelete tells the sink, if any, that the API deleted worker id.
 func (c *Catalog) SharedDelete(id uint64) {
-	if h := c.shared.p.Load(); h != nil {
-		h.sink.WorkerDeleted(id)
+	if sink := c.shared.get(); sink != nil {
+		sink.WorkerDeleted(id)
 	}
 }
 

@@ -1,7 +1,5 @@
 package selection
 
-import "sync/atomic"
-
 // Worker-health observations shared between replicas (docs/replicas.md):
 // a worker one replica takes out (it failed requests for WorkerDownAfter)
 // or brings back (its /health answered) is told to a HealthSink, which
@@ -15,34 +13,24 @@ type HealthSink interface {
 	WorkerHealth(id uint64, down bool)
 }
 
-type healthSinkHolder struct{ sink HealthSink }
-
 // healthOut is the health tracker's link to its sink; the zero value has none.
-type healthOut struct {
-	p atomic.Pointer[healthSinkHolder]
-}
+type healthOut struct{ sinkSlot[HealthSink] }
 
 // SetSink makes h tell s about every worker it takes out or brings back;
 // nil stops it.
 func (h *Health) SetSink(s HealthSink) {
-	if s == nil {
-		h.out.p.Store(nil)
-		return
-	}
-	h.out.p.Store(&healthSinkHolder{sink: s})
+	h.out.set(s)
 }
 
 // ClearSink stops telling s (and only s: a sink set since stays).
 func (h *Health) ClearSink(s HealthSink) {
-	if cur := h.out.p.Load(); cur != nil && cur.sink == s {
-		h.out.p.CompareAndSwap(cur, nil)
-	}
+	h.out.clear(s)
 }
 
 // shared tells the sink, if any, of a decision this router made.
 func (h *Health) shared(id uint64, down bool) {
-	if cur := h.out.p.Load(); cur != nil {
-		cur.sink.WorkerHealth(id, down)
+	if sink := h.out.get(); sink != nil {
+		sink.WorkerHealth(id, down)
 	}
 }
 
