@@ -1,7 +1,5 @@
 package selection
 
-import ()
-
 // Replicas (docs/replicas.md): several gateways in front of one fleet share
 // their bookings, so that each one's load per rank is the fleet's. This
 // file is the router's side of it, free of any transport: a sink that hears
