@@ -34,6 +34,23 @@ func withInFlight(t Tiers, inflight uint32) Tiers {
 	return t
 }
 
+// costInputOf is what the cost of a rank reads, from its view of the load,
+// the tiers the index matched on it and the hits leading blocks of this
+// prompt (of nTrack) its bookings in flight cover. The scoring loop and
+// the re-check of a pick whose load moved (stillCheapest) both build it
+// here, so the re-check prices the rank as the loop did.
+func (s *scoring) costInputOf(v *rankView, tiers Tiers, hits uint32, nTrack uint64, trackActive bool, taintMult float64) costInput {
+	if s.inFlight && !v.loadOnly {
+		tiers = withInFlight(tiers, hits)
+	}
+	in := costInput{tiers: tiers, activePrefill: v.prefillTokens, hasLoad: true,
+		activeRequests: v.requests, taintMult: taintMult}
+	if trackActive {
+		in.potentialDec = v.decodeBlocks() + nTrack - uint64(hits)
+	}
+	return in
+}
+
 // overlapCredit is the credit, in blocks, a rank earns for what it holds.
 func (s *scoring) overlapCredit(in *costInput, decay float64) float64 {
 	return s.credit*decay*float64(in.tiers.Device) +

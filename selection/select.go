@@ -191,9 +191,10 @@ type selection struct {
 	boundSeen bool
 	// For a rank chosen as the cheapest at temperature 0: the next
 	// cheapest candidate's cost (-1 otherwise), and what the chosen rank's
-	// cost is recomputed from if its load moves before the booking.
+	// cost is recomputed from, besides its load and tiers, if its load
+	// moves before the booking.
 	runnerUp   float64
-	costIn     costInput
+	taintMult  float64
 	minPrefill uint64
 }
 
@@ -291,22 +292,8 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	w.costs = resize(w.costs, len(w.cands))
 	nTrack := uint64(len(w.tracking))
 	for k, i := range w.cands {
-		v := &w.views[i]
-		tiers := w.tiers[i]
-		if s.inFlight && !v.loadOnly {
-			tiers = withInFlight(tiers, w.hits[i])
-		}
-		in := costInput{
-			tiers:          tiers,
-			activePrefill:  v.prefillTokens,
-			hasLoad:        true,
-			potentialDec:   v.decodeBlocks() + nTrack - uint64(w.hits[i]),
-			activeRequests: v.requests,
-			taintMult:      preferredTaintMultiplier(taintsOf(i), preferred),
-		}
-		if !cfg.TrackActiveBlocks {
-			in.potentialDec = 0
-		}
+		in := s.costInputOf(&w.views[i], w.tiers[i], w.hits[i], nTrack, cfg.TrackActiveBlocks,
+			preferredTaintMultiplier(taintsOf(i), preferred))
 		w.costs[k] = s.cost(&in, np.isl, w.blockSize, minPrefill)
 	}
 	chosen := -1
@@ -368,7 +355,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 				sel.runnerUp = c
 			}
 		}
-		sel.costIn = costInput{tiers: w.tiers[i], hasLoad: true, taintMult: preferredTaintMultiplier(taintsOf(i), preferred)}
+		sel.taintMult = preferredTaintMultiplier(taintsOf(i), preferred)
 		sel.minPrefill = minPrefill
 	}
 	sel.cached = s.cachedTokens(sel.tiers, w.blockSize)

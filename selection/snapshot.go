@@ -31,6 +31,12 @@ type rankView struct {
 	loadOnly      bool
 }
 
+// viewOf copies what choose reads of rs; rs's partition lock must be held.
+func viewOf(rs *rankState) rankView {
+	return rankView{rs: rs, prefillTokens: rs.prefillTokens, requests: rs.requests,
+		decodeWeight: rs.decodeWeight, down: rs.down, loadOnly: rs.loadOnly}
+}
+
 func (v *rankView) decodeBlocks() uint64 { return decodeBlocksOf(v.decodeWeight) }
 
 // full reports whether the rank was at Config.MaxReservationsPerRank.
@@ -51,8 +57,7 @@ func (p *partition) snapshot(w *work, withTaints bool) {
 	p.load.countActive(w.tracking, w.hits)
 	w.views = resize(w.views, n)
 	for i, rs := range p.ranks {
-		w.views[i] = rankView{rs: rs, prefillTokens: rs.prefillTokens, requests: rs.requests,
-			decodeWeight: rs.decodeWeight, down: rs.down, loadOnly: rs.loadOnly}
+		w.views[i] = viewOf(rs)
 	}
 	w.taints = w.taints[:0]
 	if withTaints {
@@ -131,12 +136,10 @@ func (e *selector) stillCheapest(p *partition, sel *selection, s *scoring, w *wo
 	}
 	rs := sel.rs
 	hits := p.load.activeFor(w.tracking, rs)
-	newBlks := uint64(len(w.tracking)) - uint64(hits)
-	in := sel.costIn
-	in.activePrefill, in.activeRequests = rs.prefillTokens, rs.requests
-	if e.cfg.get().TrackActiveBlocks {
-		in.potentialDec = rs.decodeBlocks() + newBlks
-	}
+	nTrack := uint64(len(w.tracking))
+	newBlks := nTrack - uint64(hits)
+	now := viewOf(rs)
+	in := s.costInputOf(&now, sel.tiers, hits, nTrack, e.cfg.get().TrackActiveBlocks, sel.taintMult)
 	if s.cost(&in, sel.isl, w.blockSize, sel.minPrefill) > sel.runnerUp {
 		return false
 	}

@@ -339,3 +339,40 @@ func TestActiveForMatchesCountActive(t *testing.T) {
 		p.mu.Unlock()
 	}
 }
+
+// TestMovedLoadStandsOnInFlightCredit: with in_flight_overlap, a rank
+// chosen because bookings in flight there cover the prompt keeps the pick
+// when a small booking moves its load: the re-check prices it with the
+// same in-flight credit the scoring loop gave it.
+func TestMovedLoadStandsOnInFlightCredit(t *testing.T) {
+	r := newTestRouter(t, func(c *Config) {
+		c.OverlapScoreCredit = 8
+		c.InFlightOverlap = true
+		c.UnclippedOverlapCredit = true
+	})
+	for id := uint64(1); id <= 4; id++ {
+		addWorker(t, r, id, nil)
+	}
+	tokens := make([]uint32, 4096)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	blocks := AppendBlockHashes(nil, tokens, 16, HashOptions{})
+	seq := AppendSequenceHashes(nil, blocks)
+	// In flight on worker 3, booked by sequence hashes alone: the index
+	// learns nothing of it, so only the in-flight credit can draw the pick.
+	book(t, r, "ahead", 3, 0, seq, 4096, 16)
+	req := &SelectRequest{Prompt: Prompt{BlockHashes: blocks, SequenceHashes: seq, ISLTokens: ptr(uint64(4096))}}
+	c := choice{placement: &req.Placement, book: true}
+	p, sel, s, w := snapshotPick(t, r, req, c)
+	if sel.rs.rank.WorkerID != 3 || sel.runnerUp < 0 {
+		t.Fatalf("picked %v (runner-up %v), not worker 3 as the cheapest", sel.rs.rank, sel.runnerUp)
+	}
+	book(t, r, "small", 3, 0, []uint64{1}, 16, 16)
+	p.mu.Lock()
+	stands := r.sel.stillChoosable(p, &sel, c, s, w)
+	p.mu.Unlock()
+	if !stands {
+		t.Fatal("a 16-token booking on the rank whose bookings in flight cover the prompt undid the pick")
+	}
+}
