@@ -44,11 +44,17 @@ func BenchmarkIngestFleetZMQ(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = zctx.Term() }()
+	// A publisher takes a socket and a listener three (its SUB and its
+	// monitor's pair); libzmq's default bound of 1,023 a context would
+	// refuse the 256th engine.
+	if err := zctx.SetMaxSockets(4*publishers + 16); err != nil {
+		b.Fatal(err)
+	}
 	fleet := make([]*fleetPublisher, publishers)
 	for i := range fleet {
 		p, err := startFleetPublisher(zctx, x, selection.Rank{WorkerID: uint64(100_000 + i)}, uint64(i))
 		if err != nil {
-			b.Fatal(err)
+			b.Fatalf("publisher %d: %v", i, err)
 		}
 		defer p.stop()
 		fleet[i] = p
