@@ -52,6 +52,8 @@ var Figures = []Figure{
 		func(c *EventCounts) uint64 { return c.UnknownRank }),
 	eventCounter("disconnects", "Publisher connections dropped (an oversized message, or the publisher went away) and dialed again.",
 		func(c *EventCounts) uint64 { return c.Disconnects }),
+	eventCounter("behind", "Live KV-event batches applied 2 s or more later than their publisher's other batches: the listener is falling behind.",
+		func(c *EventCounts) uint64 { return c.Behind }),
 
 	{SectionIndex, "entries", "index_entries", "(block, worker rank) entries in the KV index.", true,
 		func(s *Snapshot) uint64 { return uint64(max(s.Index.Entries, 0)) }},

@@ -109,6 +109,7 @@ type cursor struct {
 	started  bool
 	last     uint64 // last sequence applied
 	lastLive uint64 // last sequence received live
+	lag      lagWatch
 }
 
 // StartListener starts following cfg's publisher. Stop ends it.
@@ -318,8 +319,8 @@ func (l *stream) deliver(seq uint64, payload []byte) {
 		l.log.Info("kv event sequence jumped; dropping the rank's blocks", zap.String("endpoint", l.cfg.Endpoint),
 			zap.Uint64("seq", seq), zap.Uint64("last", cur.last))
 		l.dropRanks()
-		l.apply(dec, payload)
 		*cur = cursor{started: true, last: seq, lastLive: seq}
+		l.noteLag(l.apply(dec, payload))
 		return
 	}
 	var from uint64
@@ -331,8 +332,16 @@ func (l *stream) deliver(seq uint64, payload []byte) {
 		l.stats.Gaps.add(1)
 		l.recover(cur, dec, from, seq)
 	}
-	l.apply(dec, payload)
+	l.noteLag(l.apply(dec, payload))
 	cur.started, cur.last, cur.lastLive = true, seq, seq
+}
+
+// noteLag counts a live batch applied behind its publisher (lag.go); a
+// replayed one is behind by design and is not passed here.
+func (l *stream) noteLag(stamp float64) {
+	if l.cur.lag.late(stamp, time.Now()) {
+		l.stats.Behind.add(1)
+	}
 }
 
 // dropRanks drops the blocks of every rank the publisher wrote to.
@@ -439,21 +448,22 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 	return binary.BigEndian.Uint64(f[0]), f[1], true
 }
 
-// apply decodes a payload and applies its events.
-func (l *stream) apply(dec *Decoder, payload []byte) {
+// apply decodes a payload and applies its events; it returns the batch's
+// stamp (0 when it was not applied).
+func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64) {
 	b, err := dec.Decode(payload)
 	if err != nil {
 		l.stats.Malformed.add(1)
 		if c := l.log.Check(zap.DebugLevel, "malformed kv event payload"); c != nil {
 			c.Write(zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
 		}
-		return
+		return 0
 	}
 	rank := l.cfg.Rank
 	if b.DPRank >= 0 {
 		if b.DPRank > math.MaxUint32 || !l.cfg.knownRank(uint32(b.DPRank)) {
 			l.stats.UnknownRank.add(1)
-			return
+			return 0
 		}
 		rank.DPRank = uint32(b.DPRank)
 		l.noteRank(rank)
@@ -464,6 +474,7 @@ func (l *stream) apply(dec *Decoder, payload []byte) {
 		}
 	}
 	l.stats.Batches.add(1)
+	return b.TS
 }
 
 // noteRank remembers a rank other than cfg.Rank that the publisher wrote

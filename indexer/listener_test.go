@@ -314,3 +314,48 @@ func TestStartListenerReportsConnectError(t *testing.T) {
 		t.Fatal("a listener started on an endpoint libzmq cannot connect to")
 	}
 }
+
+// TestListenerCountsBatchesAppliedBehind: batches are stamped with the
+// publisher's clock; one that arrives well after what its predecessors'
+// stamps set as the baseline counts as behind, one within the jitter does
+// not, and a replayed batch (old by design) never does.
+func TestListenerCountsBatchesAppliedBehind(t *testing.T) {
+	f := newFixture(t, true, true)
+	prompt := testPrompt(21)
+	stamped := func(from, to int, ts float64) []byte {
+		ev := &StoredBlocks{BlockSize: lbs, TokenIDs: prompt[from*lbs : to*lbs]}
+		if from > 0 {
+			h := engineHash(prompt[:from*lbs])
+			ev.Parent = &h
+		}
+		for b := from; b < to; b++ {
+			ev.BlockHashes = append(ev.BlockHashes, engineHash(prompt[:(b+1)*lbs]))
+		}
+		return AppendBatch(nil, EncodingMap, ts, 0, ev)
+	}
+	now := func() float64 { return float64(time.Now().UnixNano()) / 1e9 }
+	// The publisher's clock runs an hour ahead of ours: only the
+	// difference from the baseline counts, not the offset.
+	const ahead = 3600.0
+	f.pub.publish(stamped(0, 2, now()+ahead), true)
+	f.pub.publish(stamped(2, 4, now()+ahead-0.5), true) // half a second late: jitter
+	f.waitBatches(2)
+	if got := f.stats.Behind.Load(); got != 0 {
+		t.Fatalf("behind %d after on-time batches, want 0", got)
+	}
+	f.pub.publish(stamped(4, 6, now()+ahead-behindAfter-1), true) // 3 s late
+	f.waitBatches(3)
+	if got := f.stats.Behind.Load(); got != 1 {
+		t.Fatalf("behind %d after a batch 3 s late, want 1", got)
+	}
+	// A gap: the missed batch comes back by replay with its old stamp.
+	f.pub.publish(stamped(6, 8, now()+ahead-60), false)
+	f.pub.publish(stamped(8, 10, now()+ahead), true)
+	f.waitBatches(5)
+	if got := f.stats.Behind.Load(); got != 1 {
+		t.Fatalf("behind %d after a replayed old batch, want still 1", got)
+	}
+	if f.depth(f.rank, prompt) != 10 {
+		t.Fatal("the batches were not all applied")
+	}
+}

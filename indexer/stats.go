@@ -55,12 +55,16 @@ type Stats struct {
 	// ZMQ_EVENT_DISCONNECTED and no event carries the reason, so oversized
 	// messages cannot be counted apart.
 	Disconnects Counter
+	// Behind counts live batches applied two seconds or more later than
+	// their publisher's other batches (lag.go): the listener is falling
+	// behind, and its bounded queues will start to drop.
+	Behind Counter
 }
 
 // EventCounts is a copy of Stats at one moment, as plain numbers.
 type EventCounts struct {
 	Messages, Batches, Malformed, Stale, Gaps, Replays, Replayed, Lost,
-	Restarts, Rejected, Jumps, UnknownRank, Disconnects uint64
+	Restarts, Rejected, Jumps, UnknownRank, Disconnects, Behind uint64
 }
 
 // Counts copies the counters. Each is read atomically, the set is not:
@@ -72,7 +76,7 @@ func (s *Stats) Counts() EventCounts {
 		Stale: s.Stale.Load(), Gaps: s.Gaps.Load(), Replays: s.Replays.Load(),
 		Replayed: s.Replayed.Load(), Lost: s.Lost.Load(), Restarts: s.Restarts.Load(),
 		Rejected: s.Rejected.Load(), Jumps: s.Jumps.Load(), UnknownRank: s.UnknownRank.Load(),
-		Disconnects: s.Disconnects.Load(),
+		Disconnects: s.Disconnects.Load(), Behind: s.Behind.Load(),
 	}
 }
 
