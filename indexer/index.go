@@ -105,8 +105,10 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 		x.counters.skipped.add(1)
 		return nil
 	}
+	h := t.hashStore(ev) // before the lock: see hashed
+	defer h.release()
 	t.mu.Lock()
-	err := t.apply(x, r, ev)
+	err := t.apply(x, r, ev, h)
 	t.tidy()
 	t.mu.Unlock()
 	x.evictOver()

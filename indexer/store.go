@@ -10,10 +10,10 @@ import (
 // Applying events to a tree: stores, removals and clears, and dropping a
 // rank or a worker.
 
-func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
+func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	switch ev.Kind {
 	case Stored:
-		if err := t.store(x, r, ev); err != nil {
+		if err := t.store(x, r, ev, h); err != nil {
 			return err
 		}
 	case Removed:
@@ -32,7 +32,46 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
 
 var localsPool = sync.Pool{New: func() any { s := make([]uint64, 0, 256); return &s }}
 
-func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
+// hashed is a store's local block hashes, computed before the tree's
+// write lock is taken: hashing is most of a store's CPU, and under the
+// lock it serialised every listener of the partition and held up lookups.
+type hashed struct {
+	locals []uint64  // our blocks' local hashes
+	ebs    int       // the engine's block size in tokens
+	ok     bool      // false when the tokens do not fill the engine's blocks
+	buf    *[]uint64 // localsPool's buffer behind locals
+}
+
+// hashStore computes ev's local hashes for a tree of block size bs (fixed
+// for the tree's life, so no lock is needed to read it). The caller puts
+// the result back with release.
+func (t *tree) hashStore(ev *Event) hashed {
+	if ev.Kind != Stored {
+		return hashed{}
+	}
+	// Engine blocks of ebs tokens (ours when the event gives no size).
+	h := hashed{ebs: ev.BlockSize}
+	if h.ebs <= 0 {
+		h.ebs = t.blockSize
+	}
+	if len(ev.TokenIDs) != len(ev.BlockHashes)*h.ebs {
+		return h // refused under the lock, after the parent check, as before
+	}
+	h.ok = true
+	h.buf = localsPool.Get().(*[]uint64)
+	opt := selection.HashOptions{Seed: selection.SaltedSeed(ev.LoraName, ev.CacheSalt), Eagle: ev.Eagle || t.eagle}
+	h.locals = selection.AppendBlockHashes((*h.buf)[:0], ev.TokenIDs, t.blockSize, opt)
+	*h.buf = h.locals
+	return h
+}
+
+func (h hashed) release() {
+	if h.buf != nil {
+		localsPool.Put(h.buf)
+	}
+}
+
+func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	m := t.ranks[r]
 	var parentKey uint64
 	if ev.HasParent {
@@ -43,12 +82,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 		}
 		parentKey = e.key
 	}
-	// Engine blocks of ebs tokens (ours when the event gives no size).
-	ebs := ev.BlockSize
-	if ebs <= 0 {
-		ebs = t.blockSize
-	}
-	if len(ev.TokenIDs) != len(ev.BlockHashes)*ebs {
+	if !h.ok {
 		x.counters.tokenCount.add(1)
 		return ErrTokenCount
 	}
@@ -57,11 +91,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
 		t.ranks[r] = m
 	}
 	id := t.rankID(r)
-	lp := localsPool.Get().(*[]uint64)
-	defer localsPool.Put(lp)
-	opt := selection.HashOptions{Seed: selection.SaltedSeed(ev.LoraName, ev.CacheSalt), Eagle: ev.Eagle || t.eagle}
-	locals := selection.AppendBlockHashes((*lp)[:0], ev.TokenIDs, t.blockSize, opt)
-	*lp = locals
+	ebs, locals := h.ebs, h.locals
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	key, have := parentKey, ev.HasParent
