@@ -75,8 +75,7 @@ func (x *Index) ConfigurePartition(p selection.PartitionKey, blockSize int, eagl
 		t.mu.Unlock()
 		defer x.releaseMemory()
 	}
-	x.parts[p] = &tree{blockSize: blockSize, eagle: eagle, nodes: newTable[*node](0),
-		ranks: map[selection.Rank]*table[entry]{}, rankIDs: map[selection.Rank]uint32{}}
+	x.parts[p] = newTree(blockSize, eagle)
 }
 
 func (x *Index) tree(p selection.PartitionKey) *tree {
@@ -94,6 +93,12 @@ var ErrUnknownParent = errors.New("parent block not indexed for this rank")
 // its blocks: engines publish full blocks only, so the event is malformed,
 // and storing the blocks its tokens do cover would index a guess.
 var ErrTokenCount = errors.New("token ids do not match the stored blocks")
+
+// ErrBlockSpan is returned when a store's engine blocks each cover more
+// than 4,095 of ours (maxSpan): an entry records how many of our blocks it
+// covers in 12 bits, and no engine pages its cache in blocks that large.
+// It is counted with the token-count refusals.
+var ErrBlockSpan = errors.New("engine blocks span more than 4095 of ours")
 
 // Apply applies one decoded event for a rank of partition p.
 func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) error {

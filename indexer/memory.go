@@ -64,20 +64,32 @@ const (
 )
 
 // tidy returns memory after removals: it compacts the eviction queue,
-// rebuilds the node map (moving the live nodes to fresh slabs) when it
-// holds a quarter of its peak or less, drops slabs and spares when the tree is
-// empty, and rebuilds rank maps that lost three quarters of their entries. So what a
-// tree keeps stays within about four times what it holds.
-// It runs under the tree's write lock; its cost is paid for by the
+// rebuilds the node table when it holds a quarter of its peak or less,
+// moves the live records (and further holders) to fresh pages when a
+// quarter of their slab's peak or less is live, drops it all when the tree
+// is empty, and rebuilds rank tables that lost three quarters of their
+// entries. So what a tree keeps stays within about four times what it
+// holds. It runs under the tree's write lock; its cost is paid for by the
 // removals that made it necessary.
 func (t *tree) tidy() {
 	t.compactQueue()
 	switch n := t.nodes.Len(); {
-	case n == 0 && (t.nodesPeak > 0 || t.slab != nil || t.spare != nil):
-		t.nodes = newTable[*node](0)
-		t.slab, t.spare, t.nodesPeak = nil, nil, 0
+	case n == 0 && t.live == 0 && (t.nodesPeak > 0 || t.recs.pages != nil || t.exts.pages != nil):
+		t.queue.items, t.queue.first = nil, 0
+		t.setHead()
+		t.recs, t.exts = slab[record]{}, slab[ext]{}
+		t.nodes = newRefTable(0, t.recordKey)
+		t.sets = newTable[*holderSet](0)
+		t.nodesPeak = 0
 	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/shrinkFactor:
-		t.rebuildNodes()
+		t.nodes = t.nodes.rebuilt()
+		t.nodesPeak = n
+	}
+	if t.recs.peak >= rebuildMin && t.recs.used <= t.recs.peak/shrinkFactor {
+		t.rebuildRecords()
+	}
+	if t.exts.peak >= rebuildMin && t.exts.used <= t.exts.peak/shrinkFactor {
+		t.rebuildExts()
 	}
 	for _, id := range t.shrink {
 		r := t.rankList[id]
@@ -85,41 +97,114 @@ func (t *tree) tidy() {
 		if !ok || m.Len() > t.rankPeaks[id]/shrinkFactor {
 			continue // cleared, or grown again
 		}
-		fresh := newTable[entry](m.Len())
-		for h, e := range m.All() {
-			fresh.set(h, e)
-		}
-		t.ranks[r] = fresh
-		t.rankPeaks[id] = fresh.Len()
+		t.ranks[r] = m.rebuilt()
+		t.rankPeaks[id] = m.Len()
 	}
 	t.shrink = t.shrink[:0]
 }
 
-// noteShrink marks rank id's map m for a rebuild (by tidy) when a removal
-// just brought it to a quarter of its peak. Removals go one at a time, so the
-// size passes that mark once.
-func (t *tree) noteShrink(id uint32, m *table[entry]) {
+// noteShrink marks rank id's table m for a rebuild (by tidy) when a
+// removal just brought it to a quarter of its peak. Removals go one at a
+// time, so the size passes that mark once.
+func (t *tree) noteShrink(id uint32, m *refTable) {
 	if peak := t.rankPeaks[id]; peak >= rebuildMin && m.Len() == peak/shrinkFactor {
 		t.shrink = append(t.shrink, id)
 	}
 }
 
-// rebuildNodes copies the live nodes into one right-sized slab and a
-// right-sized map, releasing the old map, slabs and spare list. Nothing
-// else points to a node between calls (holders name ranks, entries name
-// keys), so moving them is safe under the write lock.
-func (t *tree) rebuildNodes() {
-	slab := make([]node, t.nodes.Len())
-	nodes := newTable[*node](t.nodes.Len())
-	i := 0
-	for k, n := range t.nodes.All() {
-		c := &slab[i]
-		c.local, c.parent, c.first, c.more, c.fp, c.nh, c.root = n.local, n.parent, n.first, n.more, n.fp, n.nh, n.root
-		c.used.Store(n.used.Load())
-		nodes.set(k, c)
-		i++
+// rebuildRecords moves the live records into fresh, dense pages and
+// rewrites every index that names one: the node table, parents, further
+// holders, rank tables, the queue and the holder sets. Stale queue items
+// go first, so no dead record is kept for them.
+func (t *tree) rebuildRecords() {
+	t.purgeQueue()
+	old := t.recs
+	var fresh slab[record]
+	remap := make([]uint32, old.next)
+	for i, rec := range t.nodes.slots {
+		if rec == 0 {
+			continue
+		}
+		n := fresh.alloc()
+		*fresh.at(n) = *old.at(rec)
+		remap[rec] = n
+		t.nodes.slots[i] = n
 	}
-	t.nodes, t.slab, t.spare, t.nodesPeak = nodes, nil, nil, nodes.Len()
+	fresh.each(func(_ uint32, r *record) {
+		if r.parent < uint32(len(remap)) {
+			r.parent = remap[r.parent] // 0 when the parent is gone
+		} else {
+			r.parent = 0
+		}
+	})
+	t.exts.each(func(_ uint32, e *ext) {
+		if e.meta&(fHolder|fEntry) != 0 {
+			e.block = remap[e.block]
+		}
+	})
+	renumber := func(ref uint32) uint32 {
+		if ref&extBit != 0 {
+			return ref
+		}
+		return remap[ref]
+	}
+	for _, m := range t.ranks {
+		for i, e := range m.slots {
+			if e != 0 {
+				m.slots[i] = renumber(e)
+			}
+		}
+	}
+	for i, e := range t.queue.items {
+		if i >= t.queue.first {
+			t.queue.items[i] = renumber(e)
+		}
+	}
+	sets := newTable[*holderSet](t.sets.Len())
+	for k, s := range t.sets.All() {
+		sets.set(uint64(remap[k]), s)
+	}
+	t.recs, t.sets = fresh, sets
+}
+
+// rebuildExts moves the live further holders and entries into fresh,
+// dense pages and rewrites the holder sets, rank tables and queue.
+func (t *tree) rebuildExts() {
+	t.purgeQueue()
+	old := t.exts
+	var fresh slab[ext]
+	remap := make([]uint32, old.next)
+	old.each(func(i uint32, e *ext) {
+		if e.meta&(fHolder|fEntry) != 0 {
+			n := fresh.alloc()
+			*fresh.at(n) = *e
+			remap[i] = n
+		}
+	})
+	renumber := func(ref uint32) uint32 {
+		if ref&extBit == 0 {
+			return ref
+		}
+		return remap[ref&^extBit] | extBit
+	}
+	for _, s := range t.sets.All() {
+		for i, e := range s.more {
+			s.more[i] = remap[e]
+		}
+	}
+	for _, m := range t.ranks {
+		for i, e := range m.slots {
+			if e != 0 {
+				m.slots[i] = renumber(e)
+			}
+		}
+	}
+	for i, e := range t.queue.items {
+		if i >= t.queue.first {
+			t.queue.items[i] = renumber(e)
+		}
+	}
+	t.exts = fresh
 }
 
 // releasing is set while a goroutine hands memory back; lastRelease is
