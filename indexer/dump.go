@@ -83,7 +83,7 @@ func (d *dumper) emit(rec uint32) bool {
 		parentRec = t.parentOf(rec)
 		parentMeta = t.loadMeta(parentRec)
 	}
-	local := t.recs.at(rec).local
+	local := t.localOf(rec, meta)
 	full := false
 	t.eachHolder(rec, meta, func(id uint32, tier Tier, engine uint64) {
 		if full {

@@ -91,7 +91,6 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 	// rank what the parent did: such runs (a shared system prompt held by
 	// many ranks) are counted, not walked rank by rank.
 	var prevFP uint32
-	var prevNH uint16
 	repeat := uint32(0)
 	flush := func() {
 		if repeat == 0 {
@@ -131,13 +130,16 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 				t.markUsed(n)
 			}
 			meta = t.loadMeta(n)
-			if fp, nh := t.fingerprint(n, meta); fp == prevFP && nh == prevNH {
+			fp := t.fingerprint(n, meta)
+			if fp == prevFP {
 				repeat++
 				continue
 			}
 			flush()
+			prevFP = fp
+		} else {
+			prevFP = t.fingerprint(n, meta)
 		}
-		prevFP, prevNH = t.fingerprint(n, meta)
 		for _, i := range alive {
 			best[i] = 255
 		}

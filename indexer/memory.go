@@ -77,9 +77,8 @@ func (t *tree) tidy() {
 	case n == 0 && t.live == 0 && (t.nodesPeak > 0 || t.recs.pages != nil || t.exts.pages != nil):
 		t.queue.items, t.queue.first = nil, 0
 		t.setHead()
-		t.recs, t.exts = slab[record]{}, slab[ext]{}
-		t.nodes = newRefTable(0, t.recordKey)
-		t.sets = newTable[*holderSet](0)
+		t.recs, t.exts, t.sets = slab[record]{}, slab[ext]{}, slab[holderSet]{}
+		t.nodes = newRefTable(0, t, false)
 		t.nodesPeak = 0
 	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/shrinkFactor:
 		t.nodes = t.nodes.rebuilt()
@@ -90,6 +89,9 @@ func (t *tree) tidy() {
 	}
 	if t.exts.peak >= rebuildMin && t.exts.used <= t.exts.peak/shrinkFactor {
 		t.rebuildExts()
+	}
+	if t.sets.peak >= rebuildMin && t.sets.used <= t.sets.peak/shrinkFactor {
+		t.rebuildSets()
 	}
 	for _, id := range t.shrink {
 		r := t.rankList[id]
@@ -114,7 +116,7 @@ func (t *tree) noteShrink(id uint32, m *refTable) {
 
 // rebuildRecords moves the live records into fresh, dense pages and
 // rewrites every index that names one: the node table, parents, further
-// holders, rank tables, the queue and the holder sets. Stale queue items
+// holders, rank tables and the queue. Stale queue items
 // go first, so no dead record is kept for them.
 func (t *tree) rebuildRecords() {
 	t.purgeQueue()
@@ -160,11 +162,7 @@ func (t *tree) rebuildRecords() {
 			t.queue.items[i] = renumber(e)
 		}
 	}
-	sets := newTable[*holderSet](t.sets.Len())
-	for k, s := range t.sets.All() {
-		sets.set(uint64(remap[k]), s)
-	}
-	t.recs, t.sets = fresh, sets
+	t.recs = fresh
 }
 
 // rebuildExts moves the live further holders and entries into fresh,
@@ -187,11 +185,11 @@ func (t *tree) rebuildExts() {
 		}
 		return remap[ref&^extBit] | extBit
 	}
-	for _, s := range t.sets.All() {
+	t.sets.each(func(_ uint32, s *holderSet) {
 		for i, e := range s.more {
 			s.more[i] = remap[e]
 		}
-	}
+	})
 	for _, m := range t.ranks {
 		for i, e := range m.slots {
 			if e != 0 {
@@ -205,6 +203,20 @@ func (t *tree) rebuildExts() {
 		}
 	}
 	t.exts = fresh
+}
+
+// rebuildSets moves the live holder sets into fresh, dense pages and
+// points their blocks' records at the new indexes.
+func (t *tree) rebuildSets() {
+	var fresh slab[holderSet]
+	for _, rec := range t.nodes.slots {
+		if r := t.recs.at(rec); rec != 0 && r.meta&fSet != 0 {
+			n := fresh.alloc()
+			*fresh.at(n) = *t.sets.at(uint32(r.local))
+			r.local = r.local&^(1<<32-1) | uint64(n) // the fingerprint stays
+		}
+	}
+	t.sets = fresh
 }
 
 // releasing is set while a goroutine hands memory back; lastRelease is

@@ -16,7 +16,12 @@ const extBit = 1 << 31
 // record is one block and its inline holder and entry.
 type record struct {
 	key    uint64 // the block's chain key
-	local  uint64 // its local hash (a dump's tokens_hash)
+	// local is the block's local hash (a dump's tokens_hash), except in a
+	// shared block (fSet): there it is the fingerprint of the block's
+	// holders (high 32 bits) and the index of its holderSet (low 32), which
+	// keeps the local hash. A lookup walking a shared prefix then compares
+	// fingerprints without reading the sets.
+	local  uint64
 	engine uint64 // the inline holder's engine hash (its entry's, when it has one)
 	// parent is the parent block's record index (unused for a root); it
 	// is trusted only while that record's key chains to this one's (see
@@ -49,7 +54,7 @@ const (
 	fRoot      = 1 << 4 // the block has no parent
 	fUsed      = 1 << 5 // looked up since queued (second chance, evict.go)
 	fQueued    = 1 << 6 // the eviction queue holds this ref
-	fSet       = 1 << 7 // the block has further holders (tree.sets)
+	fSet       = 1 << 7 // the block has further holders (tree.sets, at index local)
 	hrefsShift = 8      // holder: engine entries of (rank, tier) covering the block
 	erefsShift = 14     // entry: times the engine stored the hash
 	spanShift  = 20     // entry: our blocks it covers, this one and span-1 before it
@@ -70,12 +75,26 @@ func withErefs(m, n uint32) uint32 {
 	return m&^(countMask<<erefsShift) | min(n, countMask)<<erefsShift
 }
 
-// holderSet is a shared block's further holders (exts), with the
-// fingerprint of all its holders, the inline one included.
+// holderSet is a shared block's further holders (exts) and the block's
+// local hash (whose place in the record holds the set's index).
 type holderSet struct {
-	fp   uint32
-	nh   uint16
-	more []uint32 // ext indexes
+	local uint64
+	more  []uint32 // ext indexes; nil for a freed set
+}
+
+// flipHolder adds or removes holder (id, tier) in shared block r's
+// fingerprint (an XOR).
+func flipHolder(r *record, id uint32, tier Tier) { r.local ^= uint64(mixHolder(id, tier)) << 32 }
+
+// setOf returns shared block rec's holder set (its meta has fSet).
+func (t *tree) setOf(rec uint32) *holderSet { return t.sets.at(uint32(t.recs.at(rec).local)) }
+
+// localOf returns block rec's local hash (meta is its meta word).
+func (t *tree) localOf(rec uint32, meta uint32) uint64 {
+	if meta&fSet != 0 {
+		return t.setOf(rec).local
+	}
+	return t.recs.at(rec).local
 }
 
 // mixHolder spreads a (rank id, tier) pair over 32 bits (splitmix64); a
@@ -122,17 +141,17 @@ func (t *tree) stampOf(ref uint32) *uint32 {
 // or one waiting for its queue item to be popped, holds nothing).
 func alive(m uint32) bool { return m&(fHolder|fSet) != 0 }
 
-// fingerprint returns the XOR of a block's holders' mixes and their count
-// (readers: under the read lock).
-func (t *tree) fingerprint(rec uint32, m uint32) (uint32, uint16) {
+// fingerprint returns the XOR of a block's holders' mixes (readers: under
+// the read lock). Two holder sets share one with a chance of 2^-32.
+func (t *tree) fingerprint(rec uint32, m uint32) uint32 {
+	r := t.recs.at(rec)
 	if m&fSet != 0 {
-		s, _ := t.sets.get(uint64(rec))
-		return s.fp, s.nh
+		return uint32(r.local >> 32)
 	}
 	if m&fHolder != 0 {
-		return mixHolder(t.recs.at(rec).rank, metaTier(m)), 1
+		return mixHolder(r.rank, metaTier(m))
 	}
-	return 0, 0
+	return 0
 }
 
 // eachHolder calls fn on every holder of block rec whose meta is m.
@@ -142,7 +161,7 @@ func (t *tree) eachHolder(rec uint32, m uint32, fn func(id uint32, tier Tier, en
 		fn(r.rank, metaTier(m), r.engine)
 	}
 	if m&fSet != 0 {
-		s, _ := t.sets.get(uint64(rec))
+		s := t.setOf(rec)
 		for _, e := range s.more {
 			x := t.exts.at(e)
 			fn(x.rank, metaTier(x.meta), x.engine)
@@ -158,7 +177,7 @@ func (t *tree) findHolder(rec, id uint32, tier Tier) (uint32, bool) {
 		return rec, true
 	}
 	if m&fSet != 0 {
-		s, _ := t.sets.get(uint64(rec))
+		s := t.setOf(rec)
 		for _, e := range s.more {
 			if x := t.exts.at(e); x.rank == id && metaTier(x.meta) == tier {
 				return e | extBit, true
@@ -179,27 +198,25 @@ func (t *tree) addHolder(rec, id uint32, tier Tier, engine uint64) uint32 {
 		r.rank, r.engine = id, engine
 		r.meta = withHrefs(m&(fRoot|fUsed|fSet)|uint32(tier)|fHolder, 1)
 		if m&fSet != 0 {
-			s, _ := t.sets.get(uint64(rec))
-			s.fp ^= mixHolder(id, tier)
-			s.nh++
+			flipHolder(r, id, tier)
 		}
 		return rec
 	}
 	e := t.exts.alloc()
 	*t.exts.at(e) = ext{engine: engine, block: rec, rank: id, meta: withHrefs(uint32(tier)|fHolder, 1)}
 	r = t.recs.at(rec)
-	s, _ := t.sets.get(uint64(rec))
 	if r.meta&fSet == 0 {
-		s = &holderSet{}
+		i := t.sets.alloc()
+		*t.sets.at(i) = holderSet{local: r.local}
+		r.local = uint64(i)
 		if r.meta&fHolder != 0 {
-			s.fp, s.nh = mixHolder(r.rank, metaTier(r.meta)), 1
+			flipHolder(r, r.rank, metaTier(r.meta))
 		}
-		t.sets.set(uint64(rec), s)
 		r.meta |= fSet
 	}
+	s := t.setOf(rec)
 	s.more = append(s.more, e)
-	s.fp ^= mixHolder(id, tier)
-	s.nh++
+	flipHolder(r, id, tier)
 	return e | extBit
 }
 
@@ -213,7 +230,7 @@ func (t *tree) dropHolder(h uint32) {
 		x := t.exts.at(e)
 		rec, id, tier = x.block, x.rank, metaTier(x.meta)
 		x.meta &^= fHolder
-		s, _ := t.sets.get(uint64(rec))
+		s := t.setOf(rec)
 		for i, o := range s.more {
 			if o == e {
 				s.more[i] = s.more[len(s.more)-1]
@@ -221,8 +238,7 @@ func (t *tree) dropHolder(h uint32) {
 				break
 			}
 		}
-		s.fp ^= mixHolder(id, tier)
-		s.nh--
+		flipHolder(t.recs.at(rec), id, tier)
 		t.reclaim(h)
 	} else {
 		rec = h
@@ -230,15 +246,16 @@ func (t *tree) dropHolder(h uint32) {
 		id, tier = r.rank, metaTier(r.meta)
 		r.meta &^= fHolder
 		if r.meta&fSet != 0 {
-			s, _ := t.sets.get(uint64(rec))
-			s.fp ^= mixHolder(id, tier)
-			s.nh--
+			flipHolder(r, id, tier)
 		}
 	}
 	r := t.recs.at(rec)
 	if r.meta&fSet != 0 {
-		if s, _ := t.sets.get(uint64(rec)); len(s.more) == 0 {
-			t.sets.del(uint64(rec))
+		if s := t.setOf(rec); len(s.more) == 0 {
+			i := uint32(r.local)
+			r.local = s.local // the fingerprint goes with it
+			*s = holderSet{}
+			t.sets.release(i)
 			r.meta &^= fSet
 		}
 	}
@@ -283,7 +300,7 @@ func (t *tree) parentOf(rec uint32) uint32 {
 		return 0
 	}
 	p := t.recs.at(r.parent)
-	if !alive(atomic.LoadUint32(&p.meta)) || nextKey(p.key, r.local) != r.key {
+	if !alive(atomic.LoadUint32(&p.meta)) || nextKey(p.key, t.localOf(rec, atomic.LoadUint32(&r.meta))) != r.key {
 		return 0
 	}
 	return r.parent

@@ -6,8 +6,9 @@ import (
 )
 
 // refTable is table.go's hash table with 4-byte slots: each slot holds a
-// record or holder index (0 marks an empty slot), and a slot's key is
-// read through keyOf (the record's chain key, the entry's engine hash).
+// record or entry ref (0 marks an empty slot), and a slot's key is read
+// through the tree: the record's chain key in the node table, the entry's
+// engine hash in a rank's table (engines set).
 // A slot costs 4 bytes where a (key, value) slot cost 16 or 24, at the
 // price of a read of the record per probe; with linear probing at most
 // 3/4 full, a lookup reads about two. Probing, the seeded slot choice and
@@ -19,12 +20,26 @@ type refTable struct {
 	n     int
 	shift uint8
 	seed  uint64
-	keyOf func(ref uint32) uint64
+	// tree holds the records the refs name; engines tells the two kinds of
+	// table apart (a branch, where a func value's call could not be inlined).
+	tree    *tree
+	engines bool
+}
+
+// keyOf returns the key of the ref in a slot.
+func (t *refTable) keyOf(r uint32) uint64 {
+	if !t.engines {
+		return t.tree.recs.at(r).key
+	}
+	if r&extBit != 0 {
+		return t.tree.exts.at(r &^ extBit).engine
+	}
+	return t.tree.recs.at(r).engine
 }
 
 // newRefTable returns a table sized for n keys without growing.
-func newRefTable(n int, keyOf func(uint32) uint64) *refTable {
-	t := &refTable{seed: rand.Uint64() | 1, keyOf: keyOf}
+func newRefTable(n int, tr *tree, engines bool) *refTable {
+	t := &refTable{seed: rand.Uint64() | 1, tree: tr, engines: engines}
 	t.alloc(slotsFor(n))
 	return t
 }
@@ -137,7 +152,7 @@ func (t *refTable) resize(slots int) {
 // rebuilt returns a right-sized copy of the table (the table itself never
 // shrinks).
 func (t *refTable) rebuilt() *refTable {
-	fresh := newRefTable(t.n, t.keyOf)
+	fresh := newRefTable(t.n, t.tree, t.engines)
 	mask := len(fresh.slots) - 1
 	for _, r := range t.slots {
 		if r == 0 {

@@ -18,7 +18,7 @@ type tree struct {
 	exts      slab[ext]                    // further holders and entries (record.go)
 	nodes     *refTable                    // chain key → record
 	ranks     map[selection.Rank]*refTable // per rank: engine hash → entry ref
-	sets      *table[*holderSet]           // record index → further holders
+	sets      slab[holderSet]              // shared blocks' further holders
 	// rankIDs numbers the ranks densely, so holders store 4 bytes and a
 	// lookup keeps per-rank state in a slice instead of a map.
 	rankIDs  map[selection.Rank]uint32
@@ -36,16 +36,12 @@ type tree struct {
 func newTree(blockSize int, eagle bool) *tree {
 	t := &tree{blockSize: blockSize, eagle: eagle,
 		ranks: map[selection.Rank]*refTable{}, rankIDs: map[selection.Rank]uint32{}}
-	t.nodes = newRefTable(0, t.recordKey)
-	t.sets = newTable[*holderSet](0)
+	t.nodes = newRefTable(0, t, false)
 	return t
 }
 
-// recordKey is the node table's key of a record: its chain key.
-func (t *tree) recordKey(rec uint32) uint64 { return t.recs.at(rec).key }
-
 // newRankTable returns an engine table, keyed by its entries' engine hashes.
-func (t *tree) newRankTable(n int) *refTable { return newRefTable(n, t.engineOf) }
+func (t *tree) newRankTable(n int) *refTable { return newRefTable(n, t, true) }
 
 func (t *tree) rankID(r selection.Rank) uint32 {
 	id, ok := t.rankIDs[r]
