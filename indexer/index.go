@@ -97,8 +97,14 @@ var ErrTokenCount = errors.New("token ids do not match the stored blocks")
 // ErrBlockSpan is returned when a store's engine blocks each cover more
 // than 4,095 of ours (maxSpan): an entry records how many of our blocks it
 // covers in 12 bits, and no engine pages its cache in blocks that large.
-// It is counted with the token-count refusals.
+// A listener counts it as rejected.
 var ErrBlockSpan = errors.New("engine blocks span more than 4095 of ours")
+
+// ErrPartitionFull is returned when a store would take a partition past
+// the records or holders its 28-bit refs can name (record.go): 134M
+// blocks, far past any memory budget (EntriesForMemory). A listener
+// counts it as rejected.
+var ErrPartitionFull = errors.New("partition holds as many blocks as it can index")
 
 // Apply applies one decoded event for a rank of partition p.
 func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) error {

@@ -123,15 +123,12 @@ func (t *tree) rebuildRecords() {
 	old := t.recs
 	var fresh slab[record]
 	remap := make([]uint32, old.next)
-	for i, rec := range t.nodes.slots {
-		if rec == 0 {
-			continue
-		}
+	t.nodes.renumber(func(rec uint32) uint32 {
 		n := fresh.alloc()
 		*fresh.at(n) = *old.at(rec)
 		remap[rec] = n
-		t.nodes.slots[i] = n
-	}
+		return n
+	})
 	fresh.each(func(_ uint32, r *record) {
 		if r.parent < uint32(len(remap)) {
 			r.parent = remap[r.parent] // 0 when the parent is gone
@@ -151,11 +148,7 @@ func (t *tree) rebuildRecords() {
 		return remap[ref]
 	}
 	for _, m := range t.ranks {
-		for i, e := range m.slots {
-			if e != 0 {
-				m.slots[i] = renumber(e)
-			}
-		}
+		m.renumber(renumber)
 	}
 	for i, e := range t.queue.items {
 		if i >= t.queue.first {
@@ -191,11 +184,7 @@ func (t *tree) rebuildExts() {
 		}
 	})
 	for _, m := range t.ranks {
-		for i, e := range m.slots {
-			if e != 0 {
-				m.slots[i] = renumber(e)
-			}
-		}
+		m.renumber(renumber)
 	}
 	for i, e := range t.queue.items {
 		if i >= t.queue.first {
@@ -209,13 +198,13 @@ func (t *tree) rebuildExts() {
 // points their blocks' records at the new indexes.
 func (t *tree) rebuildSets() {
 	var fresh slab[holderSet]
-	for _, rec := range t.nodes.slots {
-		if r := t.recs.at(rec); rec != 0 && r.meta&fSet != 0 {
+	t.nodes.each(func(rec uint32) {
+		if r := t.recs.at(rec); r.meta&fSet != 0 {
 			n := fresh.alloc()
 			*fresh.at(n) = *t.sets.at(uint32(r.local))
 			r.local = r.local&^(1<<32-1) | uint64(n) // the fingerprint stays
 		}
-	}
+	})
 	t.sets = fresh
 }
 

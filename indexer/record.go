@@ -10,12 +10,18 @@ import "sync/atomic"
 // A ref names a holder or an engine entry: a record index (the record's
 // inline holder or entry) or extBit | an index into the tree's exts (a
 // further holder of a shared block, or an entry that found its block's
-// holder already carrying one).
-const extBit = 1 << 31
+// holder already carrying one). Refs are refBits wide (a table slot keeps
+// a few bits beside one), so a partition holds at most maxIndex records
+// and as many exts: 134M blocks, 8 GB of them, far past any memory
+// budget; a store that would pass that is refused (ErrPartitionFull).
+const (
+	extBit   = 1 << (refBits - 1)
+	maxIndex = extBit - 1
+)
 
 // record is one block and its inline holder and entry.
 type record struct {
-	key    uint64 // the block's chain key
+	key uint64 // the block's chain key
 	// local is the block's local hash (a dump's tokens_hash), except in a
 	// shared block (fSet): there it is the fingerprint of the block's
 	// holders (high 32 bits) and the index of its holderSet (low 32), which
@@ -123,11 +129,6 @@ func (t *tree) entryOf(ref uint32) (engine uint64, block, rank uint32) {
 	}
 	r := t.recs.at(ref)
 	return r.engine, ref, r.rank
-}
-
-func (t *tree) engineOf(ref uint32) uint64 {
-	e, _, _ := t.entryOf(ref)
-	return e
 }
 
 func (t *tree) stampOf(ref uint32) *uint32 {

@@ -5,16 +5,30 @@ import (
 	"math/rand/v2"
 )
 
-// refTable is table.go's hash table with 4-byte slots: each slot holds a
-// record or entry ref (0 marks an empty slot), and a slot's key is read
-// through the tree: the record's chain key in the node table, the entry's
-// engine hash in a rank's table (engines set).
-// A slot costs 4 bytes where a (key, value) slot cost 16 or 24, at the
-// price of a read of the record per probe; with linear probing at most
-// 3/4 full, a lookup reads about two. Probing, the seeded slot choice and
-// backward-shift deletion are table.go's (see there why).
+// refTable is the index's hash table from a 64-bit hash to a record or
+// entry ref: open addressing with linear probing over one array of 4-byte
+// slots (0 marks an empty slot). A slot's key is read through the tree:
+// the record's chain key in the node table, the entry's engine hash in a
+// rank's table (engines set). A slot costs 4 bytes where a (key, value)
+// slot cost 16 or 24 and a Go map's more.
 //
-// A pointer from claim is valid until the next claim, del or resize.
+// Go's maps cost the steady-state ingest two probes where one would do
+// (a lookup, then an assignment or a delete, for each of a block's node
+// and engine entries) and hash every key again; here claim finds or
+// claims a key's slot in one probe. Keys are hashes, some chosen by
+// publishers (engine block hashes), so the slot comes from the key mixed
+// with a per-table random seed: a publisher cannot aim keys at one run of
+// slots without knowing it. The load stays at most 3/4 (the table doubles
+// past it), so a probe run stays short on average. Deletion shifts the
+// later keys of a run back into the hole, so an engine's churn of stores
+// and removals leaves no tombstones.
+//
+// A slot also keeps how far it sits from its key's home slot (its top
+// distBits bits; distSat means that far or farther): a probe then reads
+// the record of a slot only when the slot shares the key's home, and a
+// deletion finds the home of the slots it moves back without reading
+// their records and mixing their keys again. Refs leave those bits free:
+// they are at most refBits wide (see maxIndex).
 type refTable struct {
 	slots []uint32
 	n     int
@@ -26,15 +40,25 @@ type refTable struct {
 	engines bool
 }
 
-// keyOf returns the key of the ref in a slot.
-func (t *refTable) keyOf(r uint32) uint64 {
-	if !t.engines {
-		return t.tree.recs.at(r).key
+// The layout of a slot: the ref in the low refBits, the distance from its
+// home above.
+const (
+	refBits   = 28
+	refMask   = 1<<refBits - 1
+	distSat   = 1<<(32-refBits) - 1
+	distShift = refBits
+)
+
+// tableMinSlots is the smallest array a table allocates.
+const tableMinSlots = 8
+
+// slotsFor is the power of two that holds n keys at a load of 3/4 at most.
+func slotsFor(n int) int {
+	s := tableMinSlots
+	for s*3/4 < n {
+		s *= 2
 	}
-	if r&extBit != 0 {
-		return t.tree.exts.at(r &^ extBit).engine
-	}
-	return t.tree.recs.at(r).engine
+	return s
 }
 
 // newRefTable returns a table sized for n keys without growing.
@@ -49,12 +73,39 @@ func (t *refTable) alloc(slots int) {
 	t.shift = uint8(64 - bits.TrailingZeros(uint(slots)))
 }
 
-// home is key's first slot (table.home's mix).
+// keyOf returns the key of a ref.
+func (t *refTable) keyOf(r uint32) uint64 {
+	if !t.engines {
+		return t.tree.recs.at(r).key
+	}
+	if r&extBit != 0 {
+		return t.tree.exts.at(r &^ extBit).engine
+	}
+	return t.tree.recs.at(r).engine
+}
+
+// home is key's first slot: the key mixed with the seed (the finalizer
+// of splitmix64), its top bits.
 func (t *refTable) home(key uint64) int {
 	z := key ^ t.seed
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	return int((z ^ z>>31) >> t.shift)
+}
+
+// slotOf packs ref for slot i whose key's home is h.
+func (t *refTable) slotOf(ref uint32, i, h int) uint32 {
+	d := uint32((i - h) & (len(t.slots) - 1))
+	return ref | min(d, distSat)<<distShift
+}
+
+// homeOf returns the home of the ref in slot i.
+func (t *refTable) homeOf(i int) int {
+	s := t.slots[i]
+	if d := s >> distShift; d < distSat {
+		return (i - int(d)) & (len(t.slots) - 1)
+	}
+	return t.home(t.keyOf(s & refMask))
 }
 
 // Len returns how many keys the table holds.
@@ -65,65 +116,75 @@ func (t *refTable) Len() int {
 	return t.n
 }
 
+// find returns key's slot index and whether it is held; when not, the
+// index is the empty slot ending its probe run.
+func (t *refTable) find(key uint64) (int, bool) {
+	mask := len(t.slots) - 1
+	h := t.home(key)
+	for i, d := h, uint32(0); ; i, d = (i+1)&mask, d+1 {
+		s := t.slots[i]
+		if s == 0 {
+			return i, false
+		}
+		if sd := s >> distShift; (sd == d || sd == distSat && d >= distSat) && t.keyOf(s&refMask) == key {
+			return i, true
+		}
+	}
+}
+
 // get returns key's ref, or 0 when it is not held.
 func (t *refTable) get(key uint64) uint32 {
 	if t == nil || t.n == 0 {
 		return 0
 	}
-	mask := len(t.slots) - 1
-	for i := t.home(key); ; i = (i + 1) & mask {
-		r := t.slots[i]
-		if r == 0 {
-			return 0
-		}
-		if t.keyOf(r) == key {
-			return r
-		}
+	if i, ok := t.find(key); ok {
+		return t.slots[i] & refMask
 	}
+	return 0
 }
 
-// claim returns key's slot, claiming an empty one for it when it is not
-// held (held reports which). The caller must fill a claimed slot with a
-// ref whose key is key before the table is used again.
-func (t *refTable) claim(key uint64) (slot *uint32, held bool) {
+// claimed is a slot claim hands out: held, or to be filled.
+type claimed struct {
+	t    *refTable
+	i    int
+	held bool
+}
+
+// ref returns the held slot's ref.
+func (c claimed) ref() uint32 { return c.t.slots[c.i] & refMask }
+
+// fill stores ref, whose key is the claimed key, in a claimed empty slot.
+func (c claimed) fill(ref uint32, key uint64) { c.t.slots[c.i] = c.t.slotOf(ref, c.i, c.t.home(key)) }
+
+// claim finds key's slot, or claims an empty one for it. The caller must
+// fill a claimed slot before the table is used again.
+func (t *refTable) claim(key uint64) claimed {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.resize(max(2*len(t.slots), tableMinSlots))
 	}
-	mask := len(t.slots) - 1
-	for i := t.home(key); ; i = (i + 1) & mask {
-		r := t.slots[i]
-		if r == 0 {
-			t.n++
-			return &t.slots[i], false
-		}
-		if t.keyOf(r) == key {
-			return &t.slots[i], true
-		}
+	i, held := t.find(key)
+	if !held {
+		t.n++
 	}
+	return claimed{t: t, i: i, held: held}
 }
 
 // del removes key; false when it was not held. Later keys of its probe
-// run move back into the hole (table.del).
+// run move back into the hole unless their home lies cyclically in
+// (hole, their slot].
 func (t *refTable) del(key uint64) bool {
 	if t == nil || t.n == 0 {
 		return false
 	}
-	mask := len(t.slots) - 1
-	i := t.home(key)
-	for {
-		r := t.slots[i]
-		if r == 0 {
-			return false
-		}
-		if t.keyOf(r) == key {
-			break
-		}
-		i = (i + 1) & mask
+	i, ok := t.find(key)
+	if !ok {
+		return false
 	}
+	mask := len(t.slots) - 1
 	for j := (i + 1) & mask; t.slots[j] != 0; j = (j + 1) & mask {
-		h := t.home(t.keyOf(t.slots[j]))
+		h := t.homeOf(j)
 		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			t.slots[i] = t.slots[j]
+			t.slots[i] = t.slotOf(t.slots[j]&refMask, i, h)
 			i = j
 		}
 	}
@@ -136,16 +197,23 @@ func (t *refTable) del(key uint64) bool {
 func (t *refTable) resize(slots int) {
 	old := t.slots
 	t.alloc(slots)
-	mask := slots - 1
-	for _, r := range old {
-		if r == 0 {
+	t.insertAll(old)
+}
+
+// insertAll places the refs of old slots (the table holding none).
+func (t *refTable) insertAll(old []uint32) {
+	mask := len(t.slots) - 1
+	for _, s := range old {
+		if s == 0 {
 			continue
 		}
-		i := t.home(t.keyOf(r))
+		r := s & refMask
+		h := t.home(t.keyOf(r))
+		i := h
 		for t.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
-		t.slots[i] = r
+		t.slots[i] = t.slotOf(r, i, h)
 	}
 }
 
@@ -153,17 +221,26 @@ func (t *refTable) resize(slots int) {
 // shrinks).
 func (t *refTable) rebuilt() *refTable {
 	fresh := newRefTable(t.n, t.tree, t.engines)
-	mask := len(fresh.slots) - 1
-	for _, r := range t.slots {
-		if r == 0 {
-			continue
-		}
-		i := fresh.home(t.keyOf(r))
-		for fresh.slots[i] != 0 {
-			i = (i + 1) & mask
-		}
-		fresh.slots[i] = r
-	}
+	fresh.insertAll(t.slots)
 	fresh.n = t.n
 	return fresh
+}
+
+// each calls fn on every ref; the table must not change meanwhile.
+func (t *refTable) each(fn func(ref uint32)) {
+	for _, s := range t.slots {
+		if s != 0 {
+			fn(s & refMask)
+		}
+	}
+}
+
+// renumber replaces every ref r by to(r) in place (a slab rebuild: the
+// keys, and so the slots, stay).
+func (t *refTable) renumber(to func(ref uint32) uint32) {
+	for i, s := range t.slots {
+		if s != 0 {
+			t.slots[i] = s&^refMask | to(s&refMask)
+		}
+	}
 }

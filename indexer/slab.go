@@ -59,6 +59,9 @@ func (s *slab[T]) alloc() uint32 {
 	return i
 }
 
+// room is how many more indexes alloc can hand out (at most maxIndex in all).
+func (s *slab[T]) room() int { return len(s.free) + maxIndex + 1 - int(max(s.next, 1)) }
+
 // release returns index i for reuse.
 func (s *slab[T]) release(i uint32) {
 	s.used--

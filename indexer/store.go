@@ -83,20 +83,22 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		_, parentRec, _ = t.entryOf(e)
 		parentKey = t.recs.at(parentRec).key
 	}
+	ebs, locals := h.ebs, h.locals
 	if !h.ok {
 		x.counters.tokenCount.add(1)
 		return ErrTokenCount
 	}
 	if h.ebs > maxSpan*t.blockSize {
-		x.counters.tokenCount.add(1)
 		return ErrBlockSpan
+	}
+	if t.recs.room() < len(locals) || t.exts.room() < len(locals)+len(ev.BlockHashes) {
+		return ErrPartitionFull
 	}
 	if m == nil {
 		m = t.newRankTable(len(ev.BlockHashes))
 		t.ranks[r] = m
 	}
 	id := t.rankID(r)
-	ebs, locals := h.ebs, h.locals
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	key, rec, have := parentKey, parentRec, ev.HasParent
@@ -128,10 +130,10 @@ var spanPool = sync.Pool{New: func() any { s := make([]uint32, 0, 16); return &s
 // hash engine.
 func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint64, tier Tier) {
 	last := span[len(span)-1]
-	slot, held := m.claim(engine)
-	if held {
-		p := t.metaOf(*slot)
-		if _, block, _ := t.entryOf(*slot); block == last && metaTier(*p) == tier {
+	c := m.claim(engine)
+	if c.held {
+		p := t.metaOf(c.ref())
+		if _, block, _ := t.entryOf(c.ref()); block == last && metaTier(*p) == tier {
 			*p = withErefs(*p, erefs(*p)+1) // the engine stored the same block twice
 		}
 		// Otherwise the engine reused the hash for another block before
@@ -164,7 +166,7 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 	}
 	p := t.metaOf(e)
 	*p = withErefs(*p|fEntry, 1) | uint32(len(span))<<spanShift
-	*slot = e
+	c.fill(e, engine)
 	if x.MaxEntries > 0 {
 		if x.entries.Load() >= x.MaxEntries {
 			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
@@ -247,11 +249,7 @@ func (t *tree) clearRank(x *Index, r selection.Rank) {
 		return
 	}
 	id := t.rankIDs[r]
-	for _, e := range m.slots {
-		if e != 0 {
-			t.dropEntry(e) // each engine entry holds its blocks once
-		}
-	}
+	m.each(t.dropEntry) // each engine entry holds its blocks once
 	x.entries.Add(-int64(m.Len()))
 	x.released.Add(int64(m.Len()))
 	t.live -= m.Len()

@@ -65,9 +65,9 @@ func (t *tree) extend(prefix uint64, prefixRec uint32, have bool, local uint64) 
 	if have {
 		key = nextKey(prefix, local)
 	}
-	slot, held := t.nodes.claim(key)
-	if held {
-		rec := *slot
+	c := t.nodes.claim(key)
+	if c.held {
+		rec := c.ref()
 		if have {
 			// The parent's record may be a newer one than the block's
 			// first (its first was freed and stored again).
@@ -81,7 +81,7 @@ func (t *tree) extend(prefix uint64, prefixRec uint32, have bool, local uint64) 
 		r.parent, r.meta = 0, fRoot
 	}
 	*t.recs.at(rec) = r
-	*slot = rec
+	c.fill(rec, key)
 	t.nodesPeak = max(t.nodesPeak, t.nodes.Len())
 	return key, rec
 }
