@@ -13,18 +13,21 @@ import (
 // says what the events carry). Blocks are keyed by our own chain key: the
 // public sequence hash of the local block hashes we compute from the
 // tokens each BlockStored carries, so a prompt's sequence hashes look them
-// up directly. Each (worker, dp_rank) keeps a map from the engine's opaque
-// block hash to our key, reference-counted because an engine can store the
-// same hash twice.
+// up directly. Each (worker, dp_rank) keeps a table from the engine's
+// opaque block hash to our block, reference-counted because an engine can
+// store the same hash twice.
 //
 // It implements selection.Indexer. Events of one rank must be applied in
 // order (one listener goroutine per rank does); lookups run concurrently.
 //
-// Memory: a block held by one rank costs a node (56 bytes, from slabs), a
-// 16-byte slot in the node table and a 24-byte slot in the rank's table
-// (table.go; each at most 3/4 full), and with a bound a 16-byte eviction
-// queue item; each further rank holding it adds a 16-byte holder and a
-// table slot. BytesPerEntry is the measured figure
+// Memory: a block is one 40-byte record (record.go) in pages addressed
+// by 32-bit indexes (slab.go), which carries its first holder and that
+// holder's engine entry inline; the node table and the rank's engine
+// table each hold a 4-byte ref to it (reftable.go; each at most 3/4
+// full), and with a bound the eviction queue a 4-byte ref: about 62
+// bytes for a block held by one rank. Each further rank holding it adds
+// a 24-byte holder, a 4-byte ref in the block's holder set, a table slot
+// and a queue ref. BytesPerEntry is the measured figure
 // (BenchmarkIndexMemory) and EntriesForMemory turns a budget into
 // MaxEntries.
 //

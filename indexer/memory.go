@@ -7,10 +7,10 @@ import (
 )
 
 // Handing memory back once a large part of the index is gone. The tables
-// (table.go) never shrink by themselves and freed nodes stay in their slabs (and on the spare
-// list), so a publisher that stored millions of blocks kept their memory
-// after its worker was deleted; and even freed heap stays mapped until the
-// runtime's scavenger gets to it.
+// (reftable.go) never shrink by themselves and freed records stay in their
+// pages (on the slab's free list), so a publisher that stored millions of
+// blocks kept their memory after its worker was deleted; and even freed
+// heap stays mapped until the runtime's scavenger gets to it.
 
 // BytesPerEntry is the heap one (block, rank) entry costs in the dearest
 // case, measured by BenchmarkIndexMemory: 152–153 bytes with one rank per
@@ -43,11 +43,11 @@ func EntriesForMemory(bytes int64) int64 {
 	return max(1, bytes/(BytesPerEntry*gcHeadroom))
 }
 
-// rebuildMin is the size below which a map or slab is not worth
+// rebuildMin is the size below which a table or slab is not worth
 // rebuilding: small ones cost little.
 const rebuildMin = 4096
 
-// shrinkFactor is how far below its peak a map or the node set must fall
+// shrinkFactor is how far below its peak a table or slab must fall
 // before it is rebuilt. An engine's steady state (as many blocks removed
 // as stored) swings the index's size by up to about half; rebuilding at
 // half would copy the maps over and over there (it made the steady-state
