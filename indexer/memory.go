@@ -13,14 +13,15 @@ import (
 // heap stays mapped until the runtime's scavenger gets to it.
 
 // BytesPerEntry is the heap one (block, rank) entry costs in the dearest
-// case, measured by BenchmarkIndexMemory: 152–153 bytes with one rank per
-// block at 1M and 4M entries (each entry its own node), 88 with 16 ranks
-// holding each block, and 176 when a publisher floods the index with five
-// times its bound (the eviction queue's stale items count too). Where the
-// tables stand in their growth moves the first figure: just after both
-// double (3/8 full) it is about 185 by their slot sizes (56 + 24/0.375 +
-// 16/0.375 + a queue item). 192 covers that, rounded up.
-const BytesPerEntry = 192
+// case, measured by BenchmarkIndexMemory: 61–63 bytes with one rank per
+// block at 1M, 4M and 16M entries (each entry its own 40-byte record), 50
+// with 16 ranks holding each block, and 77 when a publisher floods the
+// index with five times its bound (the eviction queue's stale refs count
+// too). Where the tables stand in their growth moves the first figure:
+// just after both double (3/8 full) it is about 70 by their slot sizes
+// (40 + 2 × 4/0.375 + a queue ref and its slack), and a flood's stale refs
+// add up to twice that ref again. 96 covers that, rounded up.
+const BytesPerEntry = 96
 
 // gcHeadroom is how much more than the index's live heap the process
 // holds for it. The Go collector lets the heap grow to twice what is live

@@ -171,3 +171,27 @@ func modelThroughRebuilds(t *testing.T, bounded bool) {
 			x.Entries(), tr.recs.used, tr.exts.used, tr.queue.len())
 	}
 }
+
+// TestIndexRefusesWhatRecordsCannotHold: an engine block spanning more of
+// our blocks than an entry counts (maxSpan), and a store that would take
+// a partition past the records its refs can name, are refused whole.
+func TestIndexRefusesWhatRecordsCannotHold(t *testing.T) {
+	const bs = 4
+	x := New()
+	x.ConfigurePartition(part, bs, false)
+	r := selection.Rank{WorkerID: 1}
+	huge := &Event{Kind: Stored, BlockSize: (maxSpan + 1) * bs, TokenIDs: make([]uint32, (maxSpan+1)*bs),
+		BlockHashes: []uint64{1}}
+	if err := x.Apply(part, r, huge); err != ErrBlockSpan {
+		t.Fatalf("a %d-token engine block: %v", huge.BlockSize, err)
+	}
+	tr := x.tree(part)
+	tr.recs.next = maxIndex - 1 // room for two more records
+	ev := &Event{Kind: Stored, BlockSize: bs, TokenIDs: make([]uint32, 4*bs), BlockHashes: []uint64{1, 2, 3, 4}}
+	if err := x.Apply(part, r, ev); err != ErrPartitionFull {
+		t.Fatalf("four blocks with room for two: %v", err)
+	}
+	if x.Entries() != 0 || tr.nodes.Len() != 0 {
+		t.Fatalf("%d entries, %d blocks after refusals", x.Entries(), tr.nodes.Len())
+	}
+}
