@@ -118,9 +118,11 @@ func (t *refTable) Len() int {
 
 // find returns key's slot index and whether it is held; when not, the
 // index is the empty slot ending its probe run.
-func (t *refTable) find(key uint64) (int, bool) {
+func (t *refTable) find(key uint64) (int, bool) { return t.findFrom(t.home(key), key) }
+
+// findFrom is find with key's home h already known.
+func (t *refTable) findFrom(h int, key uint64) (int, bool) {
 	mask := len(t.slots) - 1
-	h := t.home(key)
 	for i, d := h, uint32(0); ; i, d = (i+1)&mask, d+1 {
 		s := t.slots[i]
 		if s == 0 {
@@ -134,27 +136,36 @@ func (t *refTable) find(key uint64) (int, bool) {
 
 // get returns key's ref, or 0 when it is not held.
 func (t *refTable) get(key uint64) uint32 {
+	_, r := t.lookup(key)
+	return r
+}
+
+// lookup returns key's slot index and ref, or (-1, 0) when it is not
+// held; the index is for delAt.
+func (t *refTable) lookup(key uint64) (int, uint32) {
 	if t == nil || t.n == 0 {
-		return 0
+		return -1, 0
 	}
 	if i, ok := t.find(key); ok {
-		return t.slots[i] & refMask
+		return i, t.slots[i] & refMask
 	}
-	return 0
+	return -1, 0
 }
 
 // claimed is a slot claim hands out: held, or to be filled.
 type claimed struct {
 	t    *refTable
 	i    int
+	home int // the key's home slot
 	held bool
 }
 
 // ref returns the held slot's ref.
 func (c claimed) ref() uint32 { return c.t.slots[c.i] & refMask }
 
-// fill stores ref, whose key is the claimed key, in a claimed empty slot.
-func (c claimed) fill(ref uint32, key uint64) { c.t.slots[c.i] = c.t.slotOf(ref, c.i, c.t.home(key)) }
+// fill stores ref, whose key must be the claimed key, in a claimed empty
+// slot.
+func (c claimed) fill(ref uint32) { c.t.slots[c.i] = c.t.slotOf(ref, c.i, c.home) }
 
 // claim finds key's slot, or claims an empty one for it. The caller must
 // fill a claimed slot before the table is used again.
@@ -162,11 +173,12 @@ func (t *refTable) claim(key uint64) claimed {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.resize(max(2*len(t.slots), tableMinSlots))
 	}
-	i, held := t.find(key)
+	h := t.home(key)
+	i, held := t.findFrom(h, key)
 	if !held {
 		t.n++
 	}
-	return claimed{t: t, i: i, held: held}
+	return claimed{t: t, i: i, home: h, held: held}
 }
 
 // del removes key; false when it was not held. Later keys of its probe
@@ -177,9 +189,14 @@ func (t *refTable) del(key uint64) bool {
 		return false
 	}
 	i, ok := t.find(key)
-	if !ok {
-		return false
+	if ok {
+		t.delAt(i)
 	}
+	return ok
+}
+
+// delAt empties slot i (from lookup, the table unchanged since).
+func (t *refTable) delAt(i int) {
 	mask := len(t.slots) - 1
 	for j := (i + 1) & mask; t.slots[j] != 0; j = (j + 1) & mask {
 		h := t.homeOf(j)
@@ -190,7 +207,6 @@ func (t *refTable) del(key uint64) bool {
 	}
 	t.slots[i] = 0
 	t.n--
-	return true
 }
 
 // resize moves every ref into an array of slots slots.

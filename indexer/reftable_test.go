@@ -43,7 +43,7 @@ func TestRefTableAgainstMap(t *testing.T) {
 				t.Fatalf("step %d: claim(%x) held=%v, map has it: %v", step, k, c.held, ok)
 			}
 			if !c.held {
-				c.fill(recOf(k), k)
+				c.fill(recOf(k))
 				want[k] = recOf(k)
 			}
 		case 2:
@@ -91,7 +91,7 @@ func TestRefTableLongRuns(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		tab.claim(k).fill(recOf(k), k)
+		tab.claim(k).fill(recOf(k))
 	}
 	if d := tab.slots[(60+len(keys)-1)&63] >> distShift; d != distSat {
 		t.Fatalf("the run's last slot is %d from home", d)
@@ -118,13 +118,13 @@ func TestRefTableLoad(t *testing.T) {
 	tab, recOf := keyedTable(1000)
 	slots := len(tab.slots)
 	for k := range uint64(1000) {
-		tab.claim(k+1).fill(recOf(k+1), k+1)
+		tab.claim(k + 1).fill(recOf(k + 1))
 	}
 	if len(tab.slots) != slots {
 		t.Fatalf("sized for 1,000 keys, grew from %d to %d slots", slots, len(tab.slots))
 	}
 	for k := range uint64(100_000) {
-		tab.claim(k+5000).fill(recOf(k+5000), k+5000)
+		tab.claim(k + 5000).fill(recOf(k + 5000))
 		if tab.Len()*4 > len(tab.slots)*3 {
 			t.Fatalf("%d keys in %d slots", tab.Len(), len(tab.slots))
 		}

@@ -166,7 +166,7 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 	}
 	p := t.metaOf(e)
 	*p = withErefs(*p|fEntry, 1) | uint32(len(span))<<spanShift
-	c.fill(e, engine)
+	c.fill(e)
 	if x.MaxEntries > 0 {
 		if x.entries.Load() >= x.MaxEntries {
 			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
@@ -195,7 +195,7 @@ func (t *tree) dropEmpty(span []uint32) {
 // remove drops one reference of an engine hash of rank id (whose table is
 // m); false if unknown.
 func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
-	e := m.get(engine)
+	i, e := m.lookup(engine)
 	if e == 0 {
 		return false
 	}
@@ -203,7 +203,7 @@ func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
 		*p = withErefs(*p, erefs(*p)-1)
 		return true
 	}
-	m.del(engine)
+	m.delAt(i) // one probe for the lookup and the deletion
 	x.entries.Add(-1)
 	t.live--
 	t.noteShrink(id, m)

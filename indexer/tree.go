@@ -81,7 +81,7 @@ func (t *tree) extend(prefix uint64, prefixRec uint32, have bool, local uint64) 
 		r.parent, r.meta = 0, fRoot
 	}
 	*t.recs.at(rec) = r
-	c.fill(rec, key)
+	c.fill(rec)
 	t.nodesPeak = max(t.nodesPeak, t.nodes.Len())
 	return key, rec
 }
