@@ -131,6 +131,7 @@ func (t *tree) entryOf(ref uint32) (engine uint64, block, rank uint32) {
 	return r.engine, ref, r.rank
 }
 
+// stampOf returns the eviction stamp of entry ref.
 func (t *tree) stampOf(ref uint32) *uint32 {
 	if ref&extBit != 0 {
 		return &t.exts.at(ref &^ extBit).stamp
