@@ -49,11 +49,11 @@ type Limits struct {
 	MaxDumpEvents int `json:"max_dump_events,omitempty"`
 
 	// IndexMaxMemory is the memory, in bytes, the KV index may make the
-	// process hold: its live entries (about 190 bytes each in the dearest
-	// case) and what the Go runtime holds above them (the heap grows to
-	// twice what is live between collections, and freed spans are kept for
-	// reuse: about three times the live heap in all), so 2 GiB holds about
-	// 3.7 million (block, worker rank) entries. It sets the index's entry bound
+	// process hold: its live entries (at most 96 bytes each, in the
+	// dearest case) and what the Go runtime holds above them (the heap
+	// grows to twice what is live between collections, and freed spans are
+	// kept for reuse: about three times the live heap in all), so 2 GiB
+	// holds about 7.5 million (block, worker rank) entries. It sets the index's entry bound
 	// (index_max_entries wins when given); when the index is full, its
 	// oldest entries are evicted so that new blocks still count, a block
 	// looked up since it was stored getting a second chance. Default: 2GiB.

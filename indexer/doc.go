@@ -12,7 +12,8 @@
 //     decoded events; encode.go an encoder for simulated publishers.
 //   - index.go, tree.go, store.go, lookup.go, evict.go, memory.go, dump.go:
 //     the index, its stores and removals, its lookups, its bound and dumps;
-//     table.go the hash table its nodes and engine hashes live in.
+//     record.go its blocks and holders, slab.go the pages they live in,
+//     reftable.go the hash tables from chain keys and engine hashes to them.
 //   - stats.go, figures.go: the counters, Manager.Snapshot, and Figures,
 //     the one table that the admin route and the metrics render.
 //

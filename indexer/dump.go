@@ -22,77 +22,81 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	d := dumper{t: t, limit: limit, seen: map[uint64]bool{}}
-	for k, n := range t.nodes.All() {
-		if !d.visit(k, n) {
+	d := dumper{t: t, limit: limit, seen: map[uint32]bool{}}
+	for _, s := range t.nodes.slots {
+		if s != 0 && !d.visit(s&refMask) {
 			return d.out, true
 		}
 	}
 	return d.out, false
 }
 
-// dumper collects a dump in one pass over the node table: each node is
+// dumper collects a dump in one pass over the node table: each block is
 // emitted after the chain of its ancestors not emitted yet, so no
 // parent-to-children index of the whole tree is needed.
 type dumper struct {
 	t     *tree
 	limit int
 	out   []selection.RouterEvent
-	seen  map[uint64]bool // visited blocks: emitted (true) or not rooted (false)
-	chain []uint64
+	seen  map[uint32]bool // visited records: emitted (true) or not rooted (false)
+	chain []uint32
 }
 
-// visit emits the block at key and its missing ancestors, root first; it
-// returns false once the limit stopped it. A block whose ancestors do not
-// reach a root (a parent was removed before its child) is not replayable
-// and is skipped, as its descendants are.
-func (d *dumper) visit(key uint64, n *node) bool {
+// visit emits block rec and its missing ancestors, root first; it returns
+// false once the limit stopped it. A block whose ancestors do not reach a
+// root (a parent was removed before its child) is not replayable and is
+// skipped, as its descendants are.
+func (d *dumper) visit(rec uint32) bool {
 	d.chain = d.chain[:0]
 	rooted := true
 	for {
-		if ok, seen := d.seen[key]; seen {
+		if ok, seen := d.seen[rec]; seen {
 			rooted = ok
 			break
 		}
-		d.chain = append(d.chain, key)
-		if n.root {
+		d.chain = append(d.chain, rec)
+		if d.t.loadMeta(rec)&fRoot != 0 {
 			break
 		}
-		key = n.parent
-		if n, _ = d.t.nodes.get(key); n == nil {
+		if rec = d.t.parentOf(rec); rec == 0 {
 			rooted = false
 			break
 		}
 	}
 	for i := len(d.chain) - 1; i >= 0; i-- {
-		k := d.chain[i]
-		d.seen[k] = rooted
-		if n, _ := d.t.nodes.get(k); rooted && !d.emit(n) {
+		r := d.chain[i]
+		d.seen[r] = rooted
+		if rooted && !d.emit(r) {
 			return false
 		}
 	}
 	return true
 }
 
-// emit appends one event per holder of n whose rank also holds n's
-// parent; false once the limit is reached with events left.
-func (d *dumper) emit(n *node) bool {
+// emit appends one event per holder of block rec whose rank also holds
+// its parent; false once the limit is reached with events left.
+func (d *dumper) emit(rec uint32) bool {
 	t := d.t
+	meta := t.loadMeta(rec)
+	var parentRec, parentMeta uint32
+	if meta&fRoot == 0 {
+		parentRec = t.parentOf(rec)
+		parentMeta = t.loadMeta(parentRec)
+	}
+	local := t.localOf(rec, meta)
 	full := false
-	n.each(func(h *holder) {
+	t.eachHolder(rec, meta, func(id uint32, tier Tier, engine uint64) {
 		if full {
 			return
 		}
 		var parent *uint64
-		if !n.root {
-			if pn, _ := t.nodes.get(n.parent); pn != nil {
-				pn.each(func(ph *holder) {
-					if parent == nil && ph.id == h.id {
-						v := ph.engine
-						parent = &v
-					}
-				})
-			}
+		if meta&fRoot == 0 {
+			t.eachHolder(parentRec, parentMeta, func(pid uint32, _ Tier, pengine uint64) {
+				if parent == nil && pid == id {
+					v := pengine
+					parent = &v
+				}
+			})
 			if parent == nil {
 				return // the rank holds this block but not its parent: not replayable
 			}
@@ -101,11 +105,11 @@ func (d *dumper) emit(n *node) bool {
 			full = true
 			return
 		}
-		r := t.rankList[h.id]
-		d.out = append(d.out, selection.RouterEvent{WorkerID: r.WorkerID, StorageTier: tierNames[h.tier],
+		r := t.rankList[id]
+		d.out = append(d.out, selection.RouterEvent{WorkerID: r.WorkerID, StorageTier: tierNames[tier],
 			Event: selection.KVEvent{EventID: uint64(len(d.out)), DPRank: r.DPRank,
 				Data: selection.StoredData{Stored: selection.StoredEvent{ParentHash: parent,
-					Blocks: []selection.StoredBlock{{BlockHash: h.engine, TokensHash: n.local}}}}}})
+					Blocks: []selection.StoredBlock{{BlockHash: engine, TokensHash: local}}}}}})
 	})
 	return !full
 }

@@ -7,41 +7,33 @@ import (
 
 // Eviction of the oldest entries once the index holds MaxEntries.
 //
-// Each tree queues its entries in store order: (engine hash, rank id,
-// stamp). The head is evicted unless a lookup reached its block since it
-// was queued (node.used): then it is queued again at the back, once
-// (second chance, or CLOCK). Plain store order evicts a shared system
-// prompt first, since it was stored before the sessions that reuse it,
-// and engines never publish a block they hold again: every later store
-// under it would then be dropped for its unknown parent. Measured on
-// BenchmarkEvictVersusRefuse, plain FIFO kept a 0.15 hit ratio against
-// 0.61 for refusing new blocks. Entries removed otherwise (an engine's BlockRemoved, a cleared
-// rank) are not looked for in the queue; their items go stale and are
-// skipped when they reach the head, and the queue is compacted when stale
-// items outnumber live ones. An item is live while its rank's table holds
-// its engine hash with the same stamp: a hash removed and stored again
-// gets a new stamp and a new item, so the old item does not evict the new
-// entry early. Across partitions, eviction takes from the tree whose head
-// is oldest.
-
-// stampMask keeps the stamp bits an entry has room for.
-const stampMask = 1<<24 - 1
+// Each tree queues its entries in store order, as 4-byte refs (record.go);
+// an entry's eviction stamp lives with it. The head is evicted unless a
+// lookup reached its block since it was queued (fUsed): then it is queued
+// again at the back, once (second chance, or CLOCK). Plain store order
+// evicts a shared system prompt first, since it was stored before the
+// sessions that reuse it, and engines never publish a block they hold
+// again: every later store under it would then be dropped for its unknown
+// parent. Measured on BenchmarkEvictVersusRefuse, plain FIFO kept a 0.15
+// hit ratio against 0.61 for refusing new blocks. Entries removed
+// otherwise (an engine's BlockRemoved, a cleared rank) are not looked for
+// in the queue; their items go stale and are skipped when they reach the
+// head, and the queue is compacted when stale items outnumber live ones.
+// A ref with a queue item (fQueued) is not reused, not even for a new
+// entry of the same record, until the item is popped or compacted away:
+// so an item is live exactly while its ref holds an entry, and a hash
+// removed and stored again gets a new ref and a new item instead of being
+// evicted early by the old one. Across partitions, eviction takes from
+// the tree whose head is oldest.
 
 // evictBatch bounds the queue items one eviction pass pops under a tree's
 // lock, so lookups are not held up for long.
 const evictBatch = 1024
 
-// qitem is one queued entry.
-type qitem struct {
-	engine uint64
-	id     uint32 // tree.rankIDs of the rank
-	stamp  uint32
-}
-
-// evictQueue is a tree's FIFO of entries; it belongs to the tree's lock,
-// except head, which eviction reads across trees.
+// evictQueue is a tree's FIFO of entry refs; it belongs to the tree's
+// lock, except head, which eviction reads across trees.
 type evictQueue struct {
-	items []qitem
+	items []uint32
 	first int // index of the oldest item not popped
 	// head is 1<<32 | the oldest item's stamp, or 0 when the queue is empty.
 	head atomic.Uint64
@@ -49,30 +41,36 @@ type evictQueue struct {
 
 func (q *evictQueue) len() int { return len(q.items) - q.first }
 
-func (q *evictQueue) push(it qitem) {
-	q.items = append(q.items, it)
+// push queues entry e (its stamp set).
+func (t *tree) push(e uint32) {
+	*t.metaOf(e) |= fQueued
+	q := &t.queue
+	q.items = append(q.items, e)
 	if q.len() == 1 {
-		q.setHead()
+		t.setHead()
 	}
 }
 
-func (q *evictQueue) setHead() {
+func (t *tree) setHead() {
+	q := &t.queue
 	if q.first < len(q.items) {
-		q.head.Store(1<<32 | uint64(q.items[q.first].stamp))
+		q.head.Store(1<<32 | uint64(*t.stampOf(q.items[q.first])))
 	} else {
 		q.head.Store(0)
 	}
 }
 
-// itemEntry returns the entry a queued item stands for, with its rank's
-// map; ok is false for a stale item.
-func (t *tree) itemEntry(it qitem) (e entry, m *table[entry], ok bool) {
-	if int(it.id) >= len(t.rankList) {
-		return entry{}, nil, false
+// unqueue clears e's queue mark as its item leaves the queue; it reports
+// whether e still holds an entry (the item was live), and frees e's slot
+// when it holds nothing.
+func (t *tree) unqueue(e uint32) bool {
+	p := t.metaOf(e)
+	*p &^= fQueued
+	if *p&fEntry != 0 {
+		return true
 	}
-	m = t.ranks[t.rankList[it.id]]
-	e, ok = m.get(it.engine)
-	return e, m, ok && e.stamp() == it.stamp&stampMask
+	t.reclaim(e)
+	return false
 }
 
 // evict pops up to evictBatch items while the index is over its bound,
@@ -81,30 +79,29 @@ func (t *tree) evict(x *Index) int {
 	q := &t.queue
 	popped := 0
 	for popped < evictBatch && q.first < len(q.items) && x.entries.Load() > x.MaxEntries {
-		it := q.items[q.first]
+		e := q.items[q.first]
 		q.first++
 		popped++
-		e, m, ok := t.itemEntry(it)
-		if !ok {
+		if !t.unqueue(e) {
 			continue
 		}
-		if n, _ := t.nodes.get(e.key); n != nil && n.used.Load() {
+		engine, block, id := t.entryOf(e)
+		if bp := &t.recs.at(block).meta; *bp&fUsed != 0 {
 			// Looked up since it was queued: a second turn, from the back.
-			n.used.Store(false)
-			st := x.stamps.Add(1)
-			e.meta = uint32(e.tier()) | st<<8
-			m.set(it.engine, e)
-			q.items = append(q.items, qitem{engine: it.engine, id: it.id, stamp: st})
+			*bp &^= fUsed
+			*t.stampOf(e) = x.stamps.Add(1)
+			t.push(e)
 			continue
 		}
-		m.del(it.engine)
+		m := t.ranks[t.rankList[id]]
+		m.del(engine)
 		x.entries.Add(-1)
 		t.live--
-		t.noteShrink(it.id, m)
-		t.unhold(it.id, e)
+		t.noteShrink(id, m)
+		t.dropEntry(e)
 		x.counters.evicted.add(1)
 	}
-	q.setHead()
+	t.setHead()
 	return popped
 }
 
@@ -114,22 +111,36 @@ func (t *tree) evict(x *Index) int {
 func (t *tree) compactQueue() {
 	q := &t.queue
 	switch n := q.len(); {
+	case n == 0 && q.items == nil:
+		return
 	case t.live == 0 || n == 0:
+		for _, e := range q.items[q.first:] {
+			t.unqueue(e)
+		}
 		q.items, q.first = nil, 0
 	case n > 2*t.live+evictBatch:
-		keep := make([]qitem, 0, t.live+t.live/8)
-		for _, it := range q.items[q.first:] {
-			if _, _, ok := t.itemEntry(it); ok {
-				keep = append(keep, it)
-			}
-		}
-		q.items, q.first = keep, 0
+		t.purgeQueue()
 	case q.first > evictBatch && q.first > n:
 		q.items, q.first = slices.Clone(q.items[q.first:]), 0
 	default:
 		return
 	}
-	q.setHead()
+	t.setHead()
+}
+
+// purgeQueue keeps the live items only, freeing the slots of stale ones.
+func (t *tree) purgeQueue() {
+	q := &t.queue
+	keep := make([]uint32, 0, t.live+t.live/8)
+	for _, e := range q.items[q.first:] {
+		if *t.metaOf(e)&fEntry != 0 {
+			keep = append(keep, e)
+		} else {
+			t.unqueue(e)
+		}
+	}
+	q.items, q.first = keep, 0
+	t.setHead()
 }
 
 // evictOver evicts the oldest entries, over all partitions, until the

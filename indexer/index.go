@@ -13,18 +13,21 @@ import (
 // says what the events carry). Blocks are keyed by our own chain key: the
 // public sequence hash of the local block hashes we compute from the
 // tokens each BlockStored carries, so a prompt's sequence hashes look them
-// up directly. Each (worker, dp_rank) keeps a map from the engine's opaque
-// block hash to our key, reference-counted because an engine can store the
-// same hash twice.
+// up directly. Each (worker, dp_rank) keeps a table from the engine's
+// opaque block hash to our block, reference-counted because an engine can
+// store the same hash twice.
 //
 // It implements selection.Indexer. Events of one rank must be applied in
 // order (one listener goroutine per rank does); lookups run concurrently.
 //
-// Memory: a block held by one rank costs a node (56 bytes, from slabs), a
-// 16-byte slot in the node table and a 24-byte slot in the rank's table
-// (table.go; each at most 3/4 full), and with a bound a 16-byte eviction
-// queue item; each further rank holding it adds a 16-byte holder and a
-// table slot. BytesPerEntry is the measured figure
+// Memory: a block is one 40-byte record (record.go) in pages addressed
+// by 32-bit indexes (slab.go), which carries its first holder and that
+// holder's engine entry inline; the node table and the rank's engine
+// table each hold a 4-byte ref to it (reftable.go; each at most 3/4
+// full), and with a bound the eviction queue a 4-byte ref: about 62
+// bytes for a block held by one rank. Each further rank holding it adds
+// a 24-byte holder, a 4-byte ref in the block's holder set, a table slot
+// and a queue ref. BytesPerEntry is the measured figure
 // (BenchmarkIndexMemory) and EntriesForMemory turns a budget into
 // MaxEntries.
 //
@@ -75,8 +78,7 @@ func (x *Index) ConfigurePartition(p selection.PartitionKey, blockSize int, eagl
 		t.mu.Unlock()
 		defer x.releaseMemory()
 	}
-	x.parts[p] = &tree{blockSize: blockSize, eagle: eagle, nodes: newTable[*node](0),
-		ranks: map[selection.Rank]*table[entry]{}, rankIDs: map[selection.Rank]uint32{}}
+	x.parts[p] = newTree(blockSize, eagle)
 }
 
 func (x *Index) tree(p selection.PartitionKey) *tree {
@@ -95,6 +97,18 @@ var ErrUnknownParent = errors.New("parent block not indexed for this rank")
 // and storing the blocks its tokens do cover would index a guess.
 var ErrTokenCount = errors.New("token ids do not match the stored blocks")
 
+// ErrBlockSpan is returned when a store's engine blocks each cover more
+// than 4,095 of ours (maxSpan): an entry records how many of our blocks it
+// covers in 12 bits, and no engine pages its cache in blocks that large.
+// A listener counts it as rejected.
+var ErrBlockSpan = errors.New("engine blocks span more than 4095 of ours")
+
+// ErrPartitionFull is returned when a store would take a partition past
+// the records or holders its 28-bit refs can name (record.go): 134M
+// blocks, far past any memory budget (EntriesForMemory). A listener
+// counts it as rejected.
+var ErrPartitionFull = errors.New("partition holds as many blocks as it can index")
+
 // Apply applies one decoded event for a rank of partition p.
 func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) error {
 	t := x.tree(p)
@@ -105,8 +119,10 @@ func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) err
 		x.counters.skipped.add(1)
 		return nil
 	}
+	h := t.hashStore(ev) // before the lock: see hashed
+	defer h.release()
 	t.mu.Lock()
-	err := t.apply(x, r, ev)
+	err := t.apply(x, r, ev, h)
 	t.tidy()
 	t.mu.Unlock()
 	x.evictOver()

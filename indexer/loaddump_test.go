@@ -27,26 +27,27 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		}
 		m := t.ranks[r]
 		if m == nil {
-			m = newTable[entry](0)
+			m = t.newRankTable(0)
 			t.ranks[r] = m
 		}
 		id := t.rankID(r)
 		st := ev.Event.Data.Stored
 		var key uint64
+		var rec uint32
 		have := false
 		if st.ParentHash != nil {
-			e, ok := m.get(*st.ParentHash)
-			if !ok {
+			e := m.get(*st.ParentHash)
+			if e == 0 {
 				x.counters.unknownParent.add(1)
 				continue
 			}
-			key, have = e.key, true
+			_, rec, _ = t.entryOf(e)
+			key, have = t.recs.at(rec).key, true
 		}
 		for _, b := range st.Blocks {
-			var n *node
-			key, n = t.extend(key, have, b.TokensHash)
+			key, rec = t.extend(key, rec, have, b.TokensHash)
 			have = true
-			t.hold(x, m, id, []*node{n}, key, b.BlockHash, tier)
+			t.hold(x, m, id, []uint32{rec}, b.BlockHash, tier)
 		}
 	}
 	return nil

@@ -47,14 +47,15 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	start := len(out.List)
-	n, _ := t.nodes.get(blocks[0]) // the first key is the first block hash either way
-	if n == nil {
+	n := t.nodes.get(blocks[0]) // the first key is the first block hash either way
+	if n == 0 {
 		return
 	}
 	mark := x.MaxEntries > 0
 	if mark {
-		n.markUsed()
+		t.markUsed(n)
 	}
+	meta := t.loadMeta(n)
 	// One slot per rank holding the first block; only they can match.
 	sp := slotPool.Get().(*[]int32)
 	defer slotPool.Put(sp)
@@ -67,11 +68,11 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 		*sp = slotOf
 	}
 	var ids []uint32
-	n.each(func(h *holder) {
-		if slotOf[h.id] < 0 {
-			slotOf[h.id] = int32(len(out.List) - start)
-			ids = append(ids, h.id)
-			out.List = append(out.List, selection.Match{Rank: t.rankList[h.id]})
+	t.eachHolder(n, meta, func(id uint32, _ Tier, _ uint64) {
+		if slotOf[id] < 0 {
+			slotOf[id] = int32(len(out.List) - start)
+			ids = append(ids, id)
+			out.List = append(out.List, selection.Match{Rank: t.rankList[id]})
 		}
 	})
 	defer func() {
@@ -90,7 +91,6 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 	// rank what the parent did: such runs (a shared system prompt held by
 	// many ranks) are counted, not walked rank by rank.
 	var prevFP uint32
-	var prevNH uint16
 	repeat := uint32(0)
 	flush := func() {
 		if repeat == 0 {
@@ -119,32 +119,36 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 			}
 			if depth%lookupYield == 0 {
 				// Let a waiting event in (see lookupYield); n is fetched
-				// again below, so no node is held across the gap.
+				// again below, so no record is held across the gap.
 				t.mu.RUnlock()
 				t.mu.RLock()
 			}
-			if n, _ = t.nodes.get(key); n == nil {
+			if n = t.nodes.get(key); n == 0 {
 				break
 			}
 			if mark {
-				n.markUsed()
+				t.markUsed(n)
 			}
-			if n.fp == prevFP && n.nh == prevNH {
+			meta = t.loadMeta(n)
+			fp := t.fingerprint(n, meta)
+			if fp == prevFP {
 				repeat++
 				continue
 			}
 			flush()
+			prevFP = fp
+		} else {
+			prevFP = t.fingerprint(n, meta)
 		}
-		prevFP, prevNH = n.fp, n.nh
 		for _, i := range alive {
 			best[i] = 255
 		}
-		n.each(func(h *holder) {
-			if int(h.id) >= len(slotOf) {
+		t.eachHolder(n, meta, func(id uint32, tier Tier, _ uint64) {
+			if int(id) >= len(slotOf) {
 				return // a rank first seen while the lookup let an event in: it did not hold the first block
 			}
-			if i := slotOf[h.id]; i >= 0 && h.tier < best[i] {
-				best[i] = h.tier
+			if i := slotOf[id]; i >= 0 && tier < best[i] {
+				best[i] = tier
 			}
 		})
 		live := alive[:0]

@@ -7,20 +7,21 @@ import (
 )
 
 // Handing memory back once a large part of the index is gone. The tables
-// (table.go) never shrink by themselves and freed nodes stay in their slabs (and on the spare
-// list), so a publisher that stored millions of blocks kept their memory
-// after its worker was deleted; and even freed heap stays mapped until the
-// runtime's scavenger gets to it.
+// (reftable.go) never shrink by themselves and freed records stay in their
+// pages (on the slab's free list), so a publisher that stored millions of
+// blocks kept their memory after its worker was deleted; and even freed
+// heap stays mapped until the runtime's scavenger gets to it.
 
 // BytesPerEntry is the heap one (block, rank) entry costs in the dearest
-// case, measured by BenchmarkIndexMemory: 152–153 bytes with one rank per
-// block at 1M and 4M entries (each entry its own node), 88 with 16 ranks
-// holding each block, and 176 when a publisher floods the index with five
-// times its bound (the eviction queue's stale items count too). Where the
-// tables stand in their growth moves the first figure: just after both
-// double (3/8 full) it is about 185 by their slot sizes (56 + 24/0.375 +
-// 16/0.375 + a queue item). 192 covers that, rounded up.
-const BytesPerEntry = 192
+// case, measured by BenchmarkIndexMemory: 61–63 bytes with one rank per
+// block at 1M, 4M and 16M entries (each entry its own 40-byte record), 50
+// with 16 ranks holding each block, and 77 when a publisher floods the
+// index with five times its bound (the eviction queue's stale refs count
+// too). Where the tables stand in their growth moves the first figure:
+// just after both double (3/8 full) it is about 70 by their slot sizes
+// (40 + 2 × 4/0.375 + a queue ref and its slack), and a flood's stale refs
+// add up to twice that ref again. 96 covers that, rounded up.
+const BytesPerEntry = 96
 
 // gcHeadroom is how much more than the index's live heap the process
 // holds for it. The Go collector lets the heap grow to twice what is live
@@ -43,11 +44,11 @@ func EntriesForMemory(bytes int64) int64 {
 	return max(1, bytes/(BytesPerEntry*gcHeadroom))
 }
 
-// rebuildMin is the size below which a map or slab is not worth
+// rebuildMin is the size below which a table or slab is not worth
 // rebuilding: small ones cost little.
 const rebuildMin = 4096
 
-// shrinkFactor is how far below its peak a map or the node set must fall
+// shrinkFactor is how far below its peak a table or slab must fall
 // before it is rebuilt. An engine's steady state (as many blocks removed
 // as stored) swings the index's size by up to about half; rebuilding at
 // half would copy the maps over and over there (it made the steady-state
@@ -64,20 +65,34 @@ const (
 )
 
 // tidy returns memory after removals: it compacts the eviction queue,
-// rebuilds the node map (moving the live nodes to fresh slabs) when it
-// holds a quarter of its peak or less, drops slabs and spares when the tree is
-// empty, and rebuilds rank maps that lost three quarters of their entries. So what a
-// tree keeps stays within about four times what it holds.
-// It runs under the tree's write lock; its cost is paid for by the
+// rebuilds the node table when it holds a quarter of its peak or less,
+// moves the live records (and further holders) to fresh pages when a
+// quarter of their slab's peak or less is live, drops it all when the tree
+// is empty, and rebuilds rank tables that lost three quarters of their
+// entries. So what a tree keeps stays within about four times what it
+// holds. It runs under the tree's write lock; its cost is paid for by the
 // removals that made it necessary.
 func (t *tree) tidy() {
 	t.compactQueue()
 	switch n := t.nodes.Len(); {
-	case n == 0 && (t.nodesPeak > 0 || t.slab != nil || t.spare != nil):
-		t.nodes = newTable[*node](0)
-		t.slab, t.spare, t.nodesPeak = nil, nil, 0
+	case n == 0 && t.live == 0 && (t.nodesPeak > 0 || t.recs.pages != nil || t.exts.pages != nil):
+		t.queue.items, t.queue.first = nil, 0
+		t.setHead()
+		t.recs, t.exts, t.sets = slab[record]{}, slab[ext]{}, slab[holderSet]{}
+		t.nodes = newRefTable(0, t, false)
+		t.nodesPeak = 0
 	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/shrinkFactor:
-		t.rebuildNodes()
+		t.nodes = t.nodes.rebuilt()
+		t.nodesPeak = n
+	}
+	if t.recs.peak >= rebuildMin && t.recs.used <= t.recs.peak/shrinkFactor {
+		t.rebuildRecords()
+	}
+	if t.exts.peak >= rebuildMin && t.exts.used <= t.exts.peak/shrinkFactor {
+		t.rebuildExts()
+	}
+	if t.sets.peak >= rebuildMin && t.sets.used <= t.sets.peak/shrinkFactor {
+		t.rebuildSets()
 	}
 	for _, id := range t.shrink {
 		r := t.rankList[id]
@@ -85,41 +100,113 @@ func (t *tree) tidy() {
 		if !ok || m.Len() > t.rankPeaks[id]/shrinkFactor {
 			continue // cleared, or grown again
 		}
-		fresh := newTable[entry](m.Len())
-		for h, e := range m.All() {
-			fresh.set(h, e)
-		}
-		t.ranks[r] = fresh
-		t.rankPeaks[id] = fresh.Len()
+		t.ranks[r] = m.rebuilt()
+		t.rankPeaks[id] = m.Len()
 	}
 	t.shrink = t.shrink[:0]
 }
 
-// noteShrink marks rank id's map m for a rebuild (by tidy) when a removal
-// just brought it to a quarter of its peak. Removals go one at a time, so the
-// size passes that mark once.
-func (t *tree) noteShrink(id uint32, m *table[entry]) {
+// noteShrink marks rank id's table m for a rebuild (by tidy) when a
+// removal just brought it to a quarter of its peak. Removals go one at a
+// time, so the size passes that mark once.
+func (t *tree) noteShrink(id uint32, m *refTable) {
 	if peak := t.rankPeaks[id]; peak >= rebuildMin && m.Len() == peak/shrinkFactor {
 		t.shrink = append(t.shrink, id)
 	}
 }
 
-// rebuildNodes copies the live nodes into one right-sized slab and a
-// right-sized map, releasing the old map, slabs and spare list. Nothing
-// else points to a node between calls (holders name ranks, entries name
-// keys), so moving them is safe under the write lock.
-func (t *tree) rebuildNodes() {
-	slab := make([]node, t.nodes.Len())
-	nodes := newTable[*node](t.nodes.Len())
-	i := 0
-	for k, n := range t.nodes.All() {
-		c := &slab[i]
-		c.local, c.parent, c.first, c.more, c.fp, c.nh, c.root = n.local, n.parent, n.first, n.more, n.fp, n.nh, n.root
-		c.used.Store(n.used.Load())
-		nodes.set(k, c)
-		i++
+// rebuildRecords moves the live records into fresh, dense pages and
+// rewrites every index that names one: the node table, parents, further
+// holders, rank tables and the queue. Stale queue items
+// go first, so no dead record is kept for them.
+func (t *tree) rebuildRecords() {
+	t.purgeQueue()
+	old := t.recs
+	var fresh slab[record]
+	remap := make([]uint32, old.next)
+	t.nodes.renumber(func(rec uint32) uint32 {
+		n := fresh.alloc()
+		*fresh.at(n) = *old.at(rec)
+		remap[rec] = n
+		return n
+	})
+	fresh.each(func(_ uint32, r *record) {
+		if r.parent < uint32(len(remap)) {
+			r.parent = remap[r.parent] // 0 when the parent is gone
+		} else {
+			r.parent = 0
+		}
+	})
+	t.exts.each(func(_ uint32, e *ext) {
+		if e.meta&(fHolder|fEntry) != 0 {
+			e.block = remap[e.block]
+		}
+	})
+	renumber := func(ref uint32) uint32 {
+		if ref&extBit != 0 {
+			return ref
+		}
+		return remap[ref]
 	}
-	t.nodes, t.slab, t.spare, t.nodesPeak = nodes, nil, nil, nodes.Len()
+	for _, m := range t.ranks {
+		m.renumber(renumber)
+	}
+	for i, e := range t.queue.items {
+		if i >= t.queue.first {
+			t.queue.items[i] = renumber(e)
+		}
+	}
+	t.recs = fresh
+}
+
+// rebuildExts moves the live further holders and entries into fresh,
+// dense pages and rewrites the holder sets, rank tables and queue.
+func (t *tree) rebuildExts() {
+	t.purgeQueue()
+	old := t.exts
+	var fresh slab[ext]
+	remap := make([]uint32, old.next)
+	old.each(func(i uint32, e *ext) {
+		if e.meta&(fHolder|fEntry) != 0 {
+			n := fresh.alloc()
+			*fresh.at(n) = *e
+			remap[i] = n
+		}
+	})
+	renumber := func(ref uint32) uint32 {
+		if ref&extBit == 0 {
+			return ref
+		}
+		return remap[ref&^extBit] | extBit
+	}
+	t.sets.each(func(_ uint32, s *holderSet) {
+		for i, e := range s.more {
+			s.more[i] = remap[e]
+		}
+	})
+	for _, m := range t.ranks {
+		m.renumber(renumber)
+	}
+	for i, e := range t.queue.items {
+		if i >= t.queue.first {
+			t.queue.items[i] = renumber(e)
+		}
+	}
+	t.exts = fresh
+}
+
+// rebuildSets moves the live holder sets into fresh, dense pages and
+// points their blocks' records at the new indexes.
+func (t *tree) rebuildSets() {
+	var fresh slab[holderSet]
+	t.nodes.each(func(rec uint32) {
+		if r := t.recs.at(rec); r.meta&fSet != 0 {
+			n := fresh.alloc()
+			*fresh.at(n) = *t.sets.at(uint32(r.local))
+			r.local = r.local&^(1<<32-1) | uint64(n) // the fingerprint stays
+		}
+	})
+	t.sets = fresh
 }
 
 // releasing is set while a goroutine hands memory back; lastRelease is

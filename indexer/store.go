@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"math"
 	"sync"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -10,10 +9,10 @@ import (
 // Applying events to a tree: stores, removals and clears, and dropping a
 // rank or a worker.
 
-func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
+func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	switch ev.Kind {
 	case Stored:
-		if err := t.store(x, r, ev); err != nil {
+		if err := t.store(x, r, ev, h); err != nil {
 			return err
 		}
 	case Removed:
@@ -32,172 +31,225 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event) error {
 
 var localsPool = sync.Pool{New: func() any { s := make([]uint64, 0, 256); return &s }}
 
-func (t *tree) store(x *Index, r selection.Rank, ev *Event) error {
+// hashed is a store's local block hashes, computed before the tree's
+// write lock is taken: hashing is most of a store's CPU, and under the
+// lock it serialised every listener of the partition and held up lookups.
+type hashed struct {
+	locals []uint64  // our blocks' local hashes
+	ebs    int       // the engine's block size in tokens
+	ok     bool      // false when the tokens do not fill the engine's blocks
+	buf    *[]uint64 // localsPool's buffer behind locals
+}
+
+// hashStore computes ev's local hashes for a tree of block size bs (fixed
+// for the tree's life, so no lock is needed to read it). The caller puts
+// the result back with release.
+func (t *tree) hashStore(ev *Event) hashed {
+	if ev.Kind != Stored {
+		return hashed{}
+	}
+	// Engine blocks of ebs tokens (ours when the event gives no size).
+	h := hashed{ebs: ev.BlockSize}
+	if h.ebs <= 0 {
+		h.ebs = t.blockSize
+	}
+	if len(ev.TokenIDs) != len(ev.BlockHashes)*h.ebs {
+		return h // refused under the lock, after the parent check, as before
+	}
+	h.ok = true
+	h.buf = localsPool.Get().(*[]uint64)
+	opt := selection.HashOptions{Seed: selection.SaltedSeed(ev.LoraName, ev.CacheSalt), Eagle: ev.Eagle || t.eagle}
+	h.locals = selection.AppendBlockHashes((*h.buf)[:0], ev.TokenIDs, t.blockSize, opt)
+	*h.buf = h.locals
+	return h
+}
+
+func (h hashed) release() {
+	if h.buf != nil {
+		localsPool.Put(h.buf)
+	}
+}
+
+func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	m := t.ranks[r]
 	var parentKey uint64
+	var parentRec uint32
 	if ev.HasParent {
-		e, ok := m.get(ev.ParentHash)
-		if !ok {
+		e := m.get(ev.ParentHash)
+		if e == 0 {
 			x.counters.unknownParent.add(1)
 			return ErrUnknownParent
 		}
-		parentKey = e.key
+		_, parentRec, _ = t.entryOf(e)
+		parentKey = t.recs.at(parentRec).key
 	}
-	// Engine blocks of ebs tokens (ours when the event gives no size).
-	ebs := ev.BlockSize
-	if ebs <= 0 {
-		ebs = t.blockSize
-	}
-	if len(ev.TokenIDs) != len(ev.BlockHashes)*ebs {
+	ebs, locals := h.ebs, h.locals
+	if !h.ok {
 		x.counters.tokenCount.add(1)
 		return ErrTokenCount
 	}
+	if h.ebs > maxSpan*t.blockSize {
+		return ErrBlockSpan
+	}
+	if t.recs.room() < len(locals) || t.exts.room() < len(locals)+len(ev.BlockHashes) {
+		return ErrPartitionFull
+	}
 	if m == nil {
-		m = newTable[entry](len(ev.BlockHashes))
+		m = t.newRankTable(len(ev.BlockHashes))
 		t.ranks[r] = m
 	}
 	id := t.rankID(r)
-	lp := localsPool.Get().(*[]uint64)
-	defer localsPool.Put(lp)
-	opt := selection.HashOptions{Seed: selection.SaltedSeed(ev.LoraName, ev.CacheSalt), Eagle: ev.Eagle || t.eagle}
-	locals := selection.AppendBlockHashes((*lp)[:0], ev.TokenIDs, t.blockSize, opt)
-	*lp = locals
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
-	key, have := parentKey, ev.HasParent
+	key, rec, have := parentKey, parentRec, ev.HasParent
 	next := 0 // our blocks chained so far
-	var span []*node
-	for i, h := range ev.BlockHashes {
+	sp := spanPool.Get().(*[]uint32)
+	defer spanPool.Put(sp)
+	span := (*sp)[:0]
+	for i, engine := range ev.BlockHashes {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
 		span = span[:0]
 		for ; next < ours; next++ {
-			var n *node
-			key, n = t.extend(key, have, locals[next])
+			key, rec = t.extend(key, rec, have, locals[next])
 			have = true
-			span = append(span, n)
+			span = append(span, rec)
 		}
 		if len(span) == 0 {
 			continue // the engine block ends inside one of ours: nothing to map yet
 		}
-		t.hold(x, m, id, span, key, h, ev.Tier)
+		t.hold(x, m, id, span, engine, ev.Tier)
 	}
+	*sp = span
 	return nil
 }
 
-// hold records that the rank (id, engine map m) holds the blocks of span,
-// the last of which is key, under the engine hash engine.
-func (t *tree) hold(x *Index, m *table[entry], id uint32, span []*node, key, engine uint64, tier Tier) {
-	slot, held := m.upsert(engine)
-	if held {
-		if e := slot; e.key == key && e.tier() == tier && e.refs < math.MaxUint16 {
-			e.refs++ // the engine stored the same block twice
+var spanPool = sync.Pool{New: func() any { s := make([]uint32, 0, 16); return &s }}
+
+// hold records that the rank (id, engine table m) holds the blocks of
+// span (record indexes, the last one the engine block's) under the engine
+// hash engine.
+func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint64, tier Tier) {
+	last := span[len(span)-1]
+	c := m.claim(engine)
+	if c.held {
+		p := t.metaOf(c.ref())
+		if _, block, _ := t.entryOf(c.ref()); block == last && metaTier(*p) == tier {
+			*p = withErefs(*p, erefs(*p)+1) // the engine stored the same block twice
 		}
 		// Otherwise the engine reused the hash for another block before
 		// removing the first; the first mapping stands until it is removed.
 		t.dropEmpty(span)
 		return
 	}
-	e := entry{key: key, meta: uint32(tier), refs: 1, span: uint16(len(span))}
+	var holder uint32
+	for _, rec := range span {
+		h, ok := t.findHolder(rec, id, tier)
+		if ok {
+			p := t.metaOf(h)
+			*p = withHrefs(*p, hrefs(*p)+1)
+		} else {
+			h = t.addHolder(rec, id, tier, engine)
+		}
+		holder = h
+	}
+	// The entry lives in the last block's holder unless that holder already
+	// carries one (or its slot still has a queue item): then in an ext of its own.
+	e := holder
+	if *t.metaOf(e)&(fEntry|fQueued) != 0 {
+		i := t.exts.alloc()
+		*t.exts.at(i) = ext{engine: engine, block: last, rank: id, meta: uint32(tier)}
+		e = i | extBit
+	} else if e&extBit != 0 {
+		t.exts.at(e &^ extBit).engine = engine
+	} else {
+		t.recs.at(e).engine = engine
+	}
+	p := t.metaOf(e)
+	*p = withErefs(*p|fEntry, 1) | uint32(len(span))<<spanShift
+	c.fill(e)
 	if x.MaxEntries > 0 {
 		if x.entries.Load() >= x.MaxEntries {
 			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
 		}
-		st := x.stamps.Add(1)
-		e.meta |= st << 8
-		t.queue.push(qitem{engine: engine, id: id, stamp: st})
+		*t.stampOf(e) = x.stamps.Add(1)
+		t.push(e)
 	}
 	x.entries.Add(1)
 	t.live++
-	*slot = e
 	if id := int(id); m.Len() > t.rankPeaks[id] {
 		t.rankPeaks[id] = m.Len()
 	}
-	for _, n := range span {
-		if h := n.find(id, tier); h != nil {
-			h.refs++
-			continue
-		}
-		h := holder{engine: engine, id: id, refs: 1, tier: tier, used: true}
-		if !n.first.used {
-			n.first = h
-		} else {
-			if n.more == nil {
-				n.more = new([]holder)
-			}
-			*n.more = append(*n.more, h)
-		}
-		n.fp ^= mixHolder(id, tier)
-		n.nh++
-	}
 }
 
-// dropEmpty frees the nodes of span that nobody holds (created for a store
-// that was then refused).
-func (t *tree) dropEmpty(span []*node) {
-	for _, n := range span {
-		if !n.first.used && len(n.extra()) == 0 {
-			key := n.local
-			if !n.root {
-				key = selection.NextSequenceHash(n.parent, n.local)
-			}
-			t.freeNode(key, n)
+// dropEmpty frees the records of span that nobody holds (created for a
+// store that was then refused).
+func (t *tree) dropEmpty(span []uint32) {
+	for _, rec := range span {
+		if r := t.recs.at(rec); !alive(r.meta) {
+			t.nodes.del(r.key)
+			t.reclaim(rec)
 		}
 	}
 }
 
-// remove drops one reference of an engine hash of rank id (whose map is
+// remove drops one reference of an engine hash of rank id (whose table is
 // m); false if unknown.
-func (t *tree) remove(x *Index, id uint32, m *table[entry], engine uint64) bool {
-	p := m.ptr(engine)
-	if p == nil {
+func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
+	i, e := m.lookup(engine)
+	if e == 0 {
 		return false
 	}
-	if p.refs--; p.refs > 0 {
+	if p := t.metaOf(e); erefs(*p) > 1 {
+		*p = withErefs(*p, erefs(*p)-1)
 		return true
 	}
-	e := *p
-	m.del(engine)
+	m.delAt(i) // one probe for the lookup and the deletion
 	x.entries.Add(-1)
 	t.live--
 	t.noteShrink(id, m)
-	t.unhold(id, e)
+	t.dropEntry(e)
 	return true
 }
 
-// unhold releases the blocks of an engine entry: its block and the span-1
-// before it.
-func (t *tree) unhold(id uint32, e entry) {
-	key := e.key
-	for range max(e.span, 1) {
-		n, _ := t.nodes.get(key)
-		if n == nil {
+// dropEntry clears engine entry e (already out of its rank's table) and
+// releases the blocks it held: its block and the span-1 before it.
+func (t *tree) dropEntry(e uint32) {
+	p := t.metaOf(e)
+	tier, span := metaTier(*p), spanOf(*p)
+	*p &^= fEntry | countMask<<erefsShift | maxSpan<<spanShift
+	_, rec, id := t.entryOf(e)
+	if e&extBit != 0 {
+		t.reclaim(e) // an entry-only ext
+	}
+	for k := range max(span, 1) {
+		if !alive(t.recs.at(rec).meta) {
 			return
 		}
-		parent := n.parent
-		if h := n.find(id, e.tier()); h != nil {
-			if h.refs--; h.refs == 0 {
-				n.fp ^= mixHolder(id, e.tier())
-				n.nh--
-				if n.drop(h) {
-					t.freeNode(key, n)
-				}
+		parent := t.parentOf(rec) // before rec may go
+		if h, ok := t.findHolder(rec, id, tier); ok {
+			hp := t.metaOf(h)
+			if n := hrefs(*hp); n > 1 {
+				*hp = withHrefs(*hp, n-1)
+			} else {
+				*hp = withHrefs(*hp, 0)
+				t.dropHolder(h)
 			}
 		}
-		key = parent
+		if parent == 0 || k == span-1 {
+			return
+		}
+		rec = parent
 	}
 }
 
-// clearRank drops every entry of rank r and the rank's table itself (an
-// emptied table keeps its slots).
+// clearRank drops every entry of rank r and the rank's table itself.
 func (t *tree) clearRank(x *Index, r selection.Rank) {
 	m, ok := t.ranks[r]
 	if !ok {
 		return
 	}
 	id := t.rankIDs[r]
-	for _, e := range m.All() {
-		t.unhold(id, e) // each engine entry holds its blocks once
-	}
+	m.each(t.dropEntry) // each engine entry holds its blocks once
 	x.entries.Add(-int64(m.Len()))
 	x.released.Add(int64(m.Len()))
 	t.live -= m.Len()

@@ -1,0 +1,81 @@
+package indexer
+
+// slab stores a tree's records (or further holders) in fixed-size pages
+// addressed by 32-bit indexes: index = page<<pageBits | slot. Tables and
+// queues then hold 4-byte indexes instead of 8-byte pointers or whole
+// values, and growing never copies the whole store (a slice that doubles
+// would hold the old and the new array at once, at 64M entries gigabytes
+// of both). Only the first page grows by doubling, so a small tree stays
+// small. Index 0 is never handed out: 0 means "none" in the tables.
+//
+// Pointers from at are valid until the next alloc (the first page may
+// move while it grows); callers keep indexes, not pointers, across one.
+type slab[T any] struct {
+	pages [][]T
+	free  []uint32 // freed indexes, reused first
+	next  uint32   // the lowest index never handed out
+	used  int      // indexes handed out and not freed
+	peak  int      // the largest used since the slab was last rebuilt
+}
+
+// pageBits sets the page size: 64k slots (2.5 MB of 40-byte records).
+const (
+	pageBits = 16
+	pageSize = 1 << pageBits
+	pageMask = pageSize - 1
+)
+
+// at returns the slot of index i.
+func (s *slab[T]) at(i uint32) *T { return &s.pages[i>>pageBits][i&pageMask] }
+
+// alloc returns an unused index; its slot holds whatever it held when it
+// was freed (callers overwrite it whole).
+func (s *slab[T]) alloc() uint32 {
+	s.used++
+	s.peak = max(s.peak, s.used)
+	if k := len(s.free); k > 0 {
+		i := s.free[k-1]
+		s.free = s.free[:k-1]
+		return i
+	}
+	if s.next == 0 {
+		s.next = 1 // index 0 is "none"
+	}
+	i := s.next
+	s.next++
+	p, o := int(i>>pageBits), int(i&pageMask)
+	switch {
+	case p == len(s.pages) && p == 0:
+		s.pages = append(s.pages, make([]T, 1, 64)) // slot 0 stays zero
+	case p == len(s.pages):
+		s.pages = append(s.pages, make([]T, 0, pageSize))
+	}
+	page := s.pages[p]
+	if o == len(page) {
+		var zero T
+		page = append(page, zero) // grows (by doubling) on the first page only
+		s.pages[p] = page
+	}
+	return i
+}
+
+// room is how many more indexes alloc can hand out (at most maxIndex in all).
+func (s *slab[T]) room() int { return len(s.free) + maxIndex + 1 - int(max(s.next, 1)) }
+
+// release returns index i for reuse.
+func (s *slab[T]) release(i uint32) {
+	s.used--
+	s.free = append(s.free, i)
+}
+
+// each calls fn on every index ever handed out and its slot, freed ones
+// included (callers tell them apart by content).
+func (s *slab[T]) each(fn func(i uint32, v *T)) {
+	for p, page := range s.pages {
+		for o := range page {
+			if i := uint32(p<<pageBits | o); i != 0 {
+				fn(i, &page[o])
+			}
+		}
+	}
+}
