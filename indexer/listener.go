@@ -468,11 +468,7 @@ func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64) {
 		rank.DPRank = uint32(b.DPRank)
 		l.noteRank(rank)
 	}
-	for i := range b.Events {
-		if err := l.index.Apply(l.cfg.Partition, rank, &b.Events[i]); err != nil {
-			l.stats.Rejected.add(1)
-		}
-	}
+	l.stats.Rejected.add(uint64(l.index.ApplyBatch(l.cfg.Partition, rank, b.Events)))
 	l.stats.Batches.add(1)
 	return b.TS
 }

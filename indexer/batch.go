@@ -1,0 +1,57 @@
+package indexer
+
+import "github.com/kvrouter/caddy-kvrouter/selection"
+
+// batchBlocks bounds the blocks a batch applies under one hold of a
+// partition's write lock (one event may carry more; it is then applied
+// alone), so a large payload makes lookups wait for a few tens of
+// microseconds of work at a time, not for the whole payload.
+const batchBlocks = 512
+
+// ApplyBatch applies a payload's events for rank r of partition p, in
+// order, taking the partition's write lock once for each run of events
+// that together touch at most batchBlocks blocks, where Apply takes it
+// once an event. An engine's steady-state payload is a store and a
+// removal: with a fleet's listeners queueing on the same lock, every hold
+// saved is a handover saved. Stores are hashed before the lock, as in
+// Apply. It returns how many events the index refused (Apply's errors).
+func (x *Index) ApplyBatch(p selection.PartitionKey, r selection.Rank, events []Event) (refused int) {
+	t := x.tree(p)
+	if t == nil {
+		return len(events) // not configured: every event is refused, as Apply refuses it
+	}
+	var buf [4]hashed // a payload rarely carries more stores than this
+	for len(events) > 0 {
+		n, blocks := 0, 0
+		hs := buf[:0]
+		for n < len(events) && (n == 0 || blocks+len(events[n].BlockHashes) <= batchBlocks) {
+			blocks += len(events[n].BlockHashes)
+			var h hashed
+			if !events[n].Skip {
+				h = t.hashStore(&events[n]) // before the lock: see hashed
+			}
+			hs = append(hs, h)
+			n++
+		}
+		t.mu.Lock()
+		for i := range n {
+			ev := &events[i]
+			if ev.Skip {
+				x.counters.skipped.add(1)
+				continue
+			}
+			if t.apply(x, r, ev, hs[i]) != nil {
+				refused++
+			}
+		}
+		t.tidy()
+		t.mu.Unlock()
+		for _, h := range hs {
+			h.release()
+		}
+		x.evictOver()
+		x.releaseMemory()
+		events = events[n:]
+	}
+	return refused
+}
