@@ -31,18 +31,29 @@ func commaBits(x uint64) uint64 {
 	return (m >> 7) * 0x0102040810204080 >> 56
 }
 
-// commaMask64 returns the comma mask of the 64 bytes at base+i: bit j is set
-// when byte i+j is ','. The caller guarantees i+64 <= len.
-func commaMask64(base unsafe.Pointer, i int) uint64 {
-	p := unsafe.Add(base, i)
-	return commaBits(*(*uint64)(p)) |
-		commaBits(*(*uint64)(unsafe.Add(p, 8)))<<8 |
-		commaBits(*(*uint64)(unsafe.Add(p, 16)))<<16 |
-		commaBits(*(*uint64)(unsafe.Add(p, 24)))<<24 |
-		commaBits(*(*uint64)(unsafe.Add(p, 32)))<<32 |
-		commaBits(*(*uint64)(unsafe.Add(p, 40)))<<40 |
-		commaBits(*(*uint64)(unsafe.Add(p, 48)))<<48 |
-		commaBits(*(*uint64)(unsafe.Add(p, 56)))<<56
+// wordMasks returns the comma bits of the eight bytes of x (bit j set when
+// byte j is ',', as commaBits) and a word that is zero exactly when every
+// byte is an ASCII digit or a comma. It is small enough to be inlined, so
+// the block loop's eight calls share registers and constants.
+func wordMasks(x uint64) (commas, odd uint64) {
+	const lo, hi = 0x0F0F0F0F0F0F0F0F, 0xF0F0F0F0F0F0F0F0
+	c := x ^ 0x2C2C2C2C2C2C2C2C // ',' bytes become zero
+	// The comma bytes' high bits (exact, as in commaBits).
+	m := ^((c&0x7F7F7F7F7F7F7F7F + 0x7F7F7F7F7F7F7F7F) | c) & 0x8080808080808080
+	// t is zero exactly in the digit bytes (as in digitRun), and exactly
+	// 0x10 in a comma byte (0x2C: high nibble 2, low nibble 12), which
+	// the comma's high bit moved to bit 4 clears.
+	t := (x&hi ^ 0x3030303030303030) | ((x&lo + 0x0606060606060606) & hi)
+	return (m >> 7) * 0x0102040810204080 >> 56, t &^ (m >> 3)
+}
+
+// parseDigitsShort is parseDigits for a caller that knows 1 <= n <= 8:
+// the shift needs no check for counts of 64 and over.
+func parseDigitsShort(x uint64, n int) uint64 {
+	x <<= uint(64-8*n) & 63 // the digits to the top bytes; zero bytes read as leading zeros
+	x = (x & 0x0F0F0F0F0F0F0F0F) * 2561 >> 8
+	x = (x & 0x00FF00FF00FF00FF) * 6553601 >> 16
+	return (x & 0x0000FFFF0000FFFF) * 42949672960001 >> 32
 }
 
 // tokenRun parses the elements of a token array from b[i:] into out[k:]
@@ -53,6 +64,12 @@ func commaMask64(base unsafe.Pointer, i int) uint64 {
 // number, an error, or the end of the room in out or of b), and k the
 // number of elements in out. The caller's byte-at-a-time loop takes it
 // from there. It needs little-endian loads; elsewhere it takes nothing.
+//
+// A block of 64 bytes that holds only digits and commas (nearly every
+// block of a compact array), with room after it for the eight-byte loads
+// and room in out for the 32 elements it can end at most, is parsed
+// without checking each element's digits or bounds: only its length and
+// a leading zero. Any other block checks every element.
 //
 // It reads at most runSpan bytes a call and is never inlined: its loops
 // have no safe point where the garbage collector could preempt them, and a
@@ -66,10 +83,48 @@ func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 		return i, k
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
+	dst := unsafe.Pointer(unsafe.SliceData(out))
 	start := i // the first byte of the element being looked for
 	limit := min(len(b), i+runSpan)
+	// prevClean: the bytes of the element being looked for that lie in
+	// earlier blocks (at most seven, elements are at most eight bytes)
+	// were checked to be digits.
+	prevClean := true
 	for c := i; c+64 <= limit; c += 64 {
-		mask := commaMask64(base, c)
+		// The comma mask of the 64 bytes at c (bit j set when byte c+j
+		// is ','), and whether they are all digits or commas.
+		p := unsafe.Add(base, c)
+		m0, o0 := wordMasks(*(*uint64)(p))
+		m1, o1 := wordMasks(*(*uint64)(unsafe.Add(p, 8)))
+		m2, o2 := wordMasks(*(*uint64)(unsafe.Add(p, 16)))
+		m3, o3 := wordMasks(*(*uint64)(unsafe.Add(p, 24)))
+		m4, o4 := wordMasks(*(*uint64)(unsafe.Add(p, 32)))
+		m5, o5 := wordMasks(*(*uint64)(unsafe.Add(p, 40)))
+		m6, o6 := wordMasks(*(*uint64)(unsafe.Add(p, 48)))
+		m7, o7 := wordMasks(*(*uint64)(unsafe.Add(p, 56)))
+		mask := m0 | m1<<8 | m2<<16 | m3<<24 | m4<<32 | m5<<40 | m6<<48 | m7<<56
+		clean := o0|o1|o2|o3|o4|o5|o6|o7 == 0
+		if clean && prevClean && c+72 <= len(b) && k+32 <= len(out) {
+			for mask != 0 {
+				end := c + bits.TrailingZeros64(mask)
+				mask &= mask - 1
+				n := end - start
+				if uint(n-1) > 7 { // an empty element, or one over eight digits
+					return start, k
+				}
+				// In bounds: start+8 <= c+72 <= len(b).
+				x := *(*uint64)(unsafe.Add(base, start))
+				if byte(x) == '0' && n != 1 { // a leading zero
+					return start, k
+				}
+				// In bounds: at most 32 elements end in 64 bytes.
+				*(*uint32)(unsafe.Add(dst, 4*k)) = uint32(parseDigitsShort(x, n))
+				k++
+				start = end + 1
+			}
+			continue
+		}
+		prevClean = clean
 		for mask != 0 {
 			end := c + bits.TrailingZeros64(mask)
 			mask &= mask - 1
