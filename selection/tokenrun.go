@@ -15,6 +15,10 @@ import (
 // the elements between them are then parsed independently of each other:
 // only "clear the lowest set bit" links one element to the next.
 
+// tokenRunRoom is the room in out that lets tokenRun take a block without
+// checking it per element: at most 32 elements end in 64 bytes.
+const tokenRunRoom = 32
+
 // runSpan is how many bytes one tokenRun call reads at most: about 2,500
 // token ids, a few microseconds.
 const runSpan = 16 << 10
@@ -104,7 +108,7 @@ func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 		m7, o7 := wordMasks(*(*uint64)(unsafe.Add(p, 56)))
 		mask := m0 | m1<<8 | m2<<16 | m3<<24 | m4<<32 | m5<<40 | m6<<48 | m7<<56
 		clean := o0|o1|o2|o3|o4|o5|o6|o7 == 0
-		if clean && prevClean && c+72 <= len(b) && k+32 <= len(out) {
+		if clean && prevClean && c+72 <= len(b) && k+tokenRunRoom <= len(out) {
 			for mask != 0 {
 				end := c + bits.TrailingZeros64(mask)
 				mask &= mask - 1
