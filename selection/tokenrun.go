@@ -11,9 +11,9 @@ import (
 // digits of the one before it (find the comma, then load the next eight
 // bytes): a chain of ~15 dependent cycles per token that no amount of
 // superscalar width can shorten. Here the commas of 64 bytes at a time are
-// found first, as one 64-bit mask built from eight independent loads, and
-// the elements between them are then parsed independently of each other:
-// only "clear the lowest set bit" links one element to the next.
+// found first, as one 64-bit mask (tokenmask.go), and the elements between
+// them are then parsed independently of each other: only "clear the lowest
+// set bit" links one element to the next.
 
 // tokenRunRoom is the room in out that lets tokenRun take a block without
 // checking it per element: at most 32 elements end in 64 bytes.
@@ -23,31 +23,22 @@ const tokenRunRoom = 32
 // token ids, a few microseconds.
 const runSpan = 16 << 10
 
-// commaBits returns a byte mask of the bytes of x (first byte lowest) that
-// are ',': bit j is set when byte j is.
-func commaBits(x uint64) uint64 {
-	t := x ^ 0x2C2C2C2C2C2C2C2C // ',' bytes become zero
-	// Exactly the zero bytes get their high bit set (no borrow from a
-	// neighbour, unlike the shorter has-zero trick).
-	m := ^((t&0x7F7F7F7F7F7F7F7F + 0x7F7F7F7F7F7F7F7F) | t) & 0x8080808080808080
-	// Gather the eight high bits into the top byte; the partial products
-	// land on distinct bits, so nothing carries into it.
-	return (m >> 7) * 0x0102040810204080 >> 56
-}
-
-// wordMasks returns the comma bits of the eight bytes of x (bit j set when
-// byte j is ',', as commaBits) and a word that is zero exactly when every
-// byte is an ASCII digit or a comma. It is small enough to be inlined, so
-// the block loop's eight calls share registers and constants.
+// wordMasks returns the comma bits of the eight bytes of x (first byte
+// lowest: bit j set when byte j is ',') and a word that is zero exactly
+// when every byte is an ASCII digit or a comma. It is small enough to be
+// inlined, so a block's eight calls share registers and constants.
 func wordMasks(x uint64) (commas, odd uint64) {
 	const lo, hi = 0x0F0F0F0F0F0F0F0F, 0xF0F0F0F0F0F0F0F0
 	c := x ^ 0x2C2C2C2C2C2C2C2C // ',' bytes become zero
-	// The comma bytes' high bits (exact, as in commaBits).
+	// Exactly the zero bytes get their high bit set (no borrow from a
+	// neighbour, unlike the shorter has-zero trick).
 	m := ^((c&0x7F7F7F7F7F7F7F7F + 0x7F7F7F7F7F7F7F7F) | c) & 0x8080808080808080
 	// t is zero exactly in the digit bytes (as in digitRun), and exactly
 	// 0x10 in a comma byte (0x2C: high nibble 2, low nibble 12), which
 	// the comma's high bit moved to bit 4 clears.
 	t := (x&hi ^ 0x3030303030303030) | ((x&lo + 0x0606060606060606) & hi)
+	// The high bits are gathered into the top byte: the partial products
+	// land on distinct bits, so nothing carries into it.
 	return (m >> 7) * 0x0102040810204080 >> 56, t &^ (m >> 3)
 }
 
@@ -60,6 +51,21 @@ func parseDigitsShort(x uint64, n int) uint64 {
 	return (x & 0x0000FFFF0000FFFF) * 42949672960001 >> 32
 }
 
+// blockMask returns the comma mask of the 64 bytes at p (bit j set when
+// byte j is ',') and whether they are all digits or commas.
+func blockMask(p unsafe.Pointer) (uint64, bool) {
+	m0, o0 := wordMasks(*(*uint64)(p))
+	m1, o1 := wordMasks(*(*uint64)(unsafe.Add(p, 8)))
+	m2, o2 := wordMasks(*(*uint64)(unsafe.Add(p, 16)))
+	m3, o3 := wordMasks(*(*uint64)(unsafe.Add(p, 24)))
+	m4, o4 := wordMasks(*(*uint64)(unsafe.Add(p, 32)))
+	m5, o5 := wordMasks(*(*uint64)(unsafe.Add(p, 40)))
+	m6, o6 := wordMasks(*(*uint64)(unsafe.Add(p, 48)))
+	m7, o7 := wordMasks(*(*uint64)(unsafe.Add(p, 56)))
+	mask := m0 | m1<<8 | m2<<16 | m3<<24 | m4<<32 | m5<<40 | m6<<48 | m7<<56
+	return mask, o0|o1|o2|o3|o4|o5|o6|o7 == 0
+}
+
 // tokenRun parses the elements of a token array from b[i:] into out[k:]
 // while each one is a plain integer of one to eight digits (no sign, no
 // leading zero, no space) followed directly by a comma, 64 bytes of
@@ -69,11 +75,14 @@ func parseDigitsShort(x uint64, n int) uint64 {
 // number of elements in out. The caller's byte-at-a-time loop takes it
 // from there. It needs little-endian loads; elsewhere it takes nothing.
 //
-// A block of 64 bytes that holds only digits and commas (nearly every
-// block of a compact array), with room after it for the eight-byte loads
-// and room in out for the 32 elements it can end at most, is parsed
-// without checking each element's digits or bounds: only its length and
-// a leading zero. Any other block checks every element.
+// The comma masks of up to groupBlocks blocks of 64 bytes are found first
+// (commaMasks: in AVX2 where there is one), for as long as the blocks hold
+// only digits and commas (nearly every block of a compact array) and have
+// room after them for the eight-byte loads and room in out for the 32
+// elements each can end at most. Their elements are then parsed without
+// checking their digits or bounds: only their length and a leading zero.
+// A block with any other byte, and the one after it (whose first element
+// began in it), check every element.
 //
 // It reads at most runSpan bytes a call and is never inlined: its loops
 // have no safe point where the garbage collector could preempt them, and a
@@ -94,29 +103,27 @@ func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 	// earlier blocks (at most seven, elements are at most eight bytes)
 	// were checked to be digits.
 	prevClean := true
-	for c := i; c+64 <= limit; c += 64 {
-		// The comma mask of the 64 bytes at c (bit j set when byte c+j
-		// is ','), and whether they are all digits or commas.
-		p := unsafe.Add(base, c)
-		m0, o0 := wordMasks(*(*uint64)(p))
-		m1, o1 := wordMasks(*(*uint64)(unsafe.Add(p, 8)))
-		m2, o2 := wordMasks(*(*uint64)(unsafe.Add(p, 16)))
-		m3, o3 := wordMasks(*(*uint64)(unsafe.Add(p, 24)))
-		m4, o4 := wordMasks(*(*uint64)(unsafe.Add(p, 32)))
-		m5, o5 := wordMasks(*(*uint64)(unsafe.Add(p, 40)))
-		m6, o6 := wordMasks(*(*uint64)(unsafe.Add(p, 48)))
-		m7, o7 := wordMasks(*(*uint64)(unsafe.Add(p, 56)))
-		mask := m0 | m1<<8 | m2<<16 | m3<<24 | m4<<32 | m5<<40 | m6<<48 | m7<<56
-		clean := o0|o1|o2|o3|o4|o5|o6|o7 == 0
-		if clean && prevClean && c+72 <= len(b) && k+tokenRunRoom <= len(out) {
+	var group [groupBlocks]uint64
+	for c := i; c+64 <= limit; {
+		// The comma masks of the blocks from c that hold only digits and
+		// commas (up to groupBlocks, with room after them for the loads).
+		g := 0
+		if prevClean {
+			nb := min(groupBlocks, (limit-c)/64, (len(b)-c-8)/64, (len(out)-k)/tokenRunRoom)
+			if nb > 0 {
+				g = commaMasks(unsafe.Add(base, c), group[:nb])
+			}
+		}
+		for j, mask := range group[:g] {
+			cc := c + 64*j
 			for mask != 0 {
-				end := c + bits.TrailingZeros64(mask)
+				end := cc + bits.TrailingZeros64(mask)
 				mask &= mask - 1
 				n := end - start
 				if uint(n-1) > 7 { // an empty element, or one over eight digits
 					return start, k
 				}
-				// In bounds: start+8 <= c+72 <= len(b).
+				// In bounds: start+8 <= cc+72 <= len(b).
 				x := *(*uint64)(unsafe.Add(base, start))
 				if byte(x) == '0' && n != 1 { // a leading zero
 					return start, k
@@ -126,9 +133,15 @@ func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 				k++
 				start = end + 1
 			}
+		}
+		if g > 0 {
+			c += 64 * g
 			continue
 		}
-		prevClean = clean
+		// A block with other bytes, one after such a block, or one
+		// without the room: every element is checked.
+		var mask uint64
+		mask, prevClean = blockMask(unsafe.Add(base, c))
 		for mask != 0 {
 			end := c + bits.TrailingZeros64(mask)
 			mask &= mask - 1
@@ -150,6 +163,7 @@ func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 			k++
 			start = end + 1
 		}
+		c += 64
 	}
 	return start, k
 }

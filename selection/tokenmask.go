@@ -1,0 +1,37 @@
+package selection
+
+import "unsafe"
+
+// Comma masks of whole blocks, the first half of the token-array fast path
+// (tokenrun.go): where the commas are in each 64 bytes, and whether the
+// block holds anything but digits and commas. On amd64 with AVX2 they are
+// found 32 bytes per instruction (tokenmask_amd64.s); elsewhere eight
+// bytes at a time with plain integer arithmetic (commaMasksWords).
+
+// groupBlocks is how many blocks tokenRun finds the commas of at once,
+// before it parses the elements that end in them.
+const groupBlocks = 16
+
+// commaMasksWords writes the comma mask of each of up to len(masks) blocks
+// of 64 bytes from p (bit j of masks[g] set when byte 64g+j is ',') and
+// returns how many leading blocks hold only digits and commas; it stops at
+// the first that does not, whose mask it need not write. The caller
+// guarantees 64*len(masks) readable bytes at p.
+func commaMasksWords(p unsafe.Pointer, masks []uint64) int {
+	for g := range masks {
+		q := unsafe.Add(p, 64*g)
+		m0, o0 := wordMasks(*(*uint64)(q))
+		m1, o1 := wordMasks(*(*uint64)(unsafe.Add(q, 8)))
+		m2, o2 := wordMasks(*(*uint64)(unsafe.Add(q, 16)))
+		m3, o3 := wordMasks(*(*uint64)(unsafe.Add(q, 24)))
+		m4, o4 := wordMasks(*(*uint64)(unsafe.Add(q, 32)))
+		m5, o5 := wordMasks(*(*uint64)(unsafe.Add(q, 40)))
+		m6, o6 := wordMasks(*(*uint64)(unsafe.Add(q, 48)))
+		m7, o7 := wordMasks(*(*uint64)(unsafe.Add(q, 56)))
+		if o0|o1|o2|o3|o4|o5|o6|o7 != 0 {
+			return g
+		}
+		masks[g] = m0 | m1<<8 | m2<<16 | m3<<24 | m4<<32 | m5<<40 | m6<<48 | m7<<56
+	}
+	return len(masks)
+}

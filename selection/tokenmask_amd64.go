@@ -1,0 +1,24 @@
+package selection
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// hasAVX2 chooses commaMasksAVX2 over commaMasksWords.
+var hasAVX2 = cpu.X86.HasAVX2
+
+// commaMasksAVX2 is commaMasksWords in AVX2 (tokenmask_amd64.s): n blocks
+// from p, masks written to masks[0:n].
+//
+//go:noescape
+func commaMasksAVX2(p unsafe.Pointer, n int, masks *uint64) int
+
+// commaMasks is commaMasksWords, in AVX2 where the processor has it.
+func commaMasks(p unsafe.Pointer, masks []uint64) int {
+	if hasAVX2 && len(masks) > 0 {
+		return commaMasksAVX2(p, len(masks), &masks[0])
+	}
+	return commaMasksWords(p, masks)
+}

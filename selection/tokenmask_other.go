@@ -1,0 +1,8 @@
+//go:build !amd64
+
+package selection
+
+import "unsafe"
+
+// commaMasks is commaMasksWords where there is no vector version.
+func commaMasks(p unsafe.Pointer, masks []uint64) int { return commaMasksWords(p, masks) }
