@@ -2,11 +2,13 @@ package selection
 
 import "unsafe"
 
-// Comma masks of whole blocks, the first half of the token-array fast path
-// (tokenrun.go): where the commas are in each 64 bytes, and whether the
-// block holds anything but digits and commas. On amd64 with AVX2 they are
-// found 32 bytes per instruction (tokenmask_amd64.s); elsewhere eight
-// bytes at a time with plain integer arithmetic (commaMasksWords).
+// The two vectorisable halves of the token-array fast path (tokenrun.go):
+// the comma masks of whole blocks (where the commas are in each 64 bytes,
+// and whether the block holds anything but digits and commas), and the
+// conversion of the elements found between them to numbers. On amd64 with
+// AVX2 they run 32 bytes, or four elements, per instruction
+// (tokenmask_amd64.s); elsewhere on plain integers (commaMasksWords,
+// digitValuesWords).
 
 // groupBlocks is how many blocks tokenRun finds the commas of at once,
 // before it parses the elements that end in them.
@@ -34,4 +36,16 @@ func commaMasksWords(p unsafe.Pointer, masks []uint64) int {
 		masks[g] = m0 | m1<<8 | m2<<16 | m3<<24 | m4<<32 | m5<<40 | m6<<48 | m7<<56
 	}
 	return len(masks)
+}
+
+// digitValuesWords writes the number in each word, which holds one to
+// eight ASCII digits in its top bytes and zero bytes below (as
+// parseDigits shifts them), to dst, one uint32 each. The caller
+// guarantees room for len(words) of them.
+func digitValuesWords(words []uint64, dst unsafe.Pointer) {
+	for j, x := range words {
+		x = (x & 0x0F0F0F0F0F0F0F0F) * 2561 >> 8
+		x = (x & 0x00FF00FF00FF00FF) * 6553601 >> 16
+		*(*uint32)(unsafe.Add(dst, 4*j)) = uint32((x & 0x0000FFFF0000FFFF) * 42949672960001 >> 32)
+	}
 }

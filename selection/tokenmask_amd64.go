@@ -22,3 +22,20 @@ func commaMasks(p unsafe.Pointer, masks []uint64) int {
 	}
 	return commaMasksWords(p, masks)
 }
+
+// digitValuesAVX2 is digitValuesWords in AVX2 (tokenmask_amd64.s), for n
+// a multiple of 4.
+//
+//go:noescape
+func digitValuesAVX2(words *uint64, n int, dst *uint32)
+
+// digitValues is digitValuesWords, four words at a time in AVX2 where the
+// processor has it.
+func digitValues(words []uint64, dst unsafe.Pointer) {
+	if hasAVX2 && len(words) >= 4 {
+		n := len(words) &^ 3
+		digitValuesAVX2(&words[0], n, (*uint32)(dst))
+		words, dst = words[n:], unsafe.Add(dst, 4*n)
+	}
+	digitValuesWords(words, dst)
+}

@@ -54,3 +54,49 @@ done:
 	VZEROUPPER
 	MOVQ AX, ret+24(FP)
 	RET
+
+// func digitValuesAVX2(words *uint64, n int, dst *uint32)
+//
+// For each of n (a multiple of 4) words holding one to eight ASCII digits
+// in their top bytes, the most significant first, and zero bytes below
+// (parseDigits's first step): the number, to dst. Four at a time: the
+// digits' values (AND 0x0F), then pairs, fours and eights combined by
+// multiply-adds (x10, x100, x10000), then the four 32-bit results packed.
+TEXT ·digitValuesAVX2(SB), NOSPLIT, $0-24
+	MOVQ words+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ dst+16(FP), DI
+	MOVQ $0x0F0F0F0F0F0F0F0F, DX
+	MOVQ DX, X10
+	VPBROADCASTQ X10, Y10
+	MOVQ $0x010A010A010A010A, DX // byte weights 10, 1
+	MOVQ DX, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ $0x0001006400010064, DX // word weights 100, 1
+	MOVQ DX, X12
+	VPBROADCASTQ X12, Y12
+	MOVQ $10000, DX
+	MOVQ DX, X13
+	VPBROADCASTQ X13, Y13
+
+values:
+	CMPQ CX, $4
+	JLT  valuesDone
+	VMOVDQU    (SI), Y0
+	VPAND      Y10, Y0, Y0
+	VPMADDUBSW Y11, Y0, Y0 // two digits: 16 bits
+	VPMADDWD   Y12, Y0, Y0 // four digits: 32 bits
+	VPMULUDQ   Y13, Y0, Y1 // the first four, times 10000
+	VPSRLQ     $32, Y0, Y0 // the last four
+	VPADDQ     Y1, Y0, Y0
+	VPSHUFD    $0x08, Y0, Y0 // each lane's two results to its low 64 bits
+	VPERMQ     $0x08, Y0, Y0 // both lanes' to the low 128 bits
+	VMOVDQU    X0, (DI)
+	ADDQ       $32, SI
+	ADDQ       $16, DI
+	SUBQ       $4, CX
+	JMP        values
+
+valuesDone:
+	VZEROUPPER
+	RET

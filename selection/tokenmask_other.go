@@ -6,3 +6,6 @@ import "unsafe"
 
 // commaMasks is commaMasksWords where there is no vector version.
 func commaMasks(p unsafe.Pointer, masks []uint64) int { return commaMasksWords(p, masks) }
+
+// digitValues is digitValuesWords where there is no vector version.
+func digitValues(words []uint64, dst unsafe.Pointer) { digitValuesWords(words, dst) }

@@ -62,3 +62,57 @@ func TestCommaMasksAgainstReference(t *testing.T) {
 		}
 	}
 }
+
+// TestDigitValuesAgainstParseDigits converts runs of every length (the
+// vector path takes them four at a time, the word loop the rest) of
+// elements of one to eight random digits, the extremes among them, with
+// both converters, and checks each value against parseDigits and the
+// number itself.
+func TestDigitValuesAgainstParseDigits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 2))
+	for iter := range 3000 {
+		count := rng.IntN(40)
+		words := make([]uint64, count)
+		want := make([]uint32, count)
+		for j := range words {
+			n := 1 + rng.IntN(8)
+			digits := make([]byte, 8)
+			var v uint32
+			for d := range n {
+				c := byte('0' + rng.IntN(10))
+				switch iter % 3 {
+				case 1:
+					c = '9'
+				case 2:
+					c = '0' + byte(d%2)
+				}
+				digits[d] = c
+				v = v*10 + uint32(c-'0')
+			}
+			copy(digits[n:], ",123456") // what follows an element in a body
+			var x uint64
+			for d := 7; d >= 0; d-- {
+				x = x<<8 | uint64(digits[d])
+			}
+			if uint32(parseDigits(x, n)) != v {
+				t.Fatalf("parseDigits(%q, %d) = %d, want %d", digits, n, parseDigits(x, n), v)
+			}
+			words[j], want[j] = x<<(64-8*n), v
+		}
+		for name, f := range map[string]func([]uint64, unsafe.Pointer){"words": digitValuesWords, "digitValues": digitValues} {
+			got := make([]uint32, count+1)
+			got[count] = 0xDEADBEEF
+			if count > 0 {
+				f(words, unsafe.Pointer(&got[0]))
+			}
+			for j := range count {
+				if got[j] != want[j] {
+					t.Fatalf("iter %d, %s: element %d of %d is %d, want %d", iter, name, j, count, got[j], want[j])
+				}
+			}
+			if got[count] != 0xDEADBEEF {
+				t.Fatalf("iter %d, %s: wrote past %d elements", iter, name, count)
+			}
+		}
+	}
+}

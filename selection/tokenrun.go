@@ -42,15 +42,6 @@ func wordMasks(x uint64) (commas, odd uint64) {
 	return (m >> 7) * 0x0102040810204080 >> 56, t &^ (m >> 3)
 }
 
-// parseDigitsShort is parseDigits for a caller that knows 1 <= n <= 8:
-// the shift needs no check for counts of 64 and over.
-func parseDigitsShort(x uint64, n int) uint64 {
-	x <<= uint(64-8*n) & 63 // the digits to the top bytes; zero bytes read as leading zeros
-	x = (x & 0x0F0F0F0F0F0F0F0F) * 2561 >> 8
-	x = (x & 0x00FF00FF00FF00FF) * 6553601 >> 16
-	return (x & 0x0000FFFF0000FFFF) * 42949672960001 >> 32
-}
-
 // blockMask returns the comma mask of the 64 bytes at p (bit j set when
 // byte j is ',') and whether they are all digits or commas.
 func blockMask(p unsafe.Pointer) (uint64, bool) {
@@ -80,7 +71,10 @@ func blockMask(p unsafe.Pointer) (uint64, bool) {
 // only digits and commas (nearly every block of a compact array) and have
 // room after them for the eight-byte loads and room in out for the 32
 // elements each can end at most. Their elements are then parsed without
-// checking their digits or bounds: only their length and a leading zero.
+// checking their digits or bounds, only their length and a leading zero:
+// each one's eight bytes are shifted so that its digits fill the top
+// bytes, and all of them are converted at once (digitValues: four at a
+// time in AVX2 where there is one).
 // A block with any other byte, and the one after it (whose first element
 // began in it), check every element.
 //
@@ -104,6 +98,7 @@ func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 	// were checked to be digits.
 	prevClean := true
 	var group [groupBlocks]uint64
+	var words [groupBlocks * tokenRunRoom]uint64
 	for c := i; c+64 <= limit; {
 		// The comma masks of the blocks from c that hold only digits and
 		// commas (up to groupBlocks, with room after them for the loads).
@@ -114,6 +109,10 @@ func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 				g = commaMasks(unsafe.Add(base, c), group[:nb])
 			}
 		}
+		// Their elements, checked for length and a leading zero, go to
+		// words with their digits in the top bytes; then all are
+		// converted at once (digitValues: in AVX2 where there is one).
+		m := 0
 		for j, mask := range group[:g] {
 			cc := c + 64*j
 			for mask != 0 {
@@ -121,20 +120,26 @@ func tokenRun(b []byte, i int, out []uint32, k int) (int, int) {
 				mask &= mask - 1
 				n := end - start
 				if uint(n-1) > 7 { // an empty element, or one over eight digits
-					return start, k
+					digitValues(words[:m], unsafe.Add(dst, 4*k))
+					return start, k + m
 				}
 				// In bounds: start+8 <= cc+72 <= len(b).
 				x := *(*uint64)(unsafe.Add(base, start))
 				if byte(x) == '0' && n != 1 { // a leading zero
-					return start, k
+					digitValues(words[:m], unsafe.Add(dst, 4*k))
+					return start, k + m
 				}
-				// In bounds: at most 32 elements end in 64 bytes.
-				*(*uint32)(unsafe.Add(dst, 4*k)) = uint32(parseDigitsShort(x, n))
-				k++
+				// m < len(words): at most 32 elements end in 64 bytes (the
+				// mask only spares the bounds check).
+				words[m&(len(words)-1)] = x << (uint(64-8*n) & 63)
+				m++
 				start = end + 1
 			}
 		}
 		if g > 0 {
+			// In bounds: out has room for 32 elements a block.
+			digitValues(words[:m], unsafe.Add(dst, 4*k))
+			k += m
 			c += 64 * g
 			continue
 		}
