@@ -42,6 +42,7 @@ func (s *scanner) tokenArray(dst []uint32, field string) ([]uint32, bool, error)
 	// a reused one (a pooled request's) is filled as it is, and sized only
 	// if it runs short, so the usual reuse for a prompt of about the same
 	// length never counts the body's commas at all.
+	var scratch tokenScratch
 	sized := false
 	if cap(dst) == 0 {
 		dst, sized = withRoomFor(dst, b[i:]), true
@@ -61,7 +62,7 @@ func (s *scanner) tokenArray(dst []uint32, field string) ([]uint32, bool, error)
 		// it is written by index and its length set once. tokenRun takes
 		// runs of such elements, 64 bytes of separators at a time.
 		k, out := len(dst), dst[:cap(dst)]
-		i, k = tokenRun(b, i, out, k)
+		i, k = tokenRun(b, i, out, k, &scratch)
 		// What tokenRun leaves (the body's last 64 bytes, the element after
 		// its span or one it would not take) goes on here one element at a
 		// time, for a few elements, then back to tokenRun.

@@ -16,26 +16,22 @@ const groupBlocks = 16
 
 // commaMasksWords writes the comma mask of each of up to len(masks) blocks
 // of 64 bytes from p (bit j of masks[g] set when byte 64g+j is ',') and
-// returns how many leading blocks hold only digits and commas; it stops at
-// the first that does not, whose mask it need not write. The caller
-// guarantees 64*len(masks) readable bytes at p.
-func commaMasksWords(p unsafe.Pointer, masks []uint64) int {
+// returns how many leading blocks hold only digits, commas, and spaces
+// that directly follow a comma (blockMask); it stops at the first that
+// does not, whose mask it need not write; and whether the blocks it
+// wrote hold a space. carry is 1 when the byte before p is a comma. The
+// caller guarantees 64*len(masks) readable bytes at p.
+func commaMasksWords(p unsafe.Pointer, masks []uint64, carry uint64) (int, bool) {
+	spaced := false
 	for g := range masks {
-		q := unsafe.Add(p, 64*g)
-		m0, o0 := wordMasks(*(*uint64)(q))
-		m1, o1 := wordMasks(*(*uint64)(unsafe.Add(q, 8)))
-		m2, o2 := wordMasks(*(*uint64)(unsafe.Add(q, 16)))
-		m3, o3 := wordMasks(*(*uint64)(unsafe.Add(q, 24)))
-		m4, o4 := wordMasks(*(*uint64)(unsafe.Add(q, 32)))
-		m5, o5 := wordMasks(*(*uint64)(unsafe.Add(q, 40)))
-		m6, o6 := wordMasks(*(*uint64)(unsafe.Add(q, 48)))
-		m7, o7 := wordMasks(*(*uint64)(unsafe.Add(q, 56)))
-		if o0|o1|o2|o3|o4|o5|o6|o7 != 0 {
-			return g
+		mask, spaces, clean := blockMask(unsafe.Add(p, 64*g), carry)
+		if !clean {
+			return g, spaced
 		}
-		masks[g] = m0 | m1<<8 | m2<<16 | m3<<24 | m4<<32 | m5<<40 | m6<<48 | m7<<56
+		masks[g], carry = mask, mask>>63
+		spaced = spaced || spaces != 0
 	}
-	return len(masks)
+	return len(masks), spaced
 }
 
 // digitValuesWords writes the number in each word, which holds one to

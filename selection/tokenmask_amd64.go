@@ -13,14 +13,14 @@ var hasAVX2 = cpu.X86.HasAVX2
 // from p, masks written to masks[0:n].
 //
 //go:noescape
-func commaMasksAVX2(p unsafe.Pointer, n int, masks *uint64) int
+func commaMasksAVX2(p unsafe.Pointer, n int, masks *uint64, carry uint64) (int, bool)
 
 // commaMasks is commaMasksWords, in AVX2 where the processor has it.
-func commaMasks(p unsafe.Pointer, masks []uint64) int {
+func commaMasks(p unsafe.Pointer, masks []uint64, carry uint64) (int, bool) {
 	if hasAVX2 && len(masks) > 0 {
-		return commaMasksAVX2(p, len(masks), &masks[0])
+		return commaMasksAVX2(p, len(masks), &masks[0], carry)
 	}
-	return commaMasksWords(p, masks)
+	return commaMasksWords(p, masks, carry)
 }
 
 // digitValuesAVX2 is digitValuesWords in AVX2 (tokenmask_amd64.s), for n

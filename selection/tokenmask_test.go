@@ -1,19 +1,23 @@
 package selection
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
 )
 
-// referenceCommaMasks is commaMasks's contract one byte at a time.
+// referenceCommaMasks is commaMasks's contract one byte at a time: b[0]
+// is the byte before the blocks.
 func referenceCommaMasks(b []byte, masks []uint64) int {
 	for g := range masks {
 		var m uint64
-		for j, c := range b[64*g : 64*g+64] {
-			switch {
+		for j := range 64 {
+			at := 1 + 64*g + j
+			switch c := b[at]; {
 			case c == ',':
 				m |= 1 << j
+			case c == ' ' && b[at-1] == ',':
 			case c >= '0' && c <= '9':
 			default:
 				return g
@@ -26,31 +30,47 @@ func referenceCommaMasks(b []byte, masks []uint64) int {
 
 // TestCommaMasksAgainstReference checks both mask builders (the vector one
 // where the processor has it, and the word one everywhere) against the
-// byte-at-a-time contract, on runs of blocks of digits and commas with an
-// odd byte at a random place in some: the neighbours of '0', '9' and ','
-// in the byte order, and their values with the high bit set, which a
-// signed byte comparison would take for digits.
+// byte-at-a-time contract, on runs of blocks of digits, commas and ", "
+// with an odd byte at a random place in some: the neighbours of '0', '9',
+// ',' and ' ' in the byte order, their values with the high bit set,
+// which a signed byte comparison would take for digits, and a space that
+// follows no comma (first in a block, with and without a comma before the
+// blocks).
 func TestCommaMasksAgainstReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
-	odd := []byte{'/', ':', '+', '-', '.', ' ', 0x00, 0x80, 0xAC, 0xB0, 0xB9, 0xFF, '"', ']'}
+	odd := []byte{'/', ':', '+', '-', '.', ' ', '!', 0x1F, '\n', '\t', 0x00, 0x80, 0xA0, 0xAC, 0xB0, 0xB9, 0xFF, '"', ']'}
 	for iter := range 20000 {
 		nb := 1 + rng.IntN(groupBlocks)
-		b := make([]byte, 64*nb)
+		b := make([]byte, 1+64*nb) // b[0]: the byte before the blocks
+		spaced := rng.IntN(2) == 0
 		for i := range b {
-			if rng.IntN(6) == 0 {
+			switch {
+			case spaced && i > 0 && b[i-1] == ',':
+				b[i] = ' '
+			case rng.IntN(6) == 0:
 				b[i] = ','
-			} else {
+			default:
 				b[i] = '0' + byte(rng.IntN(10))
 			}
 		}
-		if rng.IntN(2) == 0 {
-			b[rng.IntN(len(b))] = odd[rng.IntN(len(odd))]
+		switch rng.IntN(4) {
+		case 0:
+			b[1+rng.IntN(len(b)-1)] = odd[rng.IntN(len(odd))]
+		case 1:
+			b[1+64*rng.IntN(nb)] = ' '
+		}
+		var carry uint64
+		if b[0] == ',' {
+			carry = 1
 		}
 		want := make([]uint64, nb)
 		wg := referenceCommaMasks(b, want)
-		for name, f := range map[string]func(unsafe.Pointer, []uint64) int{"words": commaMasksWords, "commaMasks": commaMasks} {
+		for name, f := range map[string]func(unsafe.Pointer, []uint64, uint64) (int, bool){"words": commaMasksWords, "commaMasks": commaMasks} {
 			got := make([]uint64, nb)
-			g := f(unsafe.Pointer(&b[0]), got)
+			g, spaced := f(unsafe.Pointer(&b[1]), got, carry)
+			if ws := bytes.IndexByte(b[1:1+64*wg], ' ') >= 0; spaced != ws {
+				t.Fatalf("iter %d, %s: spaces in the %d clean blocks: %v, want %v", iter, name, g, spaced, ws)
+			}
 			if g != wg {
 				t.Fatalf("iter %d, %s: %d clean blocks, want %d", iter, name, g, wg)
 			}
