@@ -177,6 +177,15 @@ func tokenRun(b []byte, i int, out []uint32, k int, scratch *tokenScratch) (int,
 		i++
 	}
 	base := unsafe.Pointer(unsafe.SliceData(b))
+	// An array written otherwise (a newline, or a space before a comma)
+	// comes here once an element from the caller's byte loop: leave it at
+	// once unless the first element is digits and a comma.
+	if i+8 > len(b) {
+		return i, k
+	}
+	if x := *(*uint64)(unsafe.Add(base, i)); byte(x>>(8*(digitRun(x)&7))) != ',' {
+		return i, k
+	}
 	dst := unsafe.Pointer(unsafe.SliceData(out))
 	start := i // the first byte of the element being looked for
 	limit := min(len(b), i+runSpan)
