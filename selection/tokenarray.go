@@ -35,14 +35,17 @@ func (s *scanner) tokenArray(dst []uint32, field string) ([]uint32, bool, error)
 		return dst, false, s.shape(field + ": invalid type: " + kindOf(b[i]) + ", expected a sequence")
 	}
 	// Size the slice once: every element but the last is followed by a
-	// comma, so the commas left in the body, plus one, bound the count and
+	// comma, so the array's commas, plus one, bound the count and
 	// append never reallocates per token. Counting them (vectorised) costs
 	// far less than allocating and zeroing the cruder bound of one element
-	// per two bytes, three times the usual need, when the slice is new.
-	if bound := (len(b)-i)/2 + 1; cap(dst) < bound {
-		if n := bytes.Count(b[i:], comma) + 1; cap(dst) < n {
-			dst = make([]uint32, 0, n)
-		}
+	// per two bytes, three times the usual need. A new slice is sized now;
+	// a reused one (a pooled request's) is filled as it is, and sized only
+	// if it runs short, so the usual reuse for a prompt of about the same
+	// length never counts the body's commas at all.
+	var scratch tokenScratch
+	sized := false
+	if cap(dst) == 0 {
+		dst, sized = withRoomFor(dst, b[i:]), true
 	}
 	i++
 	for i < len(b) && isSpace(b[i]) {
@@ -59,7 +62,7 @@ func (s *scanner) tokenArray(dst []uint32, field string) ([]uint32, bool, error)
 		// it is written by index and its length set once. tokenRun takes
 		// runs of such elements, 64 bytes of separators at a time.
 		k, out := len(dst), dst[:cap(dst)]
-		i, k = tokenRun(b, i, out, k)
+		i, k = tokenRun(b, i, out, k, &scratch)
 		// What tokenRun leaves (the body's last 64 bytes, the element after
 		// its span or one it would not take) goes on here one element at a
 		// time, for a few elements, then back to tokenRun.
@@ -79,6 +82,12 @@ func (s *scanner) tokenArray(dst []uint32, field string) ([]uint32, bool, error)
 			i += n + 1
 		}
 		dst = out[:k]
+		if !sized && cap(dst)-len(dst) < tokenRunRoom {
+			// A reused slice running short is sized, once: afterwards it
+			// has room for every element left, and the append below and
+			// the runs after it never reallocate.
+			dst, sized = withRoomFor(dst, b[i:]), true
+		}
 		// Slow path: spaces, long numbers, the last element, the last
 		// bytes of the body, and every error.
 		for i < len(b) && isSpace(b[i]) {
@@ -136,6 +145,23 @@ const swarRun = 16
 
 // comma is what tokenArray counts to size a new slice.
 var comma = []byte{','}
+
+// withRoomFor returns dst (its elements kept) with room for as many more
+// elements as the array in rest could hold: the commas before its first
+// ']' (which no token element holds, so the array ends there at the
+// latest), plus one. It reallocates only when dst has less room than that.
+func withRoomFor(dst []uint32, rest []byte) []uint32 {
+	if end := bytes.IndexByte(rest, ']'); end >= 0 {
+		rest = rest[:end]
+	}
+	n := bytes.Count(rest, comma) + 1
+	if cap(dst)-len(dst) >= n {
+		return dst
+	}
+	grown := make([]uint32, len(dst), len(dst)+n)
+	copy(grown, dst)
+	return grown
+}
 
 // digitRun returns how many of the eight bytes of x (first byte lowest)
 // are ASCII digits before the first non-digit; 8 when all are.

@@ -48,9 +48,10 @@ func TestTokenRunAgainstEncodingJSON(t *testing.T) {
 	}
 }
 
-// TestCommaBits checks the byte-to-bit gather on every single-comma and a
-// few mixed words.
+// TestCommaBits checks wordMasks's byte-to-bit gather on every
+// single-comma and a few mixed words.
 func TestCommaBits(t *testing.T) {
+	commas := func(x uint64) uint64 { m, _, _ := wordMasks(x); return m }
 	for j := range 8 {
 		w := []byte("12345678")
 		w[j] = ','
@@ -58,7 +59,7 @@ func TestCommaBits(t *testing.T) {
 		for k := 7; k >= 0; k-- {
 			x = x<<8 | uint64(w[k])
 		}
-		if got := commaBits(x); got != 1<<j {
+		if got := commas(x); got != 1<<j {
 			t.Fatalf("comma at %d: mask %08b", j, got)
 		}
 	}
@@ -68,7 +69,45 @@ func TestCommaBits(t *testing.T) {
 	for k := 7; k >= 0; k-- {
 		x = x<<8 | uint64(w[k])
 	}
-	if got := commaBits(x); got != 0b00101001 {
+	if got := commas(x); got != 0b00101001 {
 		t.Fatalf("mixed word: mask %08b", got)
+	}
+}
+
+// TestTokenRunBlockBorders puts one odd element (a letter, a space, a
+// leading zero, an empty or a nine-digit element) at every index of an
+// array written compact and with Python's ", " separators, under every
+// alignment of the array to the 64-byte blocks, so the odd bytes land
+// first, last and across the border of a block the unchecked path would
+// otherwise take; the decoder must agree with encoding/json on accepting
+// the body and on every token id.
+func TestTokenRunBlockBorders(t *testing.T) {
+	odd := []string{"1x3", "12 ", " 12", "1 2", "0123", "", "123456789", "7-1", "1.5", "1e3", `"7"`, "99999999", "0", "\t5", "5\n"}
+	elems := make([]string, 60)
+	for i := range elems {
+		elems[i] = strconv.Itoa(1000 + 7919*i%9000000) // four to seven digits
+	}
+	for _, sep := range []string{",", ", "} {
+		for pad := range 64 {
+			for at := range 40 {
+				for _, o := range odd {
+					e := slices.Clone(elems)
+					e[at] = o
+					body := `{"model_name":"` + strings.Repeat("m", pad) + `","token_ids":[` + strings.Join(e, sep) + `]}`
+					var want struct {
+						TokenIDs []uint32 `json:"token_ids"`
+					}
+					werr := stdjson.Unmarshal([]byte(body), &want)
+					var got SelectRequest
+					gerr := DecodeJSON([]byte(body), &got)
+					if (werr == nil) != (gerr == nil) {
+						t.Fatalf("sep %q, pad %d, %q at %d: encoding/json says %v, we say %v", sep, pad, o, at, werr, gerr)
+					}
+					if gerr == nil && !slices.Equal(got.TokenIDs, want.TokenIDs) {
+						t.Fatalf("sep %q, pad %d, %q at %d: got %v, want %v", sep, pad, o, at, got.TokenIDs, want.TokenIDs)
+					}
+				}
+			}
+		}
 	}
 }
