@@ -520,8 +520,8 @@ func orNone(s string) string {
 	return s
 }
 
-// Flood size: about four times what index_max_memory holds at the
-// index's ~135 bytes an entry.
+// Flood size: several times the entries index_max_memory admits
+// (indexer.EntriesForMemory: 64 MiB is about 230k entries).
 const (
 	floodBlocks   = 2_000_000
 	floodChain    = 1000 // blocks per BlockStored, chained as an engine stores a long prompt
