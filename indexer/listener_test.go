@@ -75,8 +75,13 @@ func (f *fixture) listen() {
 	f.pub.waitSubscribed()
 }
 
-// chunk is a payload storing blocks [from, to) of prompt.
+// chunk is a payload storing blocks [from, to) of prompt, stamped now.
 func chunk(enc Encoding, dpRank int, prompt []uint32, from, to int) []byte {
+	return chunkAt(enc, dpRank, prompt, from, to, float64(time.Now().Unix()))
+}
+
+// chunkAt is chunk with the publisher's stamp ts (seconds).
+func chunkAt(enc Encoding, dpRank int, prompt []uint32, from, to int, ts float64) []byte {
 	ev := &StoredBlocks{BlockSize: lbs, TokenIDs: prompt[from*lbs : to*lbs]}
 	if from > 0 {
 		h := engineHash(prompt[:from*lbs])
@@ -85,7 +90,7 @@ func chunk(enc Encoding, dpRank int, prompt []uint32, from, to int) []byte {
 	for b := from; b < to; b++ {
 		ev.BlockHashes = append(ev.BlockHashes, engineHash(prompt[:(b+1)*lbs]))
 	}
-	return AppendBatch(nil, enc, float64(time.Now().Unix()), dpRank, ev)
+	return AppendBatch(nil, enc, ts, dpRank, ev)
 }
 
 func testPrompt(salt uint32) []uint32 {
@@ -322,17 +327,7 @@ func TestStartListenerReportsConnectError(t *testing.T) {
 func TestListenerCountsBatchesAppliedBehind(t *testing.T) {
 	f := newFixture(t, true, true)
 	prompt := testPrompt(21)
-	stamped := func(from, to int, ts float64) []byte {
-		ev := &StoredBlocks{BlockSize: lbs, TokenIDs: prompt[from*lbs : to*lbs]}
-		if from > 0 {
-			h := engineHash(prompt[:from*lbs])
-			ev.Parent = &h
-		}
-		for b := from; b < to; b++ {
-			ev.BlockHashes = append(ev.BlockHashes, engineHash(prompt[:(b+1)*lbs]))
-		}
-		return AppendBatch(nil, EncodingMap, ts, 0, ev)
-	}
+	stamped := func(from, to int, ts float64) []byte { return chunkAt(EncodingMap, 0, prompt, from, to, ts) }
 	now := func() float64 { return float64(time.Now().UnixNano()) / 1e9 }
 	// The publisher's clock runs an hour ahead of ours: only the
 	// difference from the baseline counts, not the offset.

@@ -148,6 +148,13 @@ func (t *tree) rebuildRecords() {
 		}
 		return remap[ref]
 	}
+	t.renumberRefs(renumber)
+	t.recs = fresh
+}
+
+// renumberRefs rewrites the refs the rank tables and the queue hold after a
+// rebuild moved what they name.
+func (t *tree) renumberRefs(renumber func(ref uint32) uint32) {
 	for _, m := range t.ranks {
 		m.renumber(renumber)
 	}
@@ -156,7 +163,6 @@ func (t *tree) rebuildRecords() {
 			t.queue.items[i] = renumber(e)
 		}
 	}
-	t.recs = fresh
 }
 
 // rebuildExts moves the live further holders and entries into fresh,
@@ -184,14 +190,7 @@ func (t *tree) rebuildExts() {
 			s.more[i] = remap[e]
 		}
 	})
-	for _, m := range t.ranks {
-		m.renumber(renumber)
-	}
-	for i, e := range t.queue.items {
-		if i >= t.queue.first {
-			t.queue.items[i] = renumber(e)
-		}
-	}
+	t.renumberRefs(renumber)
 	t.exts = fresh
 }
 
