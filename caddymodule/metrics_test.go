@@ -24,7 +24,7 @@ func testCounter(c prometheus.Counter) float64 {
 // indexer.Figures.
 func TestMetricNamesAndStatsKeys(t *testing.T) {
 	counters := []string{"messages", "batches", "malformed", "stale", "gaps", "replays", "replayed", "lost",
-		"restarts", "rejected", "jumps", "unknown_rank", "disconnects"}
+		"restarts", "rejected", "jumps", "unknown_rank", "disconnects", "behind"}
 	want := map[string]prometheus.ValueType{
 		"kvrouter_kv_event_listeners":         prometheus.GaugeValue,
 		"kvrouter_index_entries":              prometheus.GaugeValue,
