@@ -17,6 +17,7 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		}
 	case Removed:
 		m, id := t.ranks[r], t.rankIDs[r] // looked up once per event, not per block
+		t.warmRemoval(m, ev.BlockHashes)
 		for _, h := range ev.BlockHashes {
 			if !t.remove(x, id, m, h) {
 				x.counters.unknownBlock.add(1)
@@ -99,6 +100,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		t.ranks[r] = m
 	}
 	id := t.rankID(r)
+	t.warmed += m.warm(ev.BlockHashes)
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	key, rec, have := parentKey, parentRec, ev.HasParent

@@ -1,0 +1,45 @@
+package indexer
+
+// Warming the tables before a payload's probes. A probe's loads wait on
+// each other (the slot names a record, the record holds the key), and on
+// a fleet's index the slots and records are cache misses: at 1,024
+// workers and 1M entries, BenchmarkIngestFleetZMQ's profile put a third of
+// ingest's CPU in those waits. The keys of one event are known up front,
+// so their home slots and the records those name are read first, in one
+// pass whose loads do not wait on each other; the probes that follow then
+// find them in cache.
+
+// warm reads the home slot of each key and the key of the ref it holds,
+// and returns a value made of what it read (the caller keeps it, so the
+// loads are not dropped).
+func (t *refTable) warm(keys []uint64) (seen uint64) {
+	if t == nil || t.n == 0 {
+		return 0
+	}
+	for _, k := range keys {
+		if s := t.slots[t.home(k)]; s != 0 {
+			seen += t.keyOf(s & refMask)
+		}
+	}
+	return seen
+}
+
+// warmRemoval warms what removing engine hashes of a rank (engine table
+// m) reads: the engine table's slots and the entries' records, then the
+// node table's slots of those records' blocks.
+func (t *tree) warmRemoval(m *refTable, engines []uint64) {
+	if m == nil || m.n == 0 {
+		return
+	}
+	seen := uint64(0)
+	for _, k := range engines {
+		s := m.slots[m.home(k)]
+		if s == 0 || s&extBit != 0 {
+			continue
+		}
+		if rec := t.recs.at(s & refMask); rec.engine == k {
+			seen += uint64(t.nodes.slots[t.nodes.home(rec.key)])
+		}
+	}
+	t.warmed += seen
+}
