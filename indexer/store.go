@@ -103,7 +103,14 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	t.warmed += m.warm(ev.BlockHashes)
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
-	key, rec, have := parentKey, parentRec, ev.HasParent
+	// The blocks' chain keys first, so their node-table slots are warmed
+	// together (warm.go) before the claims.
+	kp := localsPool.Get().(*[]uint64)
+	defer localsPool.Put(kp)
+	keys := chainKeys((*kp)[:0], parentKey, ev.HasParent, locals)
+	*kp = keys
+	t.warmed += t.nodes.warm(keys)
+	rec, have := parentRec, ev.HasParent
 	next := 0 // our blocks chained so far
 	sp := spanPool.Get().(*[]uint32)
 	defer spanPool.Put(sp)
@@ -112,7 +119,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
 		span = span[:0]
 		for ; next < ours; next++ {
-			key, rec = t.extend(key, rec, have, locals[next])
+			rec = t.extend(keys[next], rec, have, locals[next])
 			have = true
 			span = append(span, rec)
 		}

@@ -58,14 +58,24 @@ func (t *tree) rankID(r selection.Rank) uint32 {
 // nextKey chains a block's local hash onto its parent's key.
 func nextKey(parent, local uint64) uint64 { return selection.NextSequenceHash(parent, local) }
 
-// extend chains a block's local hash onto the prefix (its key and record;
-// have: whether there is a prefix) and returns the block's key and
-// record, created if new.
-func (t *tree) extend(prefix uint64, prefixRec uint32, have bool, local uint64) (uint64, uint32) {
-	key := local
-	if have {
-		key = nextKey(prefix, local)
+// chainKeys appends the chain keys of locals, chained onto prefix (have:
+// whether there is a prefix), to dst.
+func chainKeys(dst []uint64, prefix uint64, have bool, locals []uint64) []uint64 {
+	for _, local := range locals {
+		if have {
+			prefix = nextKey(prefix, local)
+		} else {
+			prefix, have = local, true
+		}
+		dst = append(dst, prefix)
 	}
+	return dst
+}
+
+// extend chains a block (its chain key and local hash) onto the prefix
+// (its record; have: whether there is a prefix) and returns the block's
+// record, created if new.
+func (t *tree) extend(key uint64, prefixRec uint32, have bool, local uint64) uint32 {
 	c := t.nodes.claim(key)
 	if c.held {
 		rec := c.ref()
@@ -74,7 +84,7 @@ func (t *tree) extend(prefix uint64, prefixRec uint32, have bool, local uint64) 
 			// first (its first was freed and stored again).
 			t.recs.at(rec).parent = prefixRec
 		}
-		return key, rec
+		return rec
 	}
 	rec := t.recs.alloc()
 	r := record{key: key, local: local, parent: prefixRec}
@@ -84,5 +94,5 @@ func (t *tree) extend(prefix uint64, prefixRec uint32, have bool, local uint64) 
 	*t.recs.at(rec) = r
 	c.fill(rec)
 	t.nodesPeak = max(t.nodesPeak, t.nodes.Len())
-	return key, rec
+	return rec
 }
