@@ -4,7 +4,7 @@ import "github.com/kvrouter/caddy-kvrouter/selection"
 
 // Dump implements selection.Indexer: one single-block Stored event per
 // (block, rank, tier), parents before children, with the rank's engine
-// hashes, so a peer (or the tests' LoadDump) rebuilds the same index.
+// hashes, so a peer (or LoadDump) rebuilds the same index.
 func (x *Index) Dump(p selection.PartitionKey) []selection.RouterEvent {
 	out, _ := x.DumpLimit(p, 0)
 	return out

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -232,5 +234,27 @@ func TestBoundsAreChecked(t *testing.T) {
 		if err := run(append(append([]string{}, small...), args...), &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+// TestIndexMemoryOfThePlacement: --index-memory reports the kv_router
+// run's final placement, rebuilt alone, with as many entries as the run's
+// index holds and a heap per entry in the range the index benchmarks
+// measure; policies that do not feed the index report none.
+func TestIndexMemoryOfThePlacement(t *testing.T) {
+	out, rep := runKvsim(t, append(append([]string{}, small...), "--policies", "kv_router,round_robin", "--index-memory")...)
+	lines := regexp.MustCompile(`index placement: (\d+) entries, ([\d.]+) heap bytes per entry`).FindAllStringSubmatch(out, -1)
+	if len(lines) != 1 {
+		t.Fatalf("%d index placement lines, want 1 (kv_router only):\n%s", len(lines), out)
+	}
+	entries, _ := strconv.ParseInt(lines[0][1], 10, 64)
+	perEntry, _ := strconv.ParseFloat(lines[0][2], 64)
+	if kv := byPolicy(rep)["kv_router"]; entries != kv.IndexEntries || entries == 0 {
+		t.Errorf("placement of %d entries, the run's index held %d", entries, kv.IndexEntries)
+	}
+	// A small index pays for its first pages and tables, so the bound is
+	// loose; a placement not rebuilt (0) or counted twice would be far out.
+	if perEntry < 20 || perEntry > 2000 {
+		t.Errorf("%.1f bytes per entry", perEntry)
 	}
 }

@@ -79,6 +79,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	jsonPath := fs.String("json", "", "write the results as JSON to this file")
 	svgPath := fs.String("svg", "", "write hit ratio, TTFT and load spread as SVG to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	measureIndex := fs.Bool("index-memory", false, "after each policy that feeds the index, print what its final placement costs in a fresh index (heap bytes per entry); not in the JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -163,6 +164,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if r.Unfinished > 0 || r.Refused > 0 || r.ApplyErrors > 0 {
 			fmt.Fprintf(stdout, "%-18s   (%d without a first token at the end, counted as their wait so far; %d refused; %d index apply errors)\n",
 				"", r.Unfinished, r.Refused, r.ApplyErrors)
+		}
+		if *measureIndex && r.IndexEntries > 0 {
+			n, per, err := indexMemory(s.index, s.part, c.BlockSize)
+			if err != nil {
+				return fmt.Errorf("%s: index memory: %w", name, err)
+			}
+			fmt.Fprintf(stdout, "%-18s   (index placement: %d entries, %.1f heap bytes per entry rebuilt alone)\n", "", n, per)
 		}
 		runtime.GC()
 	}

@@ -6,9 +6,11 @@ import (
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
-// LoadDump applies dumped events (ours or a peer's) to partition p, which
-// must be configured; the tests use it to show that a dump rebuilds the
-// same index. Events carry our local hashes, so no tokens are needed.
+// LoadDump applies dumped events (Dump's) to partition p, which must be
+// configured. Events carry our local hashes, so no tokens are needed. The
+// tests use it to show that a dump rebuilds the same index, and kvsim to
+// measure what a placement costs rebuilt alone (--index-memory). It trusts
+// its events: nothing a publisher or a client sends reaches it.
 func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEvent) error {
 	t := x.tree(p)
 	if t == nil {
