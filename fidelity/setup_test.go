@@ -105,31 +105,51 @@ func startFleet(t *testing.T, g *gateway, n int, register bool, flags ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pp, err := proctest.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fleet{admin: fmt.Sprintf("http://127.0.0.1:%d", pp[0])}
-	args := []string{"--workers", fmt.Sprint(n), "--http-base-port", "0", "--zmq-base-port", "0", "--replay-base-port", "0",
-		"--admin", fmt.Sprintf("127.0.0.1:%d", pp[0]), "--block-size", fmt.Sprint(blockSize), "--kv-blocks", "2048",
-		"--prefill-rate", "2000000", "--decode-ms", "1", "--enable-prompt-tokens-details"}
-	if register {
-		args = append(args, "--register", g.api, "--register-token", g.token)
-	}
-	args = append(args, flags...)
-	if f.Process, err = proctest.Start(t, t.TempDir(), bin, args, nil); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); status(f.admin+"/health") != http.StatusOK; {
-		if !f.Alive() || time.Now().After(deadline) {
-			t.Fatalf("kvmock did not start (%s):\n%s", f.ExitReason(), f.LogTail(30))
+	// The admin port was free a moment ago; another process can take it
+	// before kvmock binds it, so a start that loses that race is tried
+	// again on a new port.
+	var f *fleet
+	for attempt := 1; ; attempt++ {
+		pp, err := proctest.FreePorts(1)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		f = &fleet{admin: fmt.Sprintf("http://127.0.0.1:%d", pp[0])}
+		args := []string{"--workers", fmt.Sprint(n), "--http-base-port", "0", "--zmq-base-port", "0", "--replay-base-port", "0",
+			"--admin", fmt.Sprintf("127.0.0.1:%d", pp[0]), "--block-size", fmt.Sprint(blockSize), "--kv-blocks", "2048",
+			"--prefill-rate", "2000000", "--decode-ms", "1", "--enable-prompt-tokens-details"}
+		if register {
+			args = append(args, "--register", g.api, "--register-token", g.token)
+		}
+		args = append(args, flags...)
+		if f.Process, err = proctest.Start(t, t.TempDir(), bin, args, nil); err != nil {
+			t.Fatal(err)
+		}
+		if f.waitHealthy() {
+			break
+		}
+		if tail := f.LogTail(30); attempt < 3 && strings.Contains(tail, "address already in use") {
+			f.Stop()
+			continue
+		}
+		t.Fatalf("kvmock did not start (%s):\n%s", f.ExitReason(), f.LogTail(30))
 	}
 	if register {
 		g.waitSchedulable(t, n)
 	}
 	return f
+}
+
+// waitHealthy waits up to 30 s for the fleet's admin API to answer
+// /health; false when kvmock exited or the time ran out.
+func (f *fleet) waitHealthy() bool {
+	for deadline := time.Now().Add(30 * time.Second); status(f.admin+"/health") != http.StatusOK; {
+		if !f.Alive() || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
 }
 
 // waitSchedulable waits until the gateway can schedule n workers.
