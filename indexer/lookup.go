@@ -1,12 +1,37 @@
 package indexer
 
 import (
+	"runtime"
 	"sync"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 // Lookups: how deep each rank holds a prompt's prefix, by tier.
+
+// lookupWarm is how many blocks ahead a lookup warms the node table
+// (BenchmarkFindMatchesCold). A prompt's match often ends inside a
+// window, so a larger one reads more for nothing.
+const lookupWarm = 32
+
+// nextWindow returns the chain keys of blocks [depth, depth+lookupWarm):
+// chain's own when given, else chained from key (the key of block
+// depth-1; blocks[0] itself at depth 0) and appended to buf.
+func nextWindow(buf, blocks, chain []uint64, depth int, key uint64) []uint64 {
+	end := min(depth+lookupWarm, len(blocks))
+	if chain != nil {
+		return chain[depth:end]
+	}
+	for d := depth; d < end; d++ {
+		if d == 0 {
+			key = blocks[0]
+		} else {
+			key = selection.NextSequenceHash(key, blocks[d])
+		}
+		buf = append(buf, key)
+	}
+	return buf
+}
 
 var slotPool = sync.Pool{New: func() any { s := []int32{}; return &s }}
 
@@ -109,14 +134,20 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 		}
 		repeat = 0
 	}
+	// The walk's keys come a window at a time: the window's node-table
+	// slots and records are read in one pass whose loads overlap (warm.go),
+	// then walked in cache.
+	var buf [lookupWarm]uint64
+	var window []uint64
+	var warmed uint64
 	key := blocks[0]
 	for depth := range blocks {
+		if depth%lookupWarm == 0 {
+			window = nextWindow(buf[:0], blocks, chain, depth, key)
+			warmed += t.nodes.warm(window)
+		}
 		if depth > 0 {
-			if chain != nil {
-				key = chain[depth]
-			} else {
-				key = selection.NextSequenceHash(key, blocks[depth])
-			}
+			key = window[depth%lookupWarm]
 			if depth%lookupYield == 0 {
 				// Let a waiting event in (see lookupYield); n is fetched
 				// again below, so no record is held across the gap.
@@ -169,8 +200,9 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 			live = append(live, i)
 		}
 		if alive = live; len(alive) == 0 {
-			return
+			break
 		}
 	}
 	flush()
+	runtime.KeepAlive(warmed)
 }
