@@ -1,6 +1,10 @@
 package indexer
 
-import "github.com/kvrouter/caddy-kvrouter/selection"
+import (
+	"fmt"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
 
 // batchBlocks bounds the blocks a batch applies under one hold of a
 // partition's write lock (one event may carry more; it is then applied
@@ -10,15 +14,28 @@ const batchBlocks = 512
 
 // ApplyBatch applies a payload's events for rank r of partition p, in
 // order, taking the partition's write lock once for each run of events
-// that together touch at most batchBlocks blocks, where Apply takes it
-// once an event. An engine's steady-state payload is a store and a
-// removal: with a fleet's listeners queueing on the same lock, every hold
-// saved is a handover saved. Stores are hashed before the lock, as in
-// Apply. It returns how many events the index refused (Apply's errors).
+// that together touch at most batchBlocks blocks, where applying them one
+// by one takes it once an event. An engine's steady-state payload is a
+// store and a removal: with a fleet's listeners queueing on the same
+// lock, every hold saved is a handover saved. It returns how many events
+// the index refused (the errors Apply returns).
 func (x *Index) ApplyBatch(p selection.PartitionKey, r selection.Rank, events []Event) (refused int) {
+	x.applyEvents(p, r, events, func(error) { refused++ })
+	return refused
+}
+
+// applyEvents is ApplyBatch and Apply: it applies events in order, in runs
+// under one hold of the write lock, with stores hashed before the lock
+// (see hashed), and calls refuse with the error of each event the index
+// refused.
+func (x *Index) applyEvents(p selection.PartitionKey, r selection.Rank, events []Event, refuse func(error)) {
 	t := x.tree(p)
 	if t == nil {
-		return len(events) // not configured: every event is refused, as Apply refuses it
+		err := fmt.Errorf("partition %s is not configured", p)
+		for range events {
+			refuse(err)
+		}
+		return
 	}
 	var buf [4]hashed // a payload rarely carries more stores than this
 	for len(events) > 0 {
@@ -28,7 +45,7 @@ func (x *Index) ApplyBatch(p selection.PartitionKey, r selection.Rank, events []
 			blocks += len(events[n].BlockHashes)
 			var h hashed
 			if !events[n].Skip {
-				h = t.hashStore(&events[n]) // before the lock: see hashed
+				h = t.hashStore(&events[n])
 			}
 			hs = append(hs, h)
 			n++
@@ -40,8 +57,8 @@ func (x *Index) ApplyBatch(p selection.PartitionKey, r selection.Rank, events []
 				x.counters.skipped.add(1)
 				continue
 			}
-			if t.apply(x, r, ev, hs[i]) != nil {
-				refused++
+			if err := t.apply(x, r, ev, hs[i]); err != nil {
+				refuse(err)
 			}
 		}
 		t.tidy()
@@ -53,5 +70,4 @@ func (x *Index) ApplyBatch(p selection.PartitionKey, r selection.Rank, events []
 		x.releaseMemory()
 		events = events[n:]
 	}
-	return refused
 }

@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -109,24 +108,11 @@ var ErrBlockSpan = errors.New("engine blocks span more than 4095 of ours")
 // counts it as rejected.
 var ErrPartitionFull = errors.New("partition holds as many blocks as it can index")
 
-// Apply applies one decoded event for a rank of partition p.
-func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) error {
-	t := x.tree(p)
-	if t == nil {
-		return fmt.Errorf("partition %s is not configured", p)
-	}
-	if ev.Skip {
-		x.counters.skipped.add(1)
-		return nil
-	}
-	h := t.hashStore(ev) // before the lock: see hashed
-	defer h.release()
-	t.mu.Lock()
-	err := t.apply(x, r, ev, h)
-	t.tidy()
-	t.mu.Unlock()
-	x.evictOver()
-	x.releaseMemory()
+// Apply applies one decoded event for a rank of partition p; it is
+// ApplyBatch for one event, returning the index's refusal as an error.
+func (x *Index) Apply(p selection.PartitionKey, r selection.Rank, ev *Event) (err error) {
+	one := [1]Event{*ev}
+	x.applyEvents(p, r, one[:], func(e error) { err = e })
 	return err
 }
 

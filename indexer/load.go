@@ -47,7 +47,11 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 			key, have = t.recs.at(rec).key, true
 		}
 		for _, b := range st.Blocks {
-			key = chainKeys(nil, key, have, []uint64{b.TokensHash})[0]
+			if have {
+				key = nextKey(key, b.TokensHash)
+			} else {
+				key = b.TokensHash
+			}
 			rec = t.extend(key, rec, have, b.TokensHash)
 			have = true
 			t.hold(x, m, id, []uint32{rec}, b.BlockHash, tier)

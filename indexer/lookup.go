@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"runtime"
 	"sync"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -139,12 +138,11 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 	// then walked in cache.
 	var buf [lookupWarm]uint64
 	var window []uint64
-	var warmed uint64
 	key := blocks[0]
 	for depth := range blocks {
 		if depth%lookupWarm == 0 {
 			window = nextWindow(buf[:0], blocks, chain, depth, key)
-			warmed += t.nodes.warm(window)
+			t.nodes.warm(window)
 		}
 		if depth > 0 {
 			key = window[depth%lookupWarm]
@@ -200,9 +198,8 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 			live = append(live, i)
 		}
 		if alive = live; len(alive) == 0 {
-			break
+			return
 		}
 	}
 	flush()
-	runtime.KeepAlive(warmed)
 }

@@ -100,7 +100,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		t.ranks[r] = m
 	}
 	id := t.rankID(r)
-	t.warmed += m.warm(ev.BlockHashes)
+	m.warm(ev.BlockHashes)
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	// The blocks' chain keys first, so their node-table slots are warmed
@@ -109,7 +109,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	defer localsPool.Put(kp)
 	keys := chainKeys((*kp)[:0], parentKey, ev.HasParent, locals)
 	*kp = keys
-	t.warmed += t.nodes.warm(keys)
+	t.nodes.warm(keys)
 	rec, have := parentRec, ev.HasParent
 	next := 0 // our blocks chained so far
 	sp := spanPool.Get().(*[]uint32)

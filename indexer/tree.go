@@ -31,7 +31,6 @@ type tree struct {
 	nodesPeak int
 	rankPeaks []int    // by rank id
 	shrink    []uint32 // ranks whose table fell to a quarter of its peak (noteShrink)
-	warmed    uint64   // what warm.go's reads add up to, kept so they are not dropped
 }
 
 func newTree(blockSize int, eagle bool) *tree {
