@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -66,7 +65,7 @@ func TestCatalogWritesReachEveryReplica(t *testing.T) {
 	a, b := testRouter(t), testRouter(t)
 	ra := startReplica(t, a, s.ClientURL(), "a", nil)
 	rb := startReplica(t, b, s.ClientURL(), "b", nil)
-	waitFor(t, 5*time.Second, "both watch the bucket", func() bool { return ra.Stats().CatalogSynced && rb.Stats().CatalogSynced })
+	waitCatalogSynced(t, ra, rb)
 	base := apiServer(t, a)
 
 	register(t, base, 7, "127.0.0.1:7007")
@@ -143,7 +142,7 @@ func TestCatalogOutageConverges(t *testing.T) {
 	a, b := testRouter(t), testRouter(t)
 	ra := startReplica(t, a, url, "a", nil)
 	rb := startReplica(t, b, url, "b", nil)
-	waitFor(t, 5*time.Second, "both watch the bucket", func() bool { return ra.Stats().CatalogSynced && rb.Stats().CatalogSynced })
+	waitCatalogSynced(t, ra, rb)
 	baseA, baseB := apiServer(t, a), apiServer(t, b)
 	register(t, baseA, 20, "127.0.0.1:20")
 	waitFor(t, 3*time.Second, "B has worker 20", func() bool { return endpointOn(b, 20) != "" })
@@ -238,26 +237,6 @@ func TestCatalogRefusesOtherSettings(t *testing.T) {
 	}
 }
 
-// natsServerIn starts the official NATS server on port (0: any) with its
-// JetStream store in dir, or without JetStream.
-func natsServerIn(t testing.TB, port int, dir string, jetStream bool) *server.Server {
-	t.Helper()
-	if port == 0 {
-		port = -1
-	}
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true,
-		JetStream: jetStream, StoreDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
-}
-
 // TestCatalogWriteVisibleLatency measures how long a worker registered
 // through A's API takes to show in B's catalog, over 100 registrations on
 // loopback (reported, not asserted: timing belongs to the figures).
@@ -266,7 +245,7 @@ func TestCatalogWriteVisibleLatency(t *testing.T) {
 	a, b := testRouter(t), testRouter(t)
 	ra := startReplica(t, a, s.ClientURL(), "a", nil)
 	rb := startReplica(t, b, s.ClientURL(), "b", nil)
-	waitFor(t, 5*time.Second, "both watch the bucket", func() bool { return ra.Stats().CatalogSynced && rb.Stats().CatalogSynced })
+	waitCatalogSynced(t, ra, rb)
 	base := apiServer(t, a)
 	var lat []time.Duration
 	for i := range 100 {

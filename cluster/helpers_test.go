@@ -13,11 +13,18 @@ import (
 // port (0: one the OS picks), and stops it with the test.
 func natsServer(t testing.TB, port int) *server.Server {
 	t.Helper()
+	return natsServerIn(t, port, t.TempDir(), true)
+}
+
+// natsServerIn starts the official NATS server on port (0: any) with its
+// JetStream store in dir, or without JetStream.
+func natsServerIn(t testing.TB, port int, dir string, jetStream bool) *server.Server {
+	t.Helper()
 	if port == 0 {
 		port = -1
 	}
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()})
+		JetStream: jetStream, StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +34,19 @@ func natsServer(t testing.TB, port int) *server.Server {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s
+}
+
+// waitCatalogSynced waits until every replica watches the catalog bucket.
+func waitCatalogSynced(t *testing.T, replicas ...*Replica) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "every replica watches the bucket", func() bool {
+		for _, r := range replicas {
+			if !r.Stats().CatalogSynced {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // testRouter is a router with workers 1 and 2 (one rank each, block size
