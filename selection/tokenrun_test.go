@@ -2,6 +2,7 @@ package selection
 
 import (
 	stdjson "encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -33,18 +34,7 @@ func TestTokenRunAgainstEncodingJSON(t *testing.T) {
 		}
 		body := `{"model_name":"m` + strings.Repeat("x", rng.IntN(70)) + `","token_ids":[` +
 			strings.Join(elems, ",") + `],"routing_group":"g,1,2,3,"}`
-		var want struct {
-			TokenIDs []uint32 `json:"token_ids"`
-		}
-		werr := stdjson.Unmarshal([]byte(body), &want)
-		var got SelectRequest
-		gerr := DecodeJSON([]byte(body), &got)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("iter %d: encoding/json says %v, we say %v: %q", iter, werr, gerr, body)
-		}
-		if gerr == nil && !slices.Equal(got.TokenIDs, want.TokenIDs) {
-			t.Fatalf("iter %d: got %v, want %v: %q", iter, got.TokenIDs, want.TokenIDs, body)
-		}
+		agreesWithStdJSON(t, body, fmt.Sprintf("iter %d: %q", iter, body))
 	}
 }
 
@@ -94,20 +84,28 @@ func TestTokenRunBlockBorders(t *testing.T) {
 					e := slices.Clone(elems)
 					e[at] = o
 					body := `{"model_name":"` + strings.Repeat("m", pad) + `","token_ids":[` + strings.Join(e, sep) + `]}`
-					var want struct {
-						TokenIDs []uint32 `json:"token_ids"`
-					}
-					werr := stdjson.Unmarshal([]byte(body), &want)
-					var got SelectRequest
-					gerr := DecodeJSON([]byte(body), &got)
-					if (werr == nil) != (gerr == nil) {
-						t.Fatalf("sep %q, pad %d, %q at %d: encoding/json says %v, we say %v", sep, pad, o, at, werr, gerr)
-					}
-					if gerr == nil && !slices.Equal(got.TokenIDs, want.TokenIDs) {
-						t.Fatalf("sep %q, pad %d, %q at %d: got %v, want %v", sep, pad, o, at, got.TokenIDs, want.TokenIDs)
-					}
+					agreesWithStdJSON(t, body, fmt.Sprintf("sep %q, pad %d, %q at %d", sep, pad, o, at))
 				}
 			}
 		}
+	}
+}
+
+// agreesWithStdJSON checks that DecodeJSON accepts body exactly when
+// encoding/json does, and then reads the same token ids; what names the
+// case in a failure.
+func agreesWithStdJSON(t *testing.T, body, what string) {
+	t.Helper()
+	var want struct {
+		TokenIDs []uint32 `json:"token_ids"`
+	}
+	werr := stdjson.Unmarshal([]byte(body), &want)
+	var got SelectRequest
+	gerr := DecodeJSON([]byte(body), &got)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("%s: encoding/json says %v, we say %v", what, werr, gerr)
+	}
+	if gerr == nil && !slices.Equal(got.TokenIDs, want.TokenIDs) {
+		t.Fatalf("%s: got %v, want %v", what, got.TokenIDs, want.TokenIDs)
 	}
 }
