@@ -96,8 +96,8 @@ demo-replicas: deps build bin/kvbench bin/kvmock bin/nats-server
 bench-scale: deps build bin/kvbench bin/kvmock
 	./scripts/bench-scale.sh
 
-# replay: the first 1,600 requests of a Mooncake-format trace (TRACE; the
-# default is in scripts/replay.sh) at 4x speed through
+# replay: the first 1,600 requests of a Mooncake-format trace (the file
+# TRACE names) at 4x speed through
 # kv_router, round_robin and least_conn in front of 8 kvmock workers
 # (BENCHMARKS.md, "Trace replay"); about seven minutes, not part of CI.
 # Without the trace it says so and does nothing.

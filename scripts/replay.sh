@@ -10,15 +10,15 @@
 # then stops everything it started. BENCHMARKS.md, "Trace replay", has a
 # run's figures.
 #
-# The trace is not part of the repository: TRACE names it (the default is
-# below). Without it, the script says so and exits 0.
+# The trace is not part of the repository: TRACE names it. Without it, the
+# script says so and exits 0.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TRACE=${TRACE:-$ROOT/../shared/traces/mooncake-synthetic.jsonl.gz}
-case $TRACE in /*) ;; *) TRACE=$PWD/$TRACE ;; esac
+TRACE=${TRACE:-}
+case $TRACE in /*|'') ;; *) TRACE=$PWD/$TRACE ;; esac
 cd "$ROOT"
-if [ ! -r "$TRACE" ]; then
-	echo "make replay: no trace at $TRACE; nothing replayed."
+if [ -z "$TRACE" ] || [ ! -r "$TRACE" ]; then
+	echo "make replay: no trace${TRACE:+ at $TRACE}; nothing replayed."
 	echo "Set TRACE to a Mooncake-format trace (JSON Lines, plain or gzipped; see BENCHMARKS.md, \"Trace replay\")."
 	exit 0
 fi
