@@ -21,7 +21,8 @@ import (
 // steady-state payloads (16 blocks stored, 16 older ones removed) as fast
 // as libzmq takes them, into the partition BenchmarkFindMatches100k
 // builds (1,024 workers, ~1M entries). Meanwhile the benchmark's goroutine
-// looks the 100k-token prompt up in a loop; the same lookups run first
+// looks the 100k-token prompt up in a loop (back to back, or one every
+// LOOKUP_EVERY); the same lookups run first
 // with no ingest, so one run reports both sides of the target:
 // blocks applied per second through the whole path (receive, decode,
 // hash, apply) and the lookup's p50 and p99 idle and during ingest.
@@ -59,14 +60,15 @@ func BenchmarkIngestFleetZMQ(b *testing.B) {
 		defer p.stop()
 		fleet[i] = p
 	}
-	idle := lookupLatencies(x, prompt, 200, nil)
+	idle := lookupLatencies(x, prompt, 200, 0, nil)
+	every := lookupEvery(b)
 
 	// Two laps of b.N payloads per publisher: the first alone, the second
 	// with the lookups running.
 	alone := ingestLap(b, fleet, 0, b.N, nil)
 	var busy []time.Duration
 	withLookups := ingestLap(b, fleet, b.N, b.N, func(applied func() bool) {
-		busy = lookupLatencies(x, prompt, 0, applied)
+		busy = lookupLatencies(x, prompt, 0, every, applied)
 	})
 	b.StopTimer()
 	for _, p := range fleet {
@@ -153,18 +155,27 @@ func startFleetPublisher(zctx *zmq.Context, x *Index, rank selection.Rank, seed 
 // publish sends the payloads with sequence numbers [from, from+n); the
 // socket is used by this goroutine only while it runs.
 func (p *fleetPublisher) publish(b *testing.B, from, n int) {
+	if err := sendSteady(p.sock, p.payloads, p.start, from, n); err != nil {
+		b.Error(err)
+	}
+}
+
+// sendSteady sends a fleet publisher's payloads with sequence numbers
+// [from, from+n): the cycle's, or the first lap's opening below
+// fleetWindow.
+func sendSteady(sock *zmq.Socket, cycle, start [][]byte, from, n int) error {
 	var s [8]byte
 	for seq := from; seq < from+n; seq++ {
 		binary.BigEndian.PutUint64(s[:], uint64(seq))
-		payload := p.payloads[seq%fleetPayloads]
+		payload := cycle[seq%fleetPayloads]
 		if seq < fleetWindow {
-			payload = p.start[seq]
+			payload = start[seq]
 		}
-		if _, err := p.sock.SendMessage([]byte{}, s[:], payload); err != nil {
-			b.Error(err)
-			return
+		if _, err := sock.SendMessage([]byte{}, s[:], payload); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 func (p *fleetPublisher) stop() {
@@ -205,14 +216,21 @@ func fleetSteadyPayloads(seed uint64) (cycle, start [][]byte) {
 }
 
 // lookupLatencies looks prompt up n times, or until done reports true
-// when n is 0, and returns the latencies sorted.
-func lookupLatencies(x *Index, prompt []uint32, n int, done func() bool) []time.Duration {
+// when n is 0, and returns the latencies sorted. With every > 0 a lookup
+// starts every that often (a gateway's requests arrive spread out),
+// otherwise back to back.
+func lookupLatencies(x *Index, prompt []uint32, n int, every time.Duration, done func() bool) []time.Duration {
 	var m selection.Matches
 	var hashes []uint64
 	var lat []time.Duration
+	next := time.Now()
 	for i := 0; n == 0 || i < n; i++ {
 		if n == 0 && done() {
 			break
+		}
+		if every > 0 {
+			next = next.Add(every)
+			time.Sleep(time.Until(next))
 		}
 		t0 := time.Now()
 		m.Reset()
@@ -222,6 +240,22 @@ func lookupLatencies(x *Index, prompt []uint32, n int, done func() bool) []time.
 	}
 	slices.Sort(lat)
 	return lat
+}
+
+// lookupEvery is LOOKUP_EVERY (a duration, e.g. 1ms): how often the
+// ingest benchmarks start a lookup while ingest runs, 0 (the default)
+// for back to back. Back to back is the most a lookup stream can contend
+// for the lock; a gateway's lookups come one per request.
+func lookupEvery(b *testing.B) time.Duration {
+	s := os.Getenv("LOOKUP_EVERY")
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		b.Fatalf("LOOKUP_EVERY=%q", s)
+	}
+	return d
 }
 
 func reportLatency(b *testing.B, name string, lat []time.Duration) {
