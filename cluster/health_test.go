@@ -3,6 +3,8 @@ package cluster
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,4 +63,54 @@ func TestWorkerHealthShared(t *testing.T) {
 	if sb.HealthApplied == 0 || sa.HealthShared == 0 || sa.HealthShared > 2 || sb.HealthShared > 1 {
 		t.Fatalf("shared a %d b %d, applied a %d b %d", sa.HealthShared, sb.HealthShared, sa.HealthApplied, sb.HealthApplied)
 	}
+}
+
+// TestWorkerTakenOutWhileAwayIsAnnounced: a worker A takes out while NATS
+// is away (its word then reaches nobody) is taken out on B once NATS is
+// back, from A's announcement; B saw no failure of its own.
+func TestWorkerTakenOutWhileAwayIsAnnounced(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	s := natsServer(t, 0)
+	url := s.ClientURL()
+	port, _ := strconv.Atoi(url[strings.LastIndexByte(url, ':')+1:])
+	a, b := healthRouter(t, srv), healthRouter(t, srv)
+	ra := startReplica(t, a, url, "a", nil)
+	rb := startReplica(t, b, url, "b", nil)
+	waitFor(t, 5*time.Second, "replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	waitFor(t, 2*time.Second, "both route alone", func() bool { return !ra.Stats().Connected && !rb.Stats().Connected })
+	a.Health().ReportStatus(3, http.StatusBadGateway)
+	waitFor(t, 3*time.Second, "A takes worker 3 out", func() bool { return a.Health().WorkerDown(3) })
+	if b.Health().WorkerDown(3) {
+		t.Fatal("B took worker 3 out with NATS away and no failure of its own")
+	}
+
+	natsServer(t, port)
+	waitFor(t, 5*time.Second, "B takes worker 3 out from A's announcement", func() bool { return b.Health().WorkerDown(3) })
+	// B applied it and does not tell it back: it took nothing out itself.
+	if got := b.Health().TakenOutHere(); len(got) != 0 {
+		t.Fatalf("B counts %v as its own decisions", got)
+	}
+}
+
+// TestLateReplicaLearnsDownWorker: a replica that joins after A took a
+// worker out learns it from the announcement its hello asks for.
+func TestLateReplicaLearnsDownWorker(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	s := natsServer(t, 0)
+	a, b := healthRouter(t, srv), healthRouter(t, srv)
+	startReplica(t, a, s.ClientURL(), "a", nil)
+	a.Health().ReportStatus(3, http.StatusBadGateway)
+	waitFor(t, 3*time.Second, "A takes worker 3 out", func() bool { return a.Health().WorkerDown(3) })
+
+	startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 5*time.Second, "B, joining later, takes worker 3 out", func() bool { return b.Health().WorkerDown(3) })
 }

@@ -103,6 +103,9 @@ func (r *Replica) publish() {
 
 // announce starts a new epoch, in which this replica's live bookings are
 // all it holds: the others drop what they held of it and apply these.
+// The workers it took out itself and holds out still go with them: an
+// observation told while another replica could not hear it (NATS away,
+// the queue full, that replica not yet joined) is not lost to it.
 func (r *Replica) announce() {
 	if !r.connected.Load() {
 		return
@@ -110,10 +113,17 @@ func (r *Replica) announce() {
 	r.epoch++
 	r.ctr.announcements.Add(1)
 	recs := r.router.LocalBookings()
+	down := r.router.Health().TakenOutHere()
+	events := make([]event, 0, len(recs)+len(down))
+	for _, rec := range recs {
+		events = append(events, reserveEvent(rec, r.cfg.MaxHashes))
+	}
+	for _, id := range down {
+		events = append(events, event{Kind: kindHealth, Worker: id, Down: true})
+	}
 	batch := []event{{Kind: kindHeartbeat}} // opens the epoch even with no bookings
 	size := 0
-	for _, rec := range recs {
-		ev := reserveEvent(rec, r.cfg.MaxHashes)
+	for _, ev := range events {
 		if len(batch) >= maxBatchEvents || size+ev.size() > r.cfg.MaxMessageBytes/2 {
 			r.send(batch)
 			batch, size = batch[:0], 0

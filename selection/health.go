@@ -48,6 +48,10 @@ var probeClient = &http.Client{
 type workerHealth struct {
 	failingSince time.Time // first failure since the last success
 	down         bool
+	// byPeer: taken out on another replica's word (ObservedByPeer), not
+	// by this router's sweep; a replica announcing afresh re-tells only
+	// its own decisions (TakenOutHere).
+	byPeer bool
 }
 
 // Health tracks the failures callers report (ReportStatus) and takes

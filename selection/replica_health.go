@@ -57,7 +57,7 @@ func (h *Health) ObservedByPeer(id uint64, down bool) {
 			w = &workerHealth{}
 			h.workers[id] = w
 		}
-		w.down = true
+		w.down, w.byPeer = true, true
 	case !down && w != nil && w.down:
 		delete(h.workers, id)
 	default:
@@ -66,4 +66,21 @@ func (h *Health) ObservedByPeer(id uint64, down bool) {
 	}
 	h.mu.Unlock()
 	h.setDown(id, down)
+}
+
+// TakenOutHere lists the workers this router took out itself and holds
+// out still. A replica announcing afresh (after an outage, a full queue,
+// or another replica's hello) tells them again: the decision went out
+// once, and a replica that could not hear it then would otherwise keep
+// sending requests to the worker until its own grace ran out.
+func (h *Health) TakenOutHere() []uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []uint64
+	for id, w := range h.workers {
+		if w.down && !w.byPeer {
+			out = append(out, id)
+		}
+	}
+	return out
 }
