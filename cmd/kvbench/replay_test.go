@@ -46,9 +46,12 @@ func TestPlanReplay(t *testing.T) {
 // blocks of 2 tokens that never serves the last token; POST /reset
 // empties it.
 type fakeVLLM struct {
-	mu        sync.Mutex
-	prompts   [][]uint32
-	maxTokens []int
+	mu      sync.Mutex
+	prompts [][]uint32
+	// maxTokens holds the max_tokens sent, by prompt length: each line
+	// of the fixture has a length of its own, and requests 50 ms apart
+	// may reach the engine out of order on a loaded machine.
+	maxTokens map[int][]int
 	bad       []string
 	served    int64 // completions answered, never reset
 }
@@ -81,7 +84,10 @@ func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	cached := min(best, len(req.Prompt)-1) / 2 * 2
 	f.prompts = append(f.prompts, req.Prompt)
-	f.maxTokens = append(f.maxTokens, *req.MaxTokens)
+	if f.maxTokens == nil {
+		f.maxTokens = map[int][]int{}
+	}
+	f.maxTokens[len(req.Prompt)] = append(f.maxTokens[len(req.Prompt)], *req.MaxTokens)
 	f.served++
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Kvmock-Worker", fmt.Sprint(1+len(f.prompts)%2))
@@ -122,7 +128,9 @@ func TestReplayEndToEnd(t *testing.T) {
 	if len(eng.bad) > 0 {
 		t.Fatalf("requests refused: %v", eng.bad)
 	}
-	if fmt.Sprint(eng.maxTokens) != "[3 1 3 1 3 1 3 1]" {
+	// Lines 1, 3, 5 and 6 (10, 8, 6 and 9 tokens), once per policy: 5
+	// output tokens capped to 3, 0 raised to 1.
+	if fmt.Sprint(eng.maxTokens) != "map[6:[3 3] 8:[1 1] 9:[1 1] 10:[3 3]]" {
 		t.Fatalf("max_tokens sent %v", eng.maxTokens)
 	}
 	b, err := os.ReadFile(out)
