@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
@@ -55,10 +56,17 @@ type Index struct {
 
 	// counters are reported through Counts (stats.go).
 	counters indexCounters
+
+	// lookupHold is how long a lookup holds a partition's read lock before
+	// it lets waiting events in: lookupHoldDefault, or what a test sets
+	// before use.
+	lookupHold time.Duration
 }
 
 // New returns an empty index.
-func New() *Index { return &Index{parts: make(map[selection.PartitionKey]*tree)} }
+func New() *Index {
+	return &Index{parts: make(map[selection.PartitionKey]*tree), lookupHold: lookupHoldDefault}
+}
 
 // ConfigurePartition sets a partition's block size and Eagle mode; events
 // are hashed with them. Changing them drops the partition's content.

@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"sync"
+	"time"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
@@ -34,16 +35,24 @@ func nextWindow(buf, blocks, chain []uint64, depth int, key uint64) []uint64 {
 
 var slotPool = sync.Pool{New: func() any { s := []int32{}; return &s }}
 
-// lookupYield is how many blocks a lookup walks under the tree's read lock
-// before it lets go of it for a moment. An event's Apply waits for the
-// write lock, and a Go RWMutex makes a waiting writer wait for every
-// reader inside: held for a whole 2,000-block walk (~30 µs), every event
-// of every publisher queued behind each lookup, and with lookups back to
-// back ingest fell to one event per lookup (BenchmarkFindMatchesDuringIngest:
-// 90k blocks/s). Letting go every 128 blocks bounds that wait to a couple
-// of microseconds. The walk then sees events applied meanwhile: a rank's
-// depth is still a prefix it held at some moment during the lookup, which
-// is all a routing estimate needs.
+// lookupHoldDefault is how long a lookup holds the tree's read lock
+// before it lets go for a moment (Index.lookupHold). An event's Apply
+// waits for the write lock, and a Go RWMutex makes a waiting writer wait
+// for every reader inside: held for a whole cold 6,000-block walk (~0.5
+// ms), every event of every publisher would queue behind each lookup.
+// Letting go once the hold passes this bounds an event's wait in time.
+// It was a count of blocks (every 128) until that was measured against
+// lookups spread out as a gateway's are (BenchmarkIngestFleetProcess
+// with LOOKUP_EVERY): there a 100k-token lookup let events in ~48
+// times, each a payload's apply and a wait for a core, and its median
+// during ingest was 4-8 times its idle one (1.4-2 times by time) for no
+// more ingest. By time, a hot lookup finishes in one hold. The walk sees events applied while it
+// let go: a rank's depth is still a prefix it held at some moment during
+// the lookup, which is all a routing estimate needs.
+const lookupHoldDefault = 100 * time.Microsecond
+
+// lookupYield is how many blocks the walk goes between looks at the
+// clock (a clock read costs about as much as a block).
 const lookupYield = 128
 
 // FindMatches implements selection.Indexer. A rank's device depth is its
@@ -70,6 +79,7 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	held := time.Now()
 	start := len(out.List)
 	n := t.nodes.get(blocks[0]) // the first key is the first block hash either way
 	if n == 0 {
@@ -146,11 +156,12 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 		}
 		if depth > 0 {
 			key = window[depth%lookupWarm]
-			if depth%lookupYield == 0 {
-				// Let a waiting event in (see lookupYield); n is fetched
-				// again below, so no record is held across the gap.
+			if depth%lookupYield == 0 && time.Since(held) >= x.lookupHold {
+				// Let a waiting event in (see lookupHoldDefault); n is
+				// fetched again below, so no record is held across the gap.
 				t.mu.RUnlock()
 				t.mu.RLock()
+				held = time.Now()
 			}
 			if n = t.nodes.get(key); n == 0 {
 				break

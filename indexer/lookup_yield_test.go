@@ -8,8 +8,9 @@ import (
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
-// TestLookupDuringIngest runs lookups of a 1,000-block prompt (so each
-// walk lets events in several times, lookupYield) while other goroutines
+// TestLookupDuringIngest runs lookups of a 1,000-block prompt (letting
+// events in at every look at the clock, lookupYield, so that each walk
+// lets them in several times) while other goroutines
 // store the same prompt for ranks that did not exist when the lookups
 // began and remove it again. Every answer must name only ranks holding
 // the prompt's first block and never more blocks than the prompt has; a
@@ -18,6 +19,7 @@ import (
 func TestLookupDuringIngest(t *testing.T) {
 	const bs, blocks = 4, 1000
 	x := New()
+	x.lookupHold = 0
 	x.ConfigurePartition(part, bs, false)
 	tokens := make([]uint32, blocks*bs)
 	for i := range tokens {
