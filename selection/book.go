@@ -35,8 +35,17 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 			return nil, err
 		}
 	}
-	var hashes []uint64 // the booking's copy of the tracking hashes, made outside p.mu
-	if book {
+	// The booking's copy of the tracking hashes, made outside p.mu: for
+	// the proxy (lean) in a pooled buffer (hashbuf.go), which the response
+	// does not carry; for the selection API a fresh slice the response
+	// shares.
+	var hashes []uint64
+	var buf *hashBuf
+	switch {
+	case book && req.Lean:
+		buf = newHashBuf(w.tracking)
+		hashes = buf.hashes
+	case book:
 		hashes = slices.Clone(w.tracking)
 	}
 	c := choice{placement: &req.Placement, session: session, explain: explain, book: book}
@@ -62,6 +71,7 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 		if book {
 			e.book.unclaim(id, req.Client)
 		}
+		buf.release()
 		e.observe(&t)
 		return nil, err
 	}
@@ -85,10 +95,11 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 		}
 		return resp, nil
 	}
-	b, err := e.book.bookLocked(p, sel.rs, id, session, req.Client, hashes, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
+	b, err := e.book.bookLocked(p, sel.rs, id, session, req.Client, hashes, buf, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
 	if err != nil {
 		t.unlock(p)
 		e.book.unclaim(id, req.Client)
+		buf.release()
 		e.observe(&t)
 		return nil, err
 	}
@@ -101,7 +112,12 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 	e.book.commit(id, b)
 	e.recordBooking(key, sel.rs.rank, w)
 	isl, track := np.isl, s.trackPrefill
-	resp.SequenceHashes, resp.ISLTokens, resp.TrackPrefillTokens = b.hashes, &isl, &track
+	resp.ISLTokens, resp.TrackPrefillTokens = &isl, &track
+	if buf == nil {
+		// A pooled buffer goes back when the booking is freed, which
+		// may happen before the caller is done with the response.
+		resp.SequenceHashes = hashes
+	}
 	return resp, nil
 }
 
@@ -147,7 +163,7 @@ func (e *selector) cachedReservation(req *ReservationRequest, session string) (*
 		e.book.unclaim(id, req.Client)
 		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, pe.rank.WorkerID, pe.rank.DPRank)
 	}
-	b, err := e.book.bookLocked(p, rs, id, session, req.Client, hashes, pe.isl, pe.prefill, pe.track, pe.expected)
+	b, err := e.book.bookLocked(p, rs, id, session, req.Client, hashes, nil, pe.isl, pe.prefill, pe.track, pe.expected)
 	endpoint := rs.endpoint
 	p.mu.Unlock()
 	if err != nil {
@@ -219,7 +235,7 @@ func (e *selector) explicitReservation(req *ReservationRequest, session string) 
 		e.book.unclaim(id, req.Client)
 		return nil, notSchedulable
 	}
-	b, err := e.book.bookLocked(p, rs, id, session, req.Client, hashes, np.isl, prefill, track, req.ExpectedOutputTokens)
+	b, err := e.book.bookLocked(p, rs, id, session, req.Client, hashes, nil, np.isl, prefill, track, req.ExpectedOutputTokens)
 	endpoint := rs.endpoint
 	p.mu.Unlock()
 	if err != nil {

@@ -49,7 +49,10 @@ func decodeBlocksOf(weight float64) uint64 { return uint64(math.Round(math.Max(w
 // boundary (edges are split to make it so), so a rank's count on an edge
 // covers all of its blocks.
 type edge struct {
-	hashes   []uint64 // the run's tracking hashes; shared with a booking, never written
+	hashes []uint64 // the run's tracking hashes; shared with a booking, never written
+	// buf is the pooled buffer hashes is a slice of (hashbuf.go), held
+	// until the edge leaves the trie; nil when the collector owns them.
+	buf      *hashBuf
 	parent   *edge
 	children map[uint64]*edge // keyed by the child's first hash
 	holds    []edgeHold
@@ -75,14 +78,18 @@ func (e *edge) hold(rs *rankState) *edgeHold {
 
 // booking is one live reservation's load on a rank.
 type booking struct {
-	id        string
-	key       PartitionKey
-	part      *partition
-	rs        *rankState
-	hashes    []uint64 // tracking hashes, owned and never modified
-	outputs   int      // output blocks added
-	outWeight float64  // their weighted count
-	prefill   uint64   // outstanding prefill tokens (0 once complete)
+	id     string
+	key    PartitionKey
+	part   *partition
+	rs     *rankState
+	hashes []uint64 // tracking hashes, owned and never modified
+	// buf is the pooled buffer hashes is, when it is one (a lean booking,
+	// hashbuf.go): held until the booking is freed, when hashes is
+	// dropped. Nil when the collector owns hashes.
+	buf       *hashBuf
+	outputs   int     // output blocks added
+	outWeight float64 // their weighted count
+	prefill   uint64  // outstanding prefill tokens (0 once complete)
 	isl       uint64
 	expected  *uint32
 	session   string
@@ -112,7 +119,8 @@ func commonPrefix(a, b []uint64) int {
 // takes the tail, with e's children and a copy of its holds (every booking
 // covering e covered all of it, so it covers both halves).
 func (e *edge) split(k int) {
-	tail := &edge{hashes: e.hashes[k:], parent: e, children: e.children, holds: append([]edgeHold(nil), e.holds...)}
+	tail := &edge{hashes: e.hashes[k:], buf: e.buf, parent: e, children: e.children, holds: append([]edgeHold(nil), e.holds...)}
+	e.buf.retain()
 	for _, c := range tail.children {
 		c.parent = tail
 	}
@@ -149,7 +157,8 @@ func (t *loadTracker) add(b *booking, trackBlocks bool) {
 		next := e.child(h[pos])
 		if next == nil {
 			// The rest of the chain is new: one edge, sharing b's hashes.
-			next = &edge{hashes: h[pos:]}
+			next = &edge{hashes: h[pos:], buf: b.buf}
+			b.buf.retain()
 			e.addChild(next)
 		}
 		m := commonPrefix(next.hashes, h[pos:])
@@ -192,7 +201,8 @@ func (t *loadTracker) path(b *booking, fn func(e *edge)) {
 	}
 }
 
-// free removes b's load from its rank. It is idempotent.
+// free removes b's load from its rank and lets go of its hashes. It is
+// idempotent.
 func (t *loadTracker) free(b *booking, trackBlocks bool) {
 	if b.freed {
 		return
@@ -203,9 +213,20 @@ func (t *loadTracker) free(b *booking, trackBlocks bool) {
 	rs.prefillTokens -= b.prefill
 	b.prefill = 0
 	rs.decodeWeight -= b.outWeight
-	if !trackBlocks || len(b.hashes) == 0 {
-		return
+	if trackBlocks && len(b.hashes) > 0 {
+		t.unhold(b)
 	}
+	if b.buf != nil {
+		// The booking is done with its pooled hashes; the edges that
+		// still share them hold the buffer on their own.
+		b.buf.release()
+		b.buf, b.hashes = nil, nil
+	}
+}
+
+// unhold takes b's holds off its chain and drops the edges left unheld.
+func (t *loadTracker) unhold(b *booking) {
+	rs := b.rs
 	var empty *edge // the shallowest edge left with no holds
 	t.path(b, func(e *edge) {
 		for i := range e.holds {
@@ -228,6 +249,17 @@ func (t *loadTracker) free(b *booking, trackBlocks bool) {
 	if empty != nil {
 		// Holds only shrink with depth, so everything below is empty too.
 		delete(empty.parent.children, empty.hashes[0])
+		empty.drop()
+	}
+}
+
+// drop lets go of the hashes of e and of every edge below it, which have
+// left the trie.
+func (e *edge) drop() {
+	e.buf.release()
+	e.buf = nil
+	for _, c := range e.children {
+		c.drop()
 	}
 }
 

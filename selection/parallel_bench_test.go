@@ -190,7 +190,7 @@ func (f *parallelFixture) benchLocked(b *testing.B) {
 		}
 		sel.potDec = sel.rs.decodeBlocks() + sel.newBlks
 		resp := response(p, &sel, "id") // Lean, as the kv_router handler asks: no fillDP
-		bk, err := e.book.bookLocked(p, sel.rs, "id", "", "", hashes, q.np.isl, sel.prefill, q.s.trackPrefill, nil)
+		bk, err := e.book.bookLocked(p, sel.rs, "id", "", "", hashes, nil, q.np.isl, sel.prefill, q.s.trackPrefill, nil)
 		if err != nil {
 			p.mu.Unlock()
 			b.Fatal(err)

@@ -1,5 +1,7 @@
 package selection
 
+import "slices"
+
 // Replicas (docs/replicas.md): several gateways in front of one fleet share
 // their bookings, so that each one's load per rank is the fleet's. This
 // file is the router's side of it, free of any transport: a sink that hears
@@ -40,7 +42,13 @@ type replicaOut struct{ sinkSlot[ReplicaSink] }
 // record builds what the sink hears of b; b must not be shared yet, or
 // its partition's lock must be held (prefill and outputs change under it).
 func (b *booking) record() *BookingRecord {
-	return &BookingRecord{ID: b.id, Partition: b.key, Rank: b.rs.rank, Hashes: b.hashes,
+	hashes := b.hashes
+	if b.buf != nil {
+		// A pooled buffer never leaves the router: the sink may read the
+		// record after the booking is freed and the buffer reused.
+		hashes = slices.Clone(hashes)
+	}
+	return &BookingRecord{ID: b.id, Partition: b.key, Rank: b.rs.rank, Hashes: hashes,
 		PrefillTokens: b.prefill, Outputs: b.outputs, Session: b.session}
 }
 

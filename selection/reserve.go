@@ -237,8 +237,10 @@ func (t *bookings) release(b *booking) {
 // MaxReservationsPerRank is refused. With a session and affinity on, it
 // takes the session's lease first (and may refuse). The booking keeps
 // hashes: the caller passes its own copy, made before it took p.mu (a
-// 99k-token prompt's is 48 KiB, too much to copy under the lock).
-func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client string, hashes []uint64,
+// 99k-token prompt's is 48 KiB, too much to copy under the lock), and buf
+// when that copy is a pooled buffer (hashbuf.go), whose hold passes to the
+// booking; on a refusal the caller keeps both.
+func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client string, hashes []uint64, buf *hashBuf,
 	isl, prefill uint64, track bool, expected *uint32) (*booking, error) {
 	if rs.full(t.cfg.get()) {
 		return nil, errorf(KindNotReady, "worker %d dp_rank %d holds %d reservations, the most max_reservations_per_rank allows",
@@ -251,7 +253,7 @@ func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client s
 			return nil, err
 		}
 	}
-	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: hashes,
+	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: hashes, buf: buf,
 		isl: isl, expected: expected, client: client, createdAt: t.now()}
 	if leased {
 		b.session = session

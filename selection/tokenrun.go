@@ -212,14 +212,15 @@ func tokenRun(b []byte, i int, out []uint32, k int, scratch *tokenScratch) (int,
 		}
 		if g > 0 {
 			// Their elements, checked for length and a leading zero, go
-			// to words with their digits in the top bytes; then all are
-			// converted at once (digitValues: in AVX2 where there is one).
+			// to words with their digits in the top bytes (collectElements:
+			// in BMI assembly where there is BMI); then all are converted
+			// at once (digitValues: in AVX2 where there is one).
 			var m int
 			var ok bool
 			if spaced {
 				start, m, ok = collectSpaced(base, group[:g], c, start, words)
 			} else {
-				start, m, ok = collectCompact(base, group[:g], c, start, words)
+				start, m, ok = collectElements(base, group[:g], c, start, words)
 			}
 			// In bounds: out has room for 32 elements a block.
 			digitValues(words[:m], unsafe.Add(dst, 4*k))

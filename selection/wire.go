@@ -133,8 +133,10 @@ type SelectRequest struct {
 	// Advisory adds worker_load to a /select response.
 	Advisory bool `json:"advisory,omitempty"`
 	// Lean leaves out of the response what only the selection API reports
-	// (the per-rank overlap map). Not part of the wire format: the proxy
-	// path sets it to save allocations on every request.
+	// (the per-rank overlap map and, on a booking, the sequence hashes,
+	// which the booking then keeps in a pooled buffer: hashbuf.go). Not
+	// part of the wire format: the proxy path sets it to save allocations
+	// on every request.
 	Lean bool `json:"-"`
 	// Client identifies who books, for Config.MaxReservationsPerClient.
 	// Not part of the wire format: api.Handler sets the remote IP; empty (the
