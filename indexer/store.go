@@ -17,7 +17,9 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		}
 	case Removed:
 		m, id := t.ranks[r], t.rankIDs[r] // looked up once per event, not per block
-		t.warmRemoval(m, ev.BlockHashes)
+		if t.cold() {
+			t.warmRemoval(m, ev.BlockHashes)
+		}
 		for _, h := range ev.BlockHashes {
 			if !t.remove(x, id, m, h) {
 				x.counters.unknownBlock.add(1)
@@ -100,7 +102,10 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		t.ranks[r] = m
 	}
 	id := t.rankID(r)
-	m.warm(ev.BlockHashes)
+	cold := t.cold()
+	if cold {
+		m.warm(ev.BlockHashes)
+	}
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	// The blocks' chain keys first, so their node-table slots are warmed
@@ -109,7 +114,9 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	defer localsPool.Put(kp)
 	keys := chainKeys((*kp)[:0], parentKey, ev.HasParent, locals)
 	*kp = keys
-	t.nodes.warm(keys)
+	if cold {
+		t.nodes.warm(keys)
+	}
 	rec, have := parentRec, ev.HasParent
 	next := 0 // our blocks chained so far
 	sp := spanPool.Get().(*[]uint32)

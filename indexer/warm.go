@@ -11,6 +11,18 @@ import "runtime"
 // pass whose loads do not wait on each other; the probes that follow then
 // find them in cache.
 
+// warmMinRecords is the tree size from which a payload's tables are
+// warmed. Below it the records (40 bytes each) and the tables' slots stay
+// in the core's caches between payloads, a probe waits for nothing, and a
+// warming pass is all cost: on BenchmarkDecodeApply (one engine's ~8-16k
+// blocks) it was 10-15 % of the CPU. 1<<16 records are 2.5 MB, past a
+// core's L2.
+const warmMinRecords = 1 << 16
+
+// cold reports whether the tree is large enough for its payloads' probes
+// to miss the caches, so that warming pays.
+func (t *tree) cold() bool { return t.recs.used >= warmMinRecords }
+
 // warm reads the home slot of each key and the key of the ref it holds.
 // What it read is summed and kept alive, so the compiler keeps the loads.
 func (t *refTable) warm(keys []uint64) {
