@@ -10,6 +10,7 @@ import (
 // rank or a worker.
 
 func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
+	defer t.flushEntries(x)
 	switch ev.Kind {
 	case Stored:
 		if err := t.store(x, r, ev, h); err != nil {
@@ -30,6 +31,16 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	}
 	x.counters.applied.add(1)
 	return nil
+}
+
+// flushEntries adds the entries an event stored and removed to the
+// index's count: once per event, where an atomic add per block fenced
+// every block's stores.
+func (t *tree) flushEntries(x *Index) {
+	if t.entryDelta != 0 {
+		x.entries.Add(t.entryDelta)
+		t.entryDelta = 0
+	}
 }
 
 var localsPool = sync.Pool{New: func() any { s := make([]uint64, 0, 256); return &s }}
@@ -106,22 +117,22 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	if cold {
 		m.warm(ev.BlockHashes)
 	}
-	// Engine block i ends at token (i+1)·ebs; it maps to our last full
-	// block ending there (the same block when the sizes agree).
 	// The blocks' chain keys first, so their node-table slots are warmed
-	// together (warm.go) before the claims.
-	kp := localsPool.Get().(*[]uint64)
-	defer localsPool.Put(kp)
-	keys := chainKeys((*kp)[:0], parentKey, ev.HasParent, locals)
-	*kp = keys
+	// together (warm.go) before the claims; they go after the locals in
+	// the same pooled buffer.
+	keys := chainKeys(locals[len(locals):], parentKey, ev.HasParent, locals)
+	if h.buf != nil && cap(keys) > cap(*h.buf) {
+		*h.buf = keys[:0] // grown: the pool keeps the larger buffer
+	}
 	if cold {
 		t.nodes.warm(keys)
 	}
+	// Engine block i ends at token (i+1)·ebs; it maps to our last full
+	// block ending there (the same block when the sizes agree).
 	rec, have := parentRec, ev.HasParent
 	next := 0 // our blocks chained so far
-	sp := spanPool.Get().(*[]uint32)
-	defer spanPool.Put(sp)
-	span := (*sp)[:0]
+	var spanBuf [16]uint32 // an engine block rarely spans more of ours
+	span := spanBuf[:0]
 	for i, engine := range ev.BlockHashes {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
 		span = span[:0]
@@ -135,11 +146,8 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		}
 		t.hold(x, m, id, span, engine, ev.Tier)
 	}
-	*sp = span
 	return nil
 }
-
-var spanPool = sync.Pool{New: func() any { s := make([]uint32, 0, 16); return &s }}
 
 // hold records that the rank (id, engine table m) holds the blocks of
 // span (record indexes, the last one the engine block's) under the engine
@@ -184,13 +192,13 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 	*p = withErefs(*p|fEntry, 1) | uint32(len(span))<<spanShift
 	c.fill(e)
 	if x.MaxEntries > 0 {
-		if x.entries.Load() >= x.MaxEntries {
+		if x.entries.Load()+t.entryDelta >= x.MaxEntries {
 			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
 		}
 		*t.stampOf(e) = x.stamps.Add(1)
 		t.push(e)
 	}
-	x.entries.Add(1)
+	t.entryDelta++
 	t.live++
 	if id := int(id); m.Len() > t.rankPeaks[id] {
 		t.rankPeaks[id] = m.Len()
@@ -220,7 +228,7 @@ func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
 		return true
 	}
 	m.delAt(i) // one probe for the lookup and the deletion
-	x.entries.Add(-1)
+	t.entryDelta--
 	t.live--
 	t.noteShrink(id, m)
 	t.dropEntry(e)
@@ -241,7 +249,10 @@ func (t *tree) dropEntry(e uint32) {
 		if !alive(t.recs.at(rec).meta) {
 			return
 		}
-		parent := t.parentOf(rec) // before rec may go
+		var parent uint32
+		if k < span-1 {
+			parent = t.parentOf(rec) // before rec may go
+		}
 		if h, ok := t.findHolder(rec, id, tier); ok {
 			hp := t.metaOf(h)
 			if n := hrefs(*hp); n > 1 {
