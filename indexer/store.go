@@ -130,7 +130,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	rec, have := parentRec, ev.HasParent
-	next := 0 // our blocks chained so far
+	next := 0              // our blocks chained so far
 	var spanBuf [16]uint32 // an engine block rarely spans more of ours
 	span := spanBuf[:0]
 	for i, engine := range ev.BlockHashes {
