@@ -210,7 +210,7 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 func (t *tree) dropEmpty(span []uint32) {
 	for _, rec := range span {
 		if r := t.recs.at(rec); !alive(r.meta) {
-			t.nodes.del(r.key)
+			t.nodes.delRef(r.key, rec)
 			t.reclaim(rec)
 		}
 	}
@@ -238,6 +238,20 @@ func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
 // dropEntry clears engine entry e (already out of its rank's table) and
 // releases the blocks it held: its block and the span-1 before it.
 func (t *tree) dropEntry(e uint32) {
+	if e&extBit == 0 {
+		// Nearly every entry of a fleet: inline in its block's record, over
+		// that block alone, whose only holder it is (the inline holder, of
+		// the entry's rank and tier, with this entry's one reference), and
+		// not queued. The block goes with it, as the general path below
+		// would find after a walk over holder and flags.
+		r := t.recs.at(e)
+		if m := r.meta; m&(fSet|fQueued) == 0 && spanOf(m) <= 1 && hrefs(m) == 1 {
+			t.nodes.delRef(r.key, e)
+			r.meta = 0
+			t.recs.release(e)
+			return
+		}
+	}
 	p := t.metaOf(e)
 	tier, span := metaTier(*p), spanOf(*p)
 	*p &^= fEntry | countMask<<erefsShift | maxSpan<<spanShift
