@@ -20,6 +20,8 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		m, id := t.ranks[r], t.rankIDs[r] // looked up once per event, not per block
 		if t.cold() {
 			t.warmRemoval(m, ev.BlockHashes)
+		} else {
+			m.warmSlots(ev.BlockHashes)
 		}
 		for _, h := range ev.BlockHashes {
 			if !t.remove(x, id, m, h) {
@@ -116,6 +118,8 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	cold := t.cold()
 	if cold {
 		m.warm(ev.BlockHashes)
+	} else {
+		m.warmSlots(ev.BlockHashes)
 	}
 	// The blocks' chain keys first, so their node-table slots are warmed
 	// together (warm.go) before the claims; they go after the locals in
@@ -126,6 +130,8 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	}
 	if cold {
 		t.nodes.warm(keys)
+	} else {
+		t.nodes.warmSlots(keys)
 	}
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
