@@ -171,6 +171,36 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 		t.dropEmpty(span)
 		return
 	}
+	var e uint32
+	if r := t.recs.at(last); len(span) == 1 && r.meta&(fHolder|fEntry|fQueued|fSet) == 0 {
+		// Nearly every store of a fleet: one block of ours per engine
+		// block, nobody holding it yet. The rank becomes its inline holder
+		// and entry in one write, as placeEntry would after a walk.
+		r.rank, r.engine = id, engine
+		r.meta = r.meta&(fRoot|fUsed) | uint32(tier) | fHolder | 1<<hrefsShift | fEntry | 1<<erefsShift | 1<<spanShift
+		e = last
+	} else {
+		e = t.placeEntry(span, id, tier, engine)
+	}
+	c.fill(e)
+	if x.MaxEntries > 0 {
+		if x.entries.Load()+t.entryDelta >= x.MaxEntries {
+			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
+		}
+		*t.stampOf(e) = x.stamps.Add(1)
+		t.push(e)
+	}
+	t.entryDelta++
+	t.live++
+	if id := int(id); m.Len() > t.rankPeaks[id] {
+		t.rankPeaks[id] = m.Len()
+	}
+}
+
+// placeEntry makes rank id a holder (at tier) of every block of span and
+// returns the ref of its new entry under engine, for the last block.
+func (t *tree) placeEntry(span []uint32, id uint32, tier Tier, engine uint64) uint32 {
+	last := span[len(span)-1]
 	var holder uint32
 	for _, rec := range span {
 		h, ok := t.findHolder(rec, id, tier)
@@ -196,19 +226,7 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 	}
 	p := t.metaOf(e)
 	*p = withErefs(*p|fEntry, 1) | uint32(len(span))<<spanShift
-	c.fill(e)
-	if x.MaxEntries > 0 {
-		if x.entries.Load()+t.entryDelta >= x.MaxEntries {
-			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
-		}
-		*t.stampOf(e) = x.stamps.Add(1)
-		t.push(e)
-	}
-	t.entryDelta++
-	t.live++
-	if id := int(id); m.Len() > t.rankPeaks[id] {
-		t.rankPeaks[id] = m.Len()
-	}
+	return e
 }
 
 // dropEmpty frees the records of span that nobody holds (created for a
