@@ -120,20 +120,23 @@ func (d *Decoder) readTokens(r *reader, ev *Event) error {
 // case, two ids of 16 or 32 bits (0xcd, 0xce), a pair at a time: the
 // second id's header is at 3 or 5 bytes, both inside one 8-byte load, so
 // a pair costs one load on the chain instead of two. The choice between
-// them is a shift, not a branch: which width comes next is a coin toss
+// them is arithmetic, not a branch: which width comes next is a coin toss
 // (ids straddle the 16-bit boundary) that a branch predictor keeps losing.
 func readIDs(out []uint32, b []byte, i int) (k, next int) {
 	n := len(out)
 	for k < n && i+10 <= len(b) {
 		w := binary.LittleEndian.Uint64(b[i : i+8])
-		odd1 := uint(w) & 1 // 0xcd (3 bytes) is odd, 0xce (5) even
-		c2 := byte(w >> (40 - 16*odd1))
-		if k+2 <= n && byte(w)-0xcd < 2 && c2-0xcd < 2 {
-			odd2 := uint(c2) & 1
-			j := i + 5 - 2*int(odd1) // the second id's header
+		// 0xcd (3 bytes) is odd, 0xce (5) even: the low bits of the first
+		// header and of both places the second may be at pick the widths,
+		// by masks rather than shifts so the chain to the next i is short.
+		odd1 := uint(w) & 1
+		at3, at5 := uint(w>>24)&1, uint(w>>40)&1
+		odd2 := at5 ^ (at3^at5)&-odd1
+		j := i + 5 - 2*int(odd1) // the second id's header
+		if k+2 <= n && byte(w)-0xcd < 2 && b[j]-0xcd < 2 {
 			out[k] = binary.BigEndian.Uint32(b[i+1:i+5]) >> (16 * odd1)
 			out[k+1] = binary.BigEndian.Uint32(b[j+1:j+5]) >> (16 * odd2)
-			i = j + 5 - 2*int(odd2)
+			i += 10 - 2*int(odd1+odd2)
 			k += 2
 			continue
 		}
