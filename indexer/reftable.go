@@ -99,15 +99,6 @@ func (t *refTable) slotOf(ref uint32, i, h int) uint32 {
 	return ref | min(d, distSat)<<distShift
 }
 
-// homeOf returns the home of the ref in slot i.
-func (t *refTable) homeOf(i int) int {
-	s := t.slots[i]
-	if d := s >> distShift; d < distSat {
-		return (i - int(d)) & (len(t.slots) - 1)
-	}
-	return t.home(t.keyOf(s & refMask))
-}
-
 // Len returns how many keys the table holds.
 func (t *refTable) Len() int {
 	if t == nil {
