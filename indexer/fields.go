@@ -18,7 +18,16 @@ func (d *Decoder) readHashes(r *reader, ev *Event) error {
 		return err
 	}
 	start := len(d.hashes)
-	for range n {
+	d.hashes = slices.Grow(d.hashes, n)
+	// Fast path: full-width integers (random 64-bit hashes nearly always
+	// are), read with a local index; anything else is left to r.hash.
+	b, i := r.b, r.i
+	for k := 0; k < n && i+9 <= len(b) && (b[i] == 0xcf || b[i] == 0xd3); k++ {
+		d.hashes = append(d.hashes, binary.BigEndian.Uint64(b[i+1:i+9]))
+		i += 9
+	}
+	r.i = i
+	for range n - (len(d.hashes) - start) {
 		h, err := r.hash()
 		if err != nil {
 			return err

@@ -87,3 +87,51 @@ func TestDecodeTokenWidths(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeHashWidths decodes block hashes in the forms publishers use,
+// mixed at random (full-width runs take readHashes' fast path, the rest
+// r.hash), and checks each against the value written.
+func TestDecodeHashWidths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var d Decoder
+	for trial := range 2000 {
+		n := trial % 40
+		want := make([]uint64, n)
+		p := []byte{0x92, 0x00, 0x91, 0x92}
+		p = appendStr(p, "BlockRemoved")
+		p = appendArrayHeader(p, n)
+		for i := range want {
+			v := rng.Uint64()
+			var be [8]byte
+			switch rng.IntN(5) {
+			case 0: // a small id, shortest form
+				v >>= 40
+				p = appendTokenAnyWidth(p, uint32(v), 0)
+			case 1: // uint64
+				binary.BigEndian.PutUint64(be[:], v)
+				p = append(append(p, 0xcf), be[:]...)
+			case 2: // int64, the same bits
+				binary.BigEndian.PutUint64(be[:], v)
+				p = append(append(p, 0xd3), be[:]...)
+			case 3: // 32 bytes of bin: the last eight count
+				p = append(p, 0xc4, 32)
+				for range 24 {
+					p = append(p, byte(rng.IntN(256)))
+				}
+				binary.BigEndian.PutUint64(be[:], v)
+				p = append(p, be[:]...)
+			case 4: // uint32
+				v &= 0xffffffff
+				p = appendTokenAnyWidth(p, uint32(v), 3)
+			}
+			want[i] = v
+		}
+		b, err := d.Decode(p)
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		if got := b.Events[0].BlockHashes; !slices.Equal(got, want) && !(n == 0 && len(got) == 0) {
+			t.Fatalf("trial %d: decoded %x, want %x", trial, got, want)
+		}
+	}
+}
