@@ -12,6 +12,7 @@ import (
 
 // Decoder decodes payloads, reusing its buffers from one batch to the next.
 type Decoder struct {
+	batch  Batch // the batch Decode returns, so decoding allocates nothing
 	events []Event
 	hashes []uint64
 	tokens []uint32
@@ -20,7 +21,9 @@ type Decoder struct {
 // ErrPayload wraps every decoding failure.
 var ErrPayload = errors.New("malformed KV event payload")
 
-// Decode parses one payload. On error nothing of the batch is usable.
+// Decode parses one payload. On error nothing of the batch is usable. The
+// batch, like the slices of its events, is the decoder's and valid until
+// its next Decode.
 func (d *Decoder) Decode(payload []byte) (*Batch, error) {
 	b, err := d.decode(payload)
 	if err != nil {
@@ -32,7 +35,8 @@ func (d *Decoder) Decode(payload []byte) (*Batch, error) {
 func (d *Decoder) decode(payload []byte) (*Batch, error) {
 	d.events, d.hashes, d.tokens = d.events[:0], d.hashes[:0], d.tokens[:0]
 	r := &reader{b: payload}
-	batch := &Batch{DPRank: -1}
+	d.batch = Batch{DPRank: -1}
+	batch := &d.batch
 	c, err := r.peek()
 	if err != nil {
 		return nil, err
@@ -169,26 +173,18 @@ func (d *Decoder) arrayEvent(r *reader, ev *Event) error {
 	if ev.Kind, err = kindOf(tag); err != nil {
 		return err
 	}
-	var fields []func(*reader, *Event) error
+	// The fixed fields by position, read by a switch (a table of method
+	// values cost an allocation per event).
+	fixed := 0
 	switch ev.Kind {
 	case Stored:
-		fields = []func(*reader, *Event) error{
-			d.readHashes, d.readParent, d.readTokens,
-			func(r *reader, ev *Event) error {
-				bs, _, err := readOptInt(r)
-				ev.BlockSize = int(bs)
-				return err
-			},
-			func(r *reader, _ *Event) error { return r.skip(0) }, // lora_id (deprecated)
-			readMedium, readLora,
-			func(r *reader, _ *Event) error { return r.skip(0) }, // extra_keys
-		}
+		fixed = 8
 	case Removed:
-		fields = []func(*reader, *Event) error{d.readHashes, readMedium}
+		fixed = 2
 	}
 	k := 1
-	for ; k < n && k-1 < len(fields); k++ {
-		if err := fields[k-1](r, ev); err != nil {
+	for ; k < n && k-1 < fixed; k++ {
+		if err := d.fixedField(r, ev, k-1); err != nil {
 			return err
 		}
 	}
@@ -225,6 +221,36 @@ func (d *Decoder) arrayEvent(r *reader, ev *Event) error {
 		}
 	}
 	return nil
+}
+
+// fixedField reads the positional field i (after the tag) of a store or
+// removal: a store's hashes, parent, tokens, block_size, lora_id
+// (deprecated), medium, lora_name and extra_keys; a removal's hashes and
+// medium.
+func (d *Decoder) fixedField(r *reader, ev *Event, i int) error {
+	if ev.Kind == Removed {
+		if i == 0 {
+			return d.readHashes(r, ev)
+		}
+		return readMedium(r, ev)
+	}
+	switch i {
+	case 0:
+		return d.readHashes(r, ev)
+	case 1:
+		return d.readParent(r, ev)
+	case 2:
+		return d.readTokens(r, ev)
+	case 3:
+		bs, _, err := readOptInt(r)
+		ev.BlockSize = int(bs)
+		return err
+	case 5:
+		return readMedium(r, ev)
+	case 6:
+		return readLora(r, ev)
+	}
+	return r.skip(0) // lora_id, extra_keys
 }
 
 // mapEvent reads the tagged-map form by key name; unknown keys are skipped.

@@ -18,7 +18,16 @@ func (d *Decoder) readHashes(r *reader, ev *Event) error {
 		return err
 	}
 	start := len(d.hashes)
-	for range n {
+	d.hashes = slices.Grow(d.hashes, n)
+	// Fast path: full-width integers (random 64-bit hashes nearly always
+	// are), read with a local index; anything else is left to r.hash.
+	b, i := r.b, r.i
+	for k := 0; k < n && i+9 <= len(b) && (b[i] == 0xcf || b[i] == 0xd3); k++ {
+		d.hashes = append(d.hashes, binary.BigEndian.Uint64(b[i+1:i+9]))
+		i += 9
+	}
+	r.i = i
+	for range n - (len(d.hashes) - start) {
 		h, err := r.hash()
 		if err != nil {
 			return err
@@ -50,24 +59,8 @@ func (d *Decoder) readTokens(r *reader, ev *Event) error {
 	}
 	start := len(d.tokens)
 	d.tokens = slices.Grow(d.tokens, n)
-	// Fast path: a run of the unsigned encodings msgpack writers use for
-	// token ids, read in place with local indexes; anything else (bigram
-	// pairs, signed encodings, errors) leaves it for the careful loop.
-	b, i := r.b, r.i
-	out := d.tokens[start : start+n]
-	k := 0
-	for ; k < n && i+5 <= len(b); k++ {
-		c := tokenCodes[b[i]]
-		if c.size == 0 {
-			break
-		}
-		// One table load and a shift instead of a branch per encoding:
-		// token ids straddle the 16-bit boundary, so which encoding comes
-		// next is a coin toss the branch predictor kept losing.
-		w := binary.BigEndian.Uint32(b[i+1 : i+5])
-		out[k] = (w>>c.shift)&c.mask | c.fix
-		i += int(c.size)
-	}
+	b := r.b
+	k, i := readIDs(d.tokens[start:start+n], b, r.i)
 	r.i = i
 	d.tokens = d.tokens[:start+k]
 	for ; k < n; k++ {
@@ -123,6 +116,49 @@ func (d *Decoder) readTokens(r *reader, ev *Event) error {
 	}
 	ev.TokenIDs = d.tokens[start:len(d.tokens):len(d.tokens)]
 	return nil
+}
+
+// readIDs is readTokens' fast path: it reads ids into out from b at i
+// while they come in the unsigned encodings msgpack writers use for token
+// ids, and returns how many it read and where it stopped; anything else
+// (bigram pairs, signed encodings, the last bytes of b, errors) it leaves
+// for the careful loop.
+//
+// Where an id starts depends on the width of the one before, so the loop
+// is a chain of loads, each waiting for the last. It takes the common
+// case, two ids of 16 or 32 bits (0xcd, 0xce), a pair at a time: the
+// second id's header is at 3 or 5 bytes, both inside one 8-byte load, so
+// a pair costs one load on the chain instead of two. The choice between
+// them is arithmetic, not a branch: which width comes next is a coin toss
+// (ids straddle the 16-bit boundary) that a branch predictor keeps losing.
+func readIDs(out []uint32, b []byte, i int) (k, next int) {
+	n := len(out)
+	for k < n && i+10 <= len(b) {
+		w := binary.LittleEndian.Uint64(b[i : i+8])
+		// 0xcd (3 bytes) is odd, 0xce (5) even: the low bits of the first
+		// header and of both places the second may be at pick the widths,
+		// by masks rather than shifts so the chain to the next i is short.
+		odd1 := uint(w) & 1
+		at3, at5 := uint(w>>24)&1, uint(w>>40)&1
+		odd2 := at5 ^ (at3^at5)&-odd1
+		j := i + 5 - 2*int(odd1) // the second id's header
+		if k+2 <= n && byte(w)-0xcd < 2 && b[j]-0xcd < 2 {
+			out[k] = binary.BigEndian.Uint32(b[i+1:i+5]) >> (16 * odd1)
+			out[k+1] = binary.BigEndian.Uint32(b[j+1:j+5]) >> (16 * odd2)
+			i += 10 - 2*int(odd1+odd2)
+			k += 2
+			continue
+		}
+		c := tokenCodes[byte(w)]
+		if c.size == 0 {
+			break
+		}
+		// One table load and a shift instead of a branch per encoding.
+		out[k] = (binary.BigEndian.Uint32(b[i+1:i+5])>>c.shift)&c.mask | c.fix
+		i += int(c.size)
+		k++
+	}
+	return k, i
 }
 
 func tokenValue(r *reader) (uint32, error) {

@@ -19,6 +19,7 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 	t.mu.Lock()
 	defer x.evictOver() // runs after the unlock below
 	defer t.mu.Unlock()
+	defer t.flushEntries(x) // before the unlock
 	for _, ev := range events {
 		r := selection.Rank{WorkerID: ev.WorkerID, DPRank: ev.Event.DPRank}
 		tier := Device

@@ -197,6 +197,12 @@ func (r *reader) hash() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Random 64-bit hashes are nearly always a full uint64 or int64.
+	if (c == 0xcf || c == 0xd3) && len(r.b)-r.i >= 9 {
+		v := binary.BigEndian.Uint64(r.b[r.i+1 : r.i+9])
+		r.i += 9
+		return v, nil
+	}
 	if c >= 0xc4 && c <= 0xc6 {
 		b, err := r.str()
 		if err != nil {

@@ -262,7 +262,7 @@ func (t *tree) dropHolder(h uint32) {
 		}
 	}
 	if !alive(r.meta) {
-		t.nodes.del(r.key)
+		t.nodes.delRef(r.key, rec)
 		t.reclaim(rec)
 	}
 }

@@ -99,15 +99,6 @@ func (t *refTable) slotOf(ref uint32, i, h int) uint32 {
 	return ref | min(d, distSat)<<distShift
 }
 
-// homeOf returns the home of the ref in slot i.
-func (t *refTable) homeOf(i int) int {
-	s := t.slots[i]
-	if d := s >> distShift; d < distSat {
-		return (i - int(d)) & (len(t.slots) - 1)
-	}
-	return t.home(t.keyOf(s & refMask))
-}
-
 // Len returns how many keys the table holds.
 func (t *refTable) Len() int {
 	if t == nil {
@@ -195,13 +186,45 @@ func (t *refTable) del(key uint64) bool {
 	return ok
 }
 
-// delAt empties slot i (from lookup, the table unchanged since).
+// delRef removes ref, held under key; false when it was not held. The
+// probe compares refs, not keys, so it reads no record: the node table
+// names each record once.
+func (t *refTable) delRef(key uint64, ref uint32) bool {
+	if t == nil || t.n == 0 {
+		return false
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(key); ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s == 0 {
+			return false
+		}
+		if s&refMask == ref {
+			t.delAt(i)
+			return true
+		}
+	}
+}
+
+// delAt empties slot i (from lookup, the table unchanged since). A later
+// slot of the run moves back into the hole when its distance from its
+// home is at least its distance from the hole (its home is then not
+// cyclically in (hole, slot]); the distance bits say so without reading
+// its record, except for a slot at distSat or farther.
 func (t *refTable) delAt(i int) {
 	mask := len(t.slots) - 1
-	for j := (i + 1) & mask; t.slots[j] != 0; j = (j + 1) & mask {
-		h := t.homeOf(j)
-		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			t.slots[i] = t.slotOf(t.slots[j]&refMask, i, h)
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		s := t.slots[j]
+		if s == 0 {
+			break
+		}
+		gap := (j - i) & mask
+		d := int(s >> distShift)
+		if d == distSat {
+			d = (j - t.home(t.keyOf(s&refMask))) & mask
+		}
+		if d >= gap {
+			t.slots[i] = s&refMask | uint32(min(d-gap, distSat))<<distShift
 			i = j
 		}
 	}

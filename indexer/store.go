@@ -10,6 +10,7 @@ import (
 // rank or a worker.
 
 func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
+	defer t.flushEntries(x)
 	switch ev.Kind {
 	case Stored:
 		if err := t.store(x, r, ev, h); err != nil {
@@ -17,7 +18,11 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		}
 	case Removed:
 		m, id := t.ranks[r], t.rankIDs[r] // looked up once per event, not per block
-		t.warmRemoval(m, ev.BlockHashes)
+		if t.cold() {
+			t.warmRemoval(m, ev.BlockHashes)
+		} else {
+			m.warmSlots(ev.BlockHashes)
+		}
 		for _, h := range ev.BlockHashes {
 			if !t.remove(x, id, m, h) {
 				x.counters.unknownBlock.add(1)
@@ -28,6 +33,16 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	}
 	x.counters.applied.add(1)
 	return nil
+}
+
+// flushEntries adds the entries an event stored and removed to the
+// index's count: once per event, where an atomic add per block fenced
+// every block's stores.
+func (t *tree) flushEntries(x *Index) {
+	if t.entryDelta != 0 {
+		x.entries.Add(t.entryDelta)
+		t.entryDelta = 0
+	}
 }
 
 var localsPool = sync.Pool{New: func() any { s := make([]uint64, 0, 256); return &s }}
@@ -100,21 +115,30 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		t.ranks[r] = m
 	}
 	id := t.rankID(r)
-	m.warm(ev.BlockHashes)
+	cold := t.cold()
+	if cold {
+		m.warm(ev.BlockHashes)
+	} else {
+		m.warmSlots(ev.BlockHashes)
+	}
+	// The blocks' chain keys first, so their node-table slots are warmed
+	// together (warm.go) before the claims; they go after the locals in
+	// the same pooled buffer.
+	keys := chainKeys(locals[len(locals):], parentKey, ev.HasParent, locals)
+	if h.buf != nil && cap(keys) > cap(*h.buf) {
+		*h.buf = keys[:0] // grown: the pool keeps the larger buffer
+	}
+	if cold {
+		t.nodes.warm(keys)
+	} else {
+		t.nodes.warmSlots(keys)
+	}
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
-	// The blocks' chain keys first, so their node-table slots are warmed
-	// together (warm.go) before the claims.
-	kp := localsPool.Get().(*[]uint64)
-	defer localsPool.Put(kp)
-	keys := chainKeys((*kp)[:0], parentKey, ev.HasParent, locals)
-	*kp = keys
-	t.nodes.warm(keys)
 	rec, have := parentRec, ev.HasParent
-	next := 0 // our blocks chained so far
-	sp := spanPool.Get().(*[]uint32)
-	defer spanPool.Put(sp)
-	span := (*sp)[:0]
+	next := 0              // our blocks chained so far
+	var spanBuf [16]uint32 // an engine block rarely spans more of ours
+	span := spanBuf[:0]
 	for i, engine := range ev.BlockHashes {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
 		span = span[:0]
@@ -128,11 +152,8 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		}
 		t.hold(x, m, id, span, engine, ev.Tier)
 	}
-	*sp = span
 	return nil
 }
-
-var spanPool = sync.Pool{New: func() any { s := make([]uint32, 0, 16); return &s }}
 
 // hold records that the rank (id, engine table m) holds the blocks of
 // span (record indexes, the last one the engine block's) under the engine
@@ -150,6 +171,36 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 		t.dropEmpty(span)
 		return
 	}
+	var e uint32
+	if r := t.recs.at(last); len(span) == 1 && r.meta&(fHolder|fEntry|fQueued|fSet) == 0 {
+		// Nearly every store of a fleet: one block of ours per engine
+		// block, nobody holding it yet. The rank becomes its inline holder
+		// and entry in one write, as placeEntry would after a walk.
+		r.rank, r.engine = id, engine
+		r.meta = r.meta&(fRoot|fUsed) | uint32(tier) | fHolder | 1<<hrefsShift | fEntry | 1<<erefsShift | 1<<spanShift
+		e = last
+	} else {
+		e = t.placeEntry(span, id, tier, engine)
+	}
+	c.fill(e)
+	if x.MaxEntries > 0 {
+		if x.entries.Load()+t.entryDelta >= x.MaxEntries {
+			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
+		}
+		*t.stampOf(e) = x.stamps.Add(1)
+		t.push(e)
+	}
+	t.entryDelta++
+	t.live++
+	if id := int(id); m.Len() > t.rankPeaks[id] {
+		t.rankPeaks[id] = m.Len()
+	}
+}
+
+// placeEntry makes rank id a holder (at tier) of every block of span and
+// returns the ref of its new entry under engine, for the last block.
+func (t *tree) placeEntry(span []uint32, id uint32, tier Tier, engine uint64) uint32 {
+	last := span[len(span)-1]
 	var holder uint32
 	for _, rec := range span {
 		h, ok := t.findHolder(rec, id, tier)
@@ -175,19 +226,7 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 	}
 	p := t.metaOf(e)
 	*p = withErefs(*p|fEntry, 1) | uint32(len(span))<<spanShift
-	c.fill(e)
-	if x.MaxEntries > 0 {
-		if x.entries.Load() >= x.MaxEntries {
-			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
-		}
-		*t.stampOf(e) = x.stamps.Add(1)
-		t.push(e)
-	}
-	x.entries.Add(1)
-	t.live++
-	if id := int(id); m.Len() > t.rankPeaks[id] {
-		t.rankPeaks[id] = m.Len()
-	}
+	return e
 }
 
 // dropEmpty frees the records of span that nobody holds (created for a
@@ -195,7 +234,7 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint
 func (t *tree) dropEmpty(span []uint32) {
 	for _, rec := range span {
 		if r := t.recs.at(rec); !alive(r.meta) {
-			t.nodes.del(r.key)
+			t.nodes.delRef(r.key, rec)
 			t.reclaim(rec)
 		}
 	}
@@ -213,7 +252,7 @@ func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
 		return true
 	}
 	m.delAt(i) // one probe for the lookup and the deletion
-	x.entries.Add(-1)
+	t.entryDelta--
 	t.live--
 	t.noteShrink(id, m)
 	t.dropEntry(e)
@@ -223,6 +262,20 @@ func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
 // dropEntry clears engine entry e (already out of its rank's table) and
 // releases the blocks it held: its block and the span-1 before it.
 func (t *tree) dropEntry(e uint32) {
+	if e&extBit == 0 {
+		// Nearly every entry of a fleet: inline in its block's record, over
+		// that block alone, whose only holder it is (the inline holder, of
+		// the entry's rank and tier, with this entry's one reference), and
+		// not queued. The block goes with it, as the general path below
+		// would find after a walk over holder and flags.
+		r := t.recs.at(e)
+		if m := r.meta; m&(fSet|fQueued) == 0 && spanOf(m) <= 1 && hrefs(m) == 1 {
+			t.nodes.delRef(r.key, e)
+			r.meta = 0
+			t.recs.release(e)
+			return
+		}
+	}
 	p := t.metaOf(e)
 	tier, span := metaTier(*p), spanOf(*p)
 	*p &^= fEntry | countMask<<erefsShift | maxSpan<<spanShift
@@ -234,7 +287,10 @@ func (t *tree) dropEntry(e uint32) {
 		if !alive(t.recs.at(rec).meta) {
 			return
 		}
-		parent := t.parentOf(rec) // before rec may go
+		var parent uint32
+		if k < span-1 {
+			parent = t.parentOf(rec) // before rec may go
+		}
 		if h, ok := t.findHolder(rec, id, tier); ok {
 			hp := t.metaOf(h)
 			if n := hrefs(*hp); n > 1 {

@@ -24,8 +24,11 @@ type tree struct {
 	rankIDs  map[selection.Rank]uint32
 	rankList []selection.Rank
 	// live counts the tree's entries; queue orders them for eviction.
-	live  int
-	queue evictQueue
+	live int
+	// entryDelta is the change in entries of the event being applied, not
+	// yet added to Index.entries (flushEntries).
+	entryDelta int64
+	queue      evictQueue
 	// peaks remember the largest size of the node table and of each
 	// rank's table since they were last rebuilt: tables never shrink.
 	nodesPeak int

@@ -11,6 +11,32 @@ import "runtime"
 // pass whose loads do not wait on each other; the probes that follow then
 // find them in cache.
 
+// warmMinRecords is the tree size from which a payload's probes are
+// warmed whole (slots, the records they name, and for removals the node
+// table's slots of those records' blocks). In a smaller tree the records
+// mostly stay in the core's caches between payloads and reading them
+// ahead cost more than it saved (BenchmarkDecodeApply, one engine's 8-16k
+// blocks: 5-6 % more CPU); only the home slots are read ahead there
+// (warmSlots), which the tables' random homes still miss. 1<<16 records
+// are 2.5 MB, past a core's L2.
+const warmMinRecords = 1 << 16
+
+// cold reports whether the tree is large enough for its payloads' probes
+// to miss the caches on records too, so that warming them pays.
+func (t *tree) cold() bool { return t.recs.used >= warmMinRecords }
+
+// warmSlots reads the home slot of each key, and nothing they name.
+func (t *refTable) warmSlots(keys []uint64) {
+	if t == nil || t.n == 0 {
+		return
+	}
+	seen := uint32(0)
+	for _, k := range keys {
+		seen += t.slots[t.home(k)]
+	}
+	runtime.KeepAlive(seen)
+}
+
 // warm reads the home slot of each key and the key of the ref it holds.
 // What it read is summed and kept alive, so the compiler keeps the loads.
 func (t *refTable) warm(keys []uint64) {

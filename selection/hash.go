@@ -2,6 +2,7 @@ package selection
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"unsafe"
 
@@ -137,12 +138,29 @@ func AppendBlockHashes(dst []uint64, tokens []uint32, blockSize int, opt HashOpt
 // NextSequenceHash chains a block hash onto the previous sequence hash:
 // XXH3-64 (seed 1337) of the previous hash then the block hash, both as
 // little-endian u64 (docs/hashing.md, "Sequence hashes").
+//
+// It is XXH3's path for inputs of 9 to 16 bytes written out for exactly
+// 16: the library's entry point picks that path by length and seed on
+// every call, and the index and the lookups chain a key per block.
+// TestNextSequenceHashIsXXH3 holds it to the library's answer.
 func NextSequenceHash(prev, block uint64) uint64 {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], prev)
-	binary.LittleEndian.PutUint64(b[8:], block)
-	return xxh3.HashSeed(b[:], HashSeed)
+	lo := prev ^ (seqSecretLo + HashSeed)
+	hi := block ^ (seqSecretHi - HashSeed)
+	mh, ml := bits.Mul64(lo, hi)
+	acc := 16 + bits.ReverseBytes64(lo) + hi + (mh ^ ml)
+	acc ^= acc >> 37 // XXH3's avalanche
+	acc *= 0x165667919e3779f9
+	return acc ^ acc>>32
 }
+
+// seqSecretLo and seqSecretHi are the XOR of bytes 24–39 and of bytes
+// 40–55 of XXH3's default secret, read as little-endian u64 pairs: the
+// keys its 9-to-16-byte path mixes into the input's first and last eight
+// bytes.
+const (
+	seqSecretLo = 0x1f67b3b7a4a44072 ^ 0x78e5c0cc4ee679cb
+	seqSecretHi = 0x2172ffcc7dd05a82 ^ 0x8e2443f7744608b8
+)
 
 // AppendSequenceHashes appends the chained sequence hashes of blocks to dst:
 // the first equals the first block hash, each next one chains the previous.
