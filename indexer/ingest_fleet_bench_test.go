@@ -31,26 +31,11 @@ import (
 //
 // -benchtime Nx sets the payloads per publisher.
 func BenchmarkIngestFleetZMQ(b *testing.B) {
-	publishers := 64
-	if s := os.Getenv("INGEST_PUBLISHERS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			b.Fatalf("INGEST_PUBLISHERS=%q", s)
-		}
-		publishers = n
-	}
+	publishers := fleetPublishersFromEnv(b)
 	x, prompt := findMatchesFleet(b)
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = zctx.Term() }()
 	// A publisher takes a socket and a listener three (its SUB and its
-	// monitor's pair); libzmq's default bound of 1,023 a context would
-	// refuse the 256th engine.
-	if err := zctx.SetMaxSockets(4*publishers + 16); err != nil {
-		b.Fatal(err)
-	}
+	// monitor's pair).
+	zctx := fleetContext(b, 4*publishers)
 	fleet := make([]*fleetPublisher, publishers)
 	for i := range fleet {
 		p, err := startFleetPublisher(zctx, x, selection.Rank{WorkerID: uint64(100_000 + i)}, uint64(i))
@@ -240,6 +225,35 @@ func lookupLatencies(x *Index, prompt []uint32, n int, every time.Duration, done
 	}
 	slices.Sort(lat)
 	return lat
+}
+
+// fleetPublishersFromEnv is INGEST_PUBLISHERS, the fleet benchmarks'
+// engine count: 64 unless set (issue 15 asks for 1,024).
+func fleetPublishersFromEnv(b *testing.B) int {
+	s := os.Getenv("INGEST_PUBLISHERS")
+	if s == "" {
+		return 64
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("INGEST_PUBLISHERS=%q", s)
+	}
+	return n
+}
+
+// fleetContext is a ZMQ context for a fleet benchmark's sockets, ended
+// when the benchmark is: libzmq's default bound of 1,023 sockets a
+// context would refuse the 256th engine.
+func fleetContext(b *testing.B, sockets int) *zmq.Context {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = zctx.Term() })
+	if err := zctx.SetMaxSockets(sockets + 16); err != nil {
+		b.Fatal(err)
+	}
+	return zctx
 }
 
 // lookupEvery is LOOKUP_EVERY (a duration, e.g. 1ms): how often the

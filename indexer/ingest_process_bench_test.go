@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
-
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -45,15 +43,8 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	fleet := startFleetChild(b, publishers)
 	defer fleet.stop()
 
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = zctx.Term() }()
 	// A listener takes three sockets: its SUB and its monitor's pair.
-	if err := zctx.SetMaxSockets(3*publishers + 16); err != nil {
-		b.Fatal(err)
-	}
+	zctx := fleetContext(b, 3*publishers)
 	stats := make([]Stats, publishers)
 	for i, ep := range fleet.endpoints {
 		rank := selection.Rank{WorkerID: uint64(100_000 + i)}
@@ -82,18 +73,6 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	withLookups.report(b, "-lookups")
 	reportLatency(b, "idle", idle)
 	reportLatency(b, "ingest", busy)
-}
-
-func fleetPublishersFromEnv(b *testing.B) int {
-	s := os.Getenv("INGEST_PUBLISHERS")
-	if s == "" {
-		return 64
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		b.Fatalf("INGEST_PUBLISHERS=%q", s)
-	}
-	return n
 }
 
 // lapFigures is one lap's rate and each side's CPU per block.
