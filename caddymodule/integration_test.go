@@ -223,6 +223,16 @@ func forceReload(t *testing.T, caddyfile string) {
 	}
 }
 
+// reloadFor is forceReload for a test that goes on calling tester: the
+// old server's shutdown closes the client's kept-alive connections, and a
+// request sent on one as it closes fails with EOF (TestReloadAppliesSettings
+// did, once), so the client lets them go first.
+func reloadFor(t *testing.T, tester *testCaddy, caddyfile string) {
+	t.Helper()
+	forceReload(t, caddyfile)
+	tester.Client.CloseIdleConnections()
+}
+
 func pooledState(t *testing.T) *routerState {
 	t.Helper()
 	s := runningState()
@@ -296,7 +306,7 @@ func TestReloadKeepsRouterState(t *testing.T) {
 	state := pooledState(t)
 	gen := state.gen()
 
-	forceReload(t, cfg)
+	reloadFor(t, tester, cfg)
 
 	if s := pooledState(t); s != state || s.gen() != gen+1 {
 		t.Fatalf("reload did not reuse the pooled router (same: %t, generation %d → %d)", s == state, gen, s.gen())
@@ -329,7 +339,7 @@ func TestReloadAppliesSettings(t *testing.T) {
 	}
 	changed := strings.Replace(testCaddyfile(worker1), "use_kv_events off",
 		"use_kv_events off\n\t\tprefill_load_scale 4\n\t\tmax_reservations_per_client 7\n\t\tapprox_ttl 10s", 1)
-	forceReload(t, changed)
+	reloadFor(t, tester, changed)
 	if s := pooledState(t); s != state {
 		t.Fatal("the reload rebuilt the router")
 	}
