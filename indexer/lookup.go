@@ -46,9 +46,10 @@ var slotPool = sync.Pool{New: func() any { s := []int32{}; return &s }}
 // with LOOKUP_EVERY): there a 100k-token lookup let events in ~48
 // times, each a payload's apply and a wait for a core, and its median
 // during ingest was 4-8 times its idle one (1.4-2 times by time) for no
-// more ingest. By time, a hot lookup finishes in one hold. The walk sees events applied while it
-// let go: a rank's depth is still a prefix it held at some moment during
-// the lookup, which is all a routing estimate needs.
+// more ingest. By time, a hot lookup finishes in one hold. The walk sees
+// events applied while it let go: a rank's depth is still a prefix it
+// held at some moment during the lookup, which is all a routing estimate
+// needs.
 const lookupHoldDefault = 100 * time.Microsecond
 
 // lookupYield is how many blocks the walk goes between looks at the
