@@ -49,21 +49,25 @@ func TestWriteSelectBody(t *testing.T) {
 	}
 }
 
+// decodeWarm decodes body into one reused request value, as the proxy
+// path does, and checks that it held the benchmarks' 100,000 token ids.
+func decodeWarm(b *testing.B, body []byte) {
+	var req SelectRequest
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := DecodeJSON(body, &req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(req.TokenIDs) != 100_000 {
+		b.Fatal(len(req.TokenIDs))
+	}
+}
+
 func BenchmarkDecodeSelect100k(b *testing.B) {
 	body := selectBody(100_000)
-	b.Run("ours", func(b *testing.B) {
-		var req SelectRequest
-		b.SetBytes(int64(len(body)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := DecodeJSON(body, &req); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if len(req.TokenIDs) != 100_000 {
-			b.Fatal(len(req.TokenIDs))
-		}
-	})
+	b.Run("ours", func(b *testing.B) { decodeWarm(b, body) })
 	b.Run("ours_cold", func(b *testing.B) {
 		// A fresh request value each time: the token slice is allocated.
 		b.SetBytes(int64(len(body)))
