@@ -36,7 +36,9 @@ import (
 // gateway-cpu-ns/block); the same with "-lookups" while the benchmark's
 // goroutine looks the 100k-token prompt up in a loop (back to back, or
 // one every LOOKUP_EVERY), whose p50 and p99 it reports as
-// BenchmarkIngestFleetZMQ does.
+// BenchmarkIngestFleetZMQ does. With LOOKUP_OVER=http the lookups are
+// requests from a third process instead (ingest_lookup_child_test.go),
+// reported as idle-http-p50-µs and so on.
 func BenchmarkIngestFleetProcess(b *testing.B) {
 	publishers := fleetPublishersFromEnv(b)
 	x, prompt := findMatchesFleet(b)
@@ -55,13 +57,31 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 		defer l.Stop()
 	}
 	fleet.waitReady(b)
-	idle := lookupLatencies(x, prompt, 200, 0, nil)
 	every := lookupEvery(b)
+	var lookups *httpLookups
+	if lookupOverHTTP(b) {
+		lookups = startHTTPLookups(b, x, prompt, every)
+		defer lookups.stop()
+	}
+	var idle, busy []time.Duration
+	var idleHTTP, busyHTTP [2]time.Duration
+	if lookups != nil {
+		idleHTTP[0], idleHTTP[1] = lookups.idle(b, time.Second)
+	} else {
+		idle = lookupLatencies(x, prompt, 200, 0, nil)
+	}
 
 	alone := fleet.lap(b, stats, 0, b.N, nil)
-	var busy []time.Duration
 	withLookups := fleet.lap(b, stats, b.N, b.N, func(applied func() bool) {
-		busy = lookupLatencies(x, prompt, 0, every, applied)
+		if lookups == nil {
+			busy = lookupLatencies(x, prompt, 0, every, applied)
+			return
+		}
+		lookups.start(b)
+		for !applied() {
+			time.Sleep(100 * time.Microsecond)
+		}
+		busyHTTP[0], busyHTTP[1] = lookups.finish(b)
 	})
 	b.StopTimer()
 	for i := range stats {
@@ -71,6 +91,11 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	}
 	alone.report(b, "")
 	withLookups.report(b, "-lookups")
+	if lookups != nil {
+		reportHTTPLatency(b, "idle", idleHTTP[0], idleHTTP[1])
+		reportHTTPLatency(b, "ingest", busyHTTP[0], busyHTTP[1])
+		return
+	}
 	reportLatency(b, "idle", idle)
 	reportLatency(b, "ingest", busy)
 }
