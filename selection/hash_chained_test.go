@@ -1,0 +1,75 @@
+package selection
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestAppendChainedHashesMatchesTwoLoops: the one-pass hashing gives, for
+// random prompts of every length around the block boundaries, seeds,
+// Eagle windows and multimodal blocks, exactly AppendBlockHashes then
+// AppendSequenceHashes, appended after what the slices already held.
+func TestAppendChainedHashesMatchesTwoLoops(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 3))
+	for trial := range 3000 {
+		blockSize := []int{1, 4, 16, 32, 64}[rng.IntN(5)]
+		n := rng.IntN(8*blockSize + 3)
+		tokens := make([]uint32, n)
+		for i := range tokens {
+			tokens[i] = rng.Uint32()
+		}
+		opt := HashOptions{Eagle: rng.IntN(3) == 0}
+		if rng.IntN(2) == 0 {
+			opt.Seed = SaltedSeed("lora", "")
+		}
+		if rng.IntN(5) == 0 {
+			opt.MM = []*BlockMMInfo{nil, {MMObjects: []MMObject{{MMHash: rng.Uint64()}, {MMHash: 7}}}}
+		}
+		// What the caller's slices held before: kept, and appended to.
+		head := []uint64{rng.Uint64()}
+		wantBlocks := AppendBlockHashes(slices.Clone(head), tokens, blockSize, opt)
+		wantSeqs := AppendSequenceHashes(slices.Clone(head), wantBlocks[1:])
+		gotBlocks, gotSeqs := AppendChainedHashes(slices.Clone(head), slices.Clone(head), tokens, blockSize, opt)
+		if !slices.Equal(gotBlocks, wantBlocks) || !slices.Equal(gotSeqs, wantSeqs) {
+			t.Fatalf("trial %d (n %d, block %d, %+v): chained hashes differ from the two loops", trial, n, blockSize, opt)
+		}
+	}
+}
+
+// TestAppendChainedHashesAllocatesNothingWithRoom: given room, the one
+// pass allocates nothing, as the proxy path reuses its scratch.
+func TestAppendChainedHashesAllocatesNothingWithRoom(t *testing.T) {
+	tokens := make([]uint32, 100_000)
+	blocks, seqs := make([]uint64, 0, 6250), make([]uint64, 0, 6250)
+	if a := testing.AllocsPerRun(10, func() {
+		blocks, seqs = AppendChainedHashes(blocks[:0], seqs[:0], tokens, 16, HashOptions{})
+	}); a != 0 {
+		t.Fatalf("%v allocations a call", a)
+	}
+	if len(blocks) != 6250 || len(seqs) != 6250 {
+		t.Fatal(len(blocks), len(seqs))
+	}
+}
+
+// BenchmarkPromptHashes100k: the block and sequence hashes of a
+// 100k-token prompt (16-token blocks), in one pass and in the two loops.
+func BenchmarkPromptHashes100k(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tokens := make([]uint32, 100_000)
+	for i := range tokens {
+		tokens[i] = uint32(rng.IntN(150000))
+	}
+	blocks, seqs := make([]uint64, 0, 6250), make([]uint64, 0, 6250)
+	b.Run("one_pass", func(b *testing.B) {
+		for b.Loop() {
+			blocks, seqs = AppendChainedHashes(blocks[:0], seqs[:0], tokens, 16, HashOptions{})
+		}
+	})
+	b.Run("two_loops", func(b *testing.B) {
+		for b.Loop() {
+			blocks = AppendBlockHashes(blocks[:0], tokens, 16, HashOptions{})
+			seqs = AppendSequenceHashes(seqs[:0], blocks)
+		}
+	})
+}
