@@ -1,30 +1,44 @@
 #include "textflag.h"
 
-// func collectCompactVBMI(base unsafe.Pointer, masks *uint64, n int, c int, start int, words *uint64) (next int, m int, done int)
+// func collectValuesVBMI(base unsafe.Pointer, masks *uint64, n int, c int, start int, dst *uint32) (next int, m int, done int)
 //
-// collectCompact (tokenrun.go) a block of 64 bytes at a time, in
-// AVX-512 VBMI and VBMI2, for blocks whose elements all pass its checks;
-// it stops before the first block that has more than 16 elements, an
-// element that fails a check, or an element that began more than seven
-// bytes before the block, and returns how many blocks it took (done):
-// the caller takes the rest with the checking loop, from next, into
-// words[m:]. Per block: the commas' offsets are packed into bytes
-// (VPCOMPRESSB of the offsets under the comma mask), each element's start
-// is the comma before it plus one, and its length their difference; the
-// lengths (one to eight) and the first digits (a leading zero only in "0")
-// are checked sixteen elements at once; then each element's bytes are
-// gathered into the top of its own eight-byte word (VPERMI2B over the 72
-// bytes from eight before the block, zero below the element's first
-// digit), eight words a register, as parseDigits's shift leaves them.
+// collectCompact (tokenrun.go) and digitValues in one, a block of 64
+// bytes at a time in AVX-512 VBMI and VBMI2, for blocks whose elements all
+// pass collectCompact's checks: it stops before the first block that has
+// more than 16 elements, an element that fails a check, or an element that
+// began more than seven bytes before the block, and returns how many blocks
+// it took (done); the caller takes the rest with the checking loop, from
+// next. Per block: the commas' offsets are packed into bytes (VPCOMPRESSB
+// of the offsets under the comma mask), each element's start is the comma
+// before it plus one, and its length their difference; the lengths (one
+// to eight) and the first digits (a leading zero only in "0") are checked
+// sixteen elements at once; then each element's bytes are gathered into
+// the top of its own eight-byte word (VPERMI2B over the 72 bytes from
+// eight before the block, zero below the element's first digit), as
+// parseDigits's shift leaves them, eight words a register, and converted
+// to numbers as digitValuesAVX2 does, eight at once, into dst[m:].
 // It reads the eight bytes before the block: the caller guarantees c >= 8.
-// Words beyond m may be written (up to sixteen a block taken).
-TEXT ·collectCompactVBMI(SB), NOSPLIT, $0-72
+// It writes sixteen values a block taken, the ones past the block's
+// elements meaningless: the caller guarantees the room.
+// VALUES converts the eight words of w (one to eight ASCII digits in
+// their top bytes, zero below) to their numbers, as digitValuesAVX2 does
+// four at a time, into the eight 32-bit lanes of out; t is clobbered.
+#define VALUES(w, t, out) \
+	VPANDQ     Z30, w, w; \
+	VPMADDUBSW Z31, w, w; \
+	VPMADDWD   Z19, w, w; \
+	VPMULUDQ   Z18, w, t; \
+	VPSRLQ     $32, w, w; \
+	VPADDQ     t, w, w; \
+	VPMOVQD    w, out
+
+TEXT ·collectValuesVBMI(SB), NOSPLIT, $0-72
 	MOVQ base+0(FP), AX
 	MOVQ masks+8(FP), BX
 	MOVQ n+16(FP), CX
 	MOVQ c+24(FP), SI
 	MOVQ start+32(FP), R8
-	MOVQ words+40(FP), R9
+	MOVQ dst+40(FP), R9
 	XORQ DI, DI // m
 	XORQ DX, DX // blocks taken
 	TESTQ CX, CX
@@ -46,6 +60,14 @@ TEXT ·collectCompactVBMI(SB), NOSPLIT, $0-72
 	VPBROADCASTQ R10, Z29
 	MOVQ $1, R10
 	KMOVQ R10, K2 // byte 0
+	MOVQ $0x0F0F0F0F0F0F0F0F, R10
+	VPBROADCASTQ R10, Z30
+	MOVQ $0x010A010A010A010A, R10 // byte weights 10, 1
+	VPBROADCASTQ R10, Z31
+	MOVQ $0x0001006400010064, R10 // word weights 100, 1
+	VPBROADCASTQ R10, Z19
+	MOVQ $10000, R10
+	VPBROADCASTQ R10, Z18
 
 block:
 	MOVQ (BX), R10 // the block's comma mask
@@ -84,24 +106,25 @@ block:
 	JNZ       out
 
 	// Elements 0-7: lane j's byte k is window[E_j-8+k] where k >= 8-L_j,
-	// else zero.
+	// else zero; then their values.
 	VPERMB    Z2, Z22, Z7
 	VPERMB    Z4, Z22, Z8
 	VPADDB    Z24, Z7, Z7
 	VPADDB    Z25, Z8, Z8
 	VPCMPUB   $5, Z26, Z8, K6  // L_j + k >= 8
 	VPERMI2B.Z Z1, Z0, K6, Z7
-	VMOVDQU64 Z7, (R9)(DI*8)
-	CMPQ      R12, $8
-	JBE       taken
-	// Elements 8-15.
+	VALUES(Z7, Z9, Y7)
+	VMOVDQU   Y7, (R9)(DI*4)
+	// Elements 8-15, whether or not the block has them: a test would
+	// cost more, mispredicted, than the few instructions.
 	VPERMB    Z2, Z23, Z7
 	VPERMB    Z4, Z23, Z8
 	VPADDB    Z24, Z7, Z7
 	VPADDB    Z25, Z8, Z8
 	VPCMPUB   $5, Z26, Z8, K6
 	VPERMI2B.Z Z1, Z0, K6, Z7
-	VMOVDQU64 Z7, 64(R9)(DI*8)
+	VALUES(Z7, Z9, Y7)
+	VMOVDQU   Y7, 32(R9)(DI*4)
 
 taken:
 	ADDQ R12, DI

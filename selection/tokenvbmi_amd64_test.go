@@ -23,18 +23,18 @@ func TestTokenRunWithoutVBMI(t *testing.T) {
 }
 
 // The AVX-512 kernel, with the BMI loop after it, and the Go loop agree on
-// every group of blocks: where they stop, the words they put and whether
+// every group of blocks: where they stop, the values they put and whether
 // they took them all, for groups that start anywhere in an element (up to
 // and past seven bytes before the group), blocks with up to 32 elements,
 // empty elements, long ones and leading zeros, and a group starting at
 // the array's first bytes (c < 8, where the kernel is not used).
-func TestCollectElementsVBMIMatchesGo(t *testing.T) {
+func TestCollectValuesVBMIMatchesGo(t *testing.T) {
 	if !hasVBMI {
 		t.Skip("no AVX-512 VBMI")
 	}
 	rng := rand.New(rand.NewPCG(15, 34))
 	const trials = 30_000
-	whole, dense := 0, 0
+	whole, dense, taken := 0, 0, 0 // taken: trials where the kernel took a block
 	for trial := range trials {
 		g := 1 + rng.IntN(groupBlocks)
 		pre := rng.IntN(24) // bytes before the group: c
@@ -86,18 +86,32 @@ func TestCollectElementsVBMIMatchesGo(t *testing.T) {
 			}
 		}
 		base := unsafe.Pointer(unsafe.SliceData(b))
-		var wantWords, gotWords [groupBlocks * tokenRunRoom]uint64
-		wantNext, wantM, wantOK := collectCompact(base, masks[:g], pre, start, &wantWords)
-		gotNext, gotM, gotOK := collectElements(base, masks[:g], pre, start, &gotWords)
+		var words [groupBlocks * tokenRunRoom]uint64
+		var want, got [groupBlocks * tokenRunRoom]uint32
+		wantNext, wantM, wantOK := collectCompact(base, masks[:g], pre, start, &words)
+		digitValuesWords(words[:wantM], unsafe.Pointer(&want[0]))
+		// As tokenRun does: the kernel's blocks, then the checking loop's.
+		gotNext, gotM, done := collectValues(base, masks[:g], pre, start, unsafe.Pointer(&got[0]))
+		gotOK := true
+		if done < g {
+			var rest int
+			gotNext, rest, gotOK = collectElements(base, masks[done:g], pre+64*done, gotNext, &words)
+			digitValuesWords(words[:rest], unsafe.Pointer(&got[gotM]))
+			gotM += rest
+		}
 		if wantOK {
 			whole++
 		}
-		if gotNext != wantNext || gotM != wantM || gotOK != wantOK || !slices.Equal(gotWords[:gotM], wantWords[:wantM]) {
+		if pre >= 8 && done > 0 {
+			taken++
+		}
+		if gotNext != wantNext || gotM != wantM || gotOK != wantOK || !slices.Equal(got[:gotM], want[:wantM]) {
 			t.Fatalf("trial %d (%d blocks from %d, element from %d): AVX-512 (%d, %d, %v), Go (%d, %d, %v)\n%s",
 				trial, g, pre, start, gotNext, gotM, gotOK, wantNext, wantM, wantOK, b[:pre+64*g])
 		}
 	}
-	if whole < trials/10 || whole > trials*9/10 || dense == 0 {
-		t.Fatalf("%d of %d trials took every element, %d had a block of over 16: the cases are not mixed", whole, trials, dense)
+	if whole < trials/10 || whole > trials*9/10 || dense == 0 || taken < trials/2 {
+		t.Fatalf("%d of %d trials took every element, %d had a block of over 16, the kernel took blocks in %d: the cases are not mixed",
+			whole, trials, dense, taken)
 	}
 }
