@@ -6,10 +6,17 @@ import "golang.org/x/sys/cpu"
 var hasAVX512DQ = cpu.X86.HasAVX512 && cpu.X86.HasAVX512DQ
 
 // chainedHashes64AVX512 hashes 8*groups blocks of 64 bytes and chains
-// them, eight blocks at once (hashchain_amd64.s).
+// them on prev (or from the first, when first is set), eight blocks at
+// once (hashchain_amd64.s).
 //
 //go:noescape
-func chainedHashes64AVX512(tokens *uint32, groups int, seed uint64, blocks *uint64, seqs *uint64)
+func chainedHashes64AVX512(tokens *uint32, groups int, seed uint64, blocks *uint64, seqs *uint64, prev uint64, first bool)
+
+// hashSpan is how many blocks one kernel call hashes at most (a few
+// microseconds): assembly has no point where the garbage collector can
+// preempt it, so a long prompt is hashed in calls with the loop's own
+// preemption points between them, as tokenRun parses in runSpan.
+const hashSpan = 1024
 
 // chainedBlocks64 puts the block hashes of the leading blocks of 16
 // tokens (64 bytes) into blocks and their sequence hashes into seqs, a
@@ -21,6 +28,11 @@ func chainedBlocks64(tokens []uint32, n int, seed uint64, blocks, seqs []uint64)
 	if !hasAVX512DQ || done == 0 || len(tokens) < 16*done || len(blocks) < done || len(seqs) < done {
 		return 0
 	}
-	chainedHashes64AVX512(&tokens[0], done/8, seed, &blocks[0], &seqs[0])
+	var prev uint64
+	for i := 0; i < done; i += hashSpan {
+		k := min(done-i, hashSpan)
+		chainedHashes64AVX512(&tokens[16*i], k/8, seed, &blocks[i], &seqs[i], prev, i == 0)
+		prev = seqs[i+k-1]
+	}
 	return done
 }

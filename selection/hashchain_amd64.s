@@ -27,18 +27,19 @@
 	VPADDQ   Z10, Z13, Z13; \
 	VPXORQ   Z14, Z13, out
 
-// func chainedHashes64AVX512(tokens *uint32, groups int, seed uint64, blocks *uint64, seqs *uint64)
+// func chainedHashes64AVX512(tokens *uint32, groups int, seed uint64, blocks *uint64, seqs *uint64, prev uint64, first bool)
 //
 // The xxh3-64 hash (with seed) of each of 8*groups blocks of 64 bytes
-// from tokens, to blocks, and their sequence hashes, to seqs: the first
-// block's own, then NextSequenceHash of the one before and the block's.
+// from tokens, to blocks, and their sequence hashes, to seqs: each
+// NextSequenceHash of the one before (prev for the first block) and the
+// block's, or, when first is set, the first block's own hash.
 // It is xxh3's path for inputs of 33 to 128 bytes, for exactly 64: the
 // length times prime64_1, plus mulFold64 of each of the four 16-byte
 // pairs XORed with the default secret's keys (plus and minus the seed),
 // then the avalanche; eight blocks at once, one per lane, each lane's
 // words gathered at the blocks' stride. The chain runs on the scalar
 // units, eight steps a group, while the vector units hash the next group.
-TEXT ·chainedHashes64AVX512(SB), NOSPLIT, $0-40
+TEXT ·chainedHashes64AVX512(SB), NOSPLIT, $0-49
 	MOVQ tokens+0(FP), SI
 	MOVQ groups+8(FP), CX
 	MOVQ seed+16(FP), R8
@@ -89,7 +90,8 @@ TEXT ·chainedHashes64AVX512(SB), NOSPLIT, $0-40
 	MOVQ $0x6782737bea423ef2, R10
 	MOVQ $0xaf56bc3b09964d01, R11
 	MOVQ $0x165667919e3779f9, R12
-	MOVQ $1, R15 // the first group: its first block starts the chain
+	MOVQ   prev+40(FP), R13
+	MOVBQZX first+48(FP), R15 // set: the first block starts the chain
 
 group:
 	KXNORB K1, K1, K1
