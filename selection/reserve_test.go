@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -149,5 +150,22 @@ func TestBookingsClaimRules(t *testing.T) {
 	mustStatus(t, bk.free("a"), 404, "not found")
 	if bk.active() != 0 || len(bk.clients) != 0 {
 		t.Fatalf("free left %d active, %v", bk.active(), bk.clients)
+	}
+}
+
+// TestNewSelectionIDIsUUIDv4: the written-out id is a lowercase UUID of
+// version 4 and the RFC 4122 variant, and ids differ.
+func TestNewSelectionIDIsUUIDv4(t *testing.T) {
+	form := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newSelectionID()
+		if !form.MatchString(id) {
+			t.Fatalf("%q is not a UUIDv4", id)
+		}
+		if seen[id] {
+			t.Fatalf("%q twice", id)
+		}
+		seen[id] = true
 	}
 }

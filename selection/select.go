@@ -105,10 +105,11 @@ func normalize(pr *Prompt, p *partition, s *scoring, w *work, needBlocks bool) (
 			eagle = *pr.IsEagle
 		}
 		opt := HashOptions{Seed: SaltedSeed(pr.LoraName, pr.CacheSalt), Eagle: eagle, MM: mm}
-		w.blocks = AppendBlockHashes(w.blocks[:0], tokens, int(p.blockSize), opt)
 		if s.assumeReuse {
-			w.tracking = AppendSequenceHashes(w.tracking[:0], w.blocks)
+			// Both chains in one pass (AppendChainedHashes says why).
+			w.blocks, w.tracking = AppendChainedHashes(w.blocks[:0], w.tracking[:0], tokens, int(p.blockSize), opt)
 		} else {
+			w.blocks = AppendBlockHashes(w.blocks[:0], tokens, int(p.blockSize), opt)
 			w.tracking = appendRandom(w.tracking[:0], len(w.blocks))
 		}
 		w.chained = s.assumeReuse

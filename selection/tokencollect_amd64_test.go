@@ -13,8 +13,8 @@ func TestTokenRunWithoutBMI(t *testing.T) {
 	if !hasBMI {
 		t.Skip("no BMI: the Go loop is what the other tests ran")
 	}
-	hasBMI = false
-	defer func() { hasBMI = true }()
+	hasBMI, hasVBMI = false, false
+	defer func(vbmi bool) { hasBMI, hasVBMI = true, vbmi }(hasVBMI)
 	t.Run("AgainstEncodingJSON", TestTokenRunAgainstEncodingJSON)
 	t.Run("BlockBorders", TestTokenRunBlockBorders)
 	t.Run("ReusedSlice", TestTokenArrayReusedSlice)

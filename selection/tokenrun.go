@@ -211,20 +211,27 @@ func tokenRun(b []byte, i int, out []uint32, k int, scratch *tokenScratch) (int,
 			}
 		}
 		if g > 0 {
-			// Their elements, checked for length and a leading zero, go
-			// to words with their digits in the top bytes (collectElements:
-			// in BMI assembly where there is BMI); then all are converted
-			// at once (digitValues: in AVX2 where there is one).
-			var m int
-			var ok bool
-			if spaced {
-				start, m, ok = collectSpaced(base, group[:g], c, start, words)
-			} else {
-				start, m, ok = collectElements(base, group[:g], c, start, words)
+			// Where there is AVX-512 VBMI, the blocks it can take go
+			// straight to values (collectValues). The elements of the
+			// rest, checked for length and a leading zero, go to words
+			// with their digits in the top bytes (collectElements: in BMI
+			// assembly where there is BMI); then all are converted at
+			// once (digitValues: in AVX2 where there is one). In bounds:
+			// out has room for 32 elements a block.
+			m, done, ok := 0, 0, true
+			if !spaced {
+				start, m, done = collectValues(base, group[:g], c, start, unsafe.Add(dst, 4*k))
+				k += m
 			}
-			// In bounds: out has room for 32 elements a block.
-			digitValues(words[:m], unsafe.Add(dst, 4*k))
-			k += m
+			if done < g {
+				if spaced {
+					start, m, ok = collectSpaced(base, group[:g], c, start, words)
+				} else {
+					start, m, ok = collectElements(base, group[done:g], c+64*done, start, words)
+				}
+				digitValues(words[:m], unsafe.Add(dst, 4*k))
+				k += m
+			}
 			if !ok {
 				return start, k
 			}
