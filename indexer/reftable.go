@@ -164,7 +164,27 @@ func (t *refTable) claim(key uint64) claimed {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.resize(max(2*len(t.slots), tableMinSlots))
 	}
-	h := t.home(key)
+	return t.claimAt(t.home(key), key)
+}
+
+// reserve grows the table, if need be, so that n more keys fit without
+// growing: homes computed after it stay valid for claimAt while at most n
+// keys are claimed.
+func (t *refTable) reserve(n int) {
+	if (t.n+n)*4 > len(t.slots)*3 {
+		t.resize(max(2*len(t.slots), slotsFor(t.n+n)))
+	}
+}
+
+// claimAt is claim with key's home h already known, computed since the
+// last reserve that made room for this claim. Past that room it grows the
+// table and finds the home again, so a miscounted reserve costs time, not
+// correctness.
+func (t *refTable) claimAt(h int, key uint64) claimed {
+	if (t.n+1)*4 > len(t.slots)*3 {
+		t.resize(max(2*len(t.slots), tableMinSlots))
+		h = t.home(key)
+	}
 	i, held := t.findFrom(h, key)
 	if !held {
 		t.n++
@@ -193,8 +213,13 @@ func (t *refTable) delRef(key uint64, ref uint32) bool {
 	if t == nil || t.n == 0 {
 		return false
 	}
+	return t.delRefFrom(t.home(key), ref)
+}
+
+// delRefFrom is delRef with the key's home h already known.
+func (t *refTable) delRefFrom(h int, ref uint32) bool {
 	mask := len(t.slots) - 1
-	for i := t.home(key); ; i = (i + 1) & mask {
+	for i := h; ; i = (i + 1) & mask {
 		s := t.slots[i]
 		if s == 0 {
 			return false

@@ -34,6 +34,9 @@ type tree struct {
 	nodesPeak int
 	rankPeaks []int    // by rank id
 	shrink    []uint32 // ranks whose table fell to a quarter of its peak (noteShrink)
+	// homes is a store's scratch: its keys' home slots in the node table,
+	// then its engine hashes' in the rank's table (store, warm.go).
+	homes []int32
 }
 
 func newTree(blockSize int, eagle bool) *tree {
@@ -74,11 +77,11 @@ func chainKeys(dst []uint64, prefix uint64, have bool, locals []uint64) []uint64
 	return dst
 }
 
-// extend chains a block (its chain key and local hash) onto the prefix
-// (its record; have: whether there is a prefix) and returns the block's
-// record, created if new.
-func (t *tree) extend(key uint64, prefixRec uint32, have bool, local uint64) uint32 {
-	c := t.nodes.claim(key)
+// extend chains a block (its chain key, the key's home in the node table
+// and its local hash) onto the prefix (its record; have: whether there is
+// a prefix) and returns the block's record, created if new.
+func (t *tree) extend(key uint64, home int, prefixRec uint32, have bool, local uint64) uint32 {
+	c := t.nodes.claimAt(home, key)
 	if c.held {
 		rec := c.ref()
 		if have {
