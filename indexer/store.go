@@ -10,7 +10,6 @@ import (
 // rank or a worker.
 
 func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
-	defer t.flushEntries(x)
 	switch ev.Kind {
 	case Stored:
 		if err := t.store(x, r, ev, h); err != nil {
@@ -22,13 +21,13 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	case Cleared:
 		t.clearRank(x, r)
 	}
-	x.counters.applied.add(1)
 	return nil
 }
 
-// flushEntries adds the entries an event stored and removed to the
-// index's count: once per event, where an atomic add per block fenced
-// every block's stores.
+// flushEntries adds the entries the events of one hold of the write lock
+// stored and removed to the index's count: once per hold, where an atomic
+// add per block fenced every block's stores (a store's bound check adds
+// the pending delta to the count it reads).
 func (t *tree) flushEntries(x *Index) {
 	if t.entryDelta != 0 {
 		x.entries.Add(t.entryDelta)
@@ -237,13 +236,13 @@ func (t *tree) removeAll(x *Index, id uint32, m *refTable, engines []uint64) {
 		x.counters.unknownBlock.add(uint64(len(engines)))
 		return
 	}
-	var ahead removalAhead
+	ahead := &t.ahead
 	unknown := 0
 	for len(engines) > 0 {
 		chunk := engines[:min(len(engines), aheadMax)]
-		t.readAheadRemoval(m, chunk, &ahead)
+		t.readAheadRemoval(m, chunk, ahead)
 		for k, engine := range chunk {
-			if !t.remove(x, id, m, engine, &ahead, k) {
+			if !t.remove(x, id, m, engine, ahead, k) {
 				unknown++
 			}
 		}

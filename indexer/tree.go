@@ -25,8 +25,9 @@ type tree struct {
 	rankList []selection.Rank
 	// live counts the tree's entries; queue orders them for eviction.
 	live int
-	// entryDelta is the change in entries of the event being applied, not
-	// yet added to Index.entries (flushEntries).
+	// entryDelta is the change in entries of the events applied under
+	// this hold of the write lock, not yet added to Index.entries
+	// (flushEntries).
 	entryDelta int64
 	queue      evictQueue
 	// peaks remember the largest size of the node table and of each
@@ -37,6 +38,7 @@ type tree struct {
 	// homes is a store's scratch: its keys' home slots in the node table,
 	// then its engine hashes' in the rank's table (store, warm.go).
 	homes []int32
+	ahead removalAhead // a removal's scratch (removeAll, warm.go)
 }
 
 func newTree(blockSize int, eagle bool) *tree {
