@@ -30,10 +30,10 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		}
 		m := t.ranks[r]
 		if m == nil {
-			m = t.newRankTable(0)
+			m = t.newRankTable(r, 0)
 			t.ranks[r] = m
 		}
-		id := t.rankID(r)
+		id := m.rank
 		st := ev.Event.Data.Stored
 		var key uint64
 		var rec uint32

@@ -38,6 +38,9 @@ type refTable struct {
 	// table apart (a branch, where a func value's call could not be inlined).
 	tree    *tree
 	engines bool
+	// rank is an engine table's rank id (tree.rankIDs), kept here so an
+	// event finds its rank's table and id in one map lookup.
+	rank uint32
 }
 
 // The layout of a slot: the ref in the low refBits, the distance from its
@@ -285,6 +288,7 @@ func (t *refTable) insertAll(old []uint32) {
 // shrinks).
 func (t *refTable) rebuilt() *refTable {
 	fresh := newRefTable(t.n, t.tree, t.engines)
+	fresh.rank = t.rank
 	fresh.insertAll(t.slots)
 	fresh.n = t.n
 	return fresh

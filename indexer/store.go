@@ -16,8 +16,8 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 			return err
 		}
 	case Removed:
-		m, id := t.ranks[r], t.rankIDs[r] // looked up once per event, not per block
-		t.removeAll(x, id, m, ev.BlockHashes)
+		m := t.ranks[r] // looked up once per event, not per block
+		t.removeAll(x, m, ev.BlockHashes)
 	case Cleared:
 		t.clearRank(x, r)
 	}
@@ -101,10 +101,10 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		return ErrPartitionFull
 	}
 	if m == nil {
-		m = t.newRankTable(len(ev.BlockHashes))
+		m = t.newRankTable(r, len(ev.BlockHashes))
 		t.ranks[r] = m
 	}
-	id := t.rankID(r)
+	id := m.rank
 	// The blocks' chain keys first (after the locals in the same pooled
 	// buffer), then every home slot of the claims, in passes whose loads
 	// do not wait on each other (warm.go); the tables make room first, so
@@ -227,15 +227,16 @@ func (t *tree) dropEmpty(span []uint32) {
 	}
 }
 
-// removeAll removes engine hashes of rank id (whose table is m), in
+// removeAll removes engine hashes of a rank (whose table is m), in
 // order, counting the unknown ones. What the removals read is read ahead
 // first, a chunk at a time (readAheadRemoval), and each removal starts
 // from where that found its entry.
-func (t *tree) removeAll(x *Index, id uint32, m *refTable, engines []uint64) {
+func (t *tree) removeAll(x *Index, m *refTable, engines []uint64) {
 	if m.Len() == 0 {
 		x.counters.unknownBlock.add(uint64(len(engines)))
 		return
 	}
+	id := m.rank
 	ahead := &t.ahead
 	unknown := 0
 	for len(engines) > 0 {

@@ -48,8 +48,13 @@ func newTree(blockSize int, eagle bool) *tree {
 	return t
 }
 
-// newRankTable returns an engine table, keyed by its entries' engine hashes.
-func (t *tree) newRankTable(n int) *refTable { return newRefTable(n, t, true) }
+// newRankTable returns rank r's engine table, keyed by its entries'
+// engine hashes, sized for n.
+func (t *tree) newRankTable(r selection.Rank, n int) *refTable {
+	m := newRefTable(n, t, true)
+	m.rank = t.rankID(r)
+	return m
+}
 
 func (t *tree) rankID(r selection.Rank) uint32 {
 	id, ok := t.rankIDs[r]
