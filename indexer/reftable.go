@@ -167,7 +167,7 @@ func (t *refTable) claim(key uint64) claimed {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.resize(max(2*len(t.slots), tableMinSlots))
 	}
-	return t.claimAt(t.home(key), key)
+	return t.claimAt(t.home(key), len(t.slots), key)
 }
 
 // reserve grows the table, if need be, so that n more keys fit without
@@ -179,13 +179,16 @@ func (t *refTable) reserve(n int) {
 	}
 }
 
-// claimAt is claim with key's home h already known, computed since the
-// last reserve that made room for this claim. Past that room it grows the
-// table and finds the home again, so a miscounted reserve costs time, not
-// correctness.
-func (t *refTable) claimAt(h int, key uint64) claimed {
+// claimAt is claim with key's home h already known, computed when the
+// table had slots slots (after a reserve that made room for this claim).
+// A claim past that room grows the table, and a home computed before a
+// growth is found again, so a miscounted reserve costs time, not
+// correctness. (A table is only replaced whole, rebuilt, between events.)
+func (t *refTable) claimAt(h, slots int, key uint64) claimed {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.resize(max(2*len(t.slots), tableMinSlots))
+	}
+	if slots != len(t.slots) {
 		h = t.home(key)
 	}
 	i, held := t.findFrom(h, key)

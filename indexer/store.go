@@ -120,6 +120,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	homes = m.homesOf(homes, ev.BlockHashes, cold)
 	t.homes = homes
 	nodeHomes, engineHomes := homes[:len(keys)], homes[len(keys):]
+	nodeSlots, engineSlots := len(t.nodes.slots), len(m.slots)
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	rec, have := parentRec, ev.HasParent
@@ -130,24 +131,24 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
 		span = span[:0]
 		for ; next < ours; next++ {
-			rec = t.extend(keys[next], int(nodeHomes[next]), rec, have, locals[next])
+			rec = t.extend(keys[next], int(nodeHomes[next]), nodeSlots, rec, have, locals[next])
 			have = true
 			span = append(span, rec)
 		}
 		if len(span) == 0 {
 			continue // the engine block ends inside one of ours: nothing to map yet
 		}
-		t.hold(x, m, id, span, engine, int(engineHomes[i]), ev.Tier)
+		t.hold(x, m, id, span, engine, int(engineHomes[i]), engineSlots, ev.Tier)
 	}
 	return nil
 }
 
 // hold records that the rank (id, engine table m) holds the blocks of
 // span (record indexes, the last one the engine block's) under the engine
-// hash engine, whose home in m is home.
-func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint64, home int, tier Tier) {
+// hash engine, whose home in m is home (computed when m had slots slots).
+func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint64, home, slots int, tier Tier) {
 	last := span[len(span)-1]
-	c := m.claimAt(home, engine)
+	c := m.claimAt(home, slots, engine)
 	if c.held {
 		p := t.metaOf(c.ref())
 		if _, block, _ := t.entryOf(c.ref()); block == last && metaTier(*p) == tier {

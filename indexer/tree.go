@@ -85,10 +85,11 @@ func chainKeys(dst []uint64, prefix uint64, have bool, locals []uint64) []uint64
 }
 
 // extend chains a block (its chain key, the key's home in the node table
-// and its local hash) onto the prefix (its record; have: whether there is
-// a prefix) and returns the block's record, created if new.
-func (t *tree) extend(key uint64, home int, prefixRec uint32, have bool, local uint64) uint32 {
-	c := t.nodes.claimAt(home, key)
+// and the table's size when that was computed, and its local hash) onto
+// the prefix (its record; have: whether there is a prefix) and returns the
+// block's record, created if new.
+func (t *tree) extend(key uint64, home, slots int, prefixRec uint32, have bool, local uint64) uint32 {
+	c := t.nodes.claimAt(home, slots, key)
 	if c.held {
 		rec := c.ref()
 		if have {
