@@ -118,7 +118,9 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	cold := t.cold()
 	homes := t.nodes.homesOf(t.homes[:0], keys, cold)
 	homes = m.homesOf(homes, ev.BlockHashes, cold)
-	t.homes = homes
+	if t.homes = homes; cap(homes) > homesKeep {
+		t.homes = nil // a huge event's scratch is not kept for the next
+	}
 	nodeHomes, engineHomes := homes[:len(keys)], homes[len(keys):]
 	nodeSlots, engineSlots := len(t.nodes.slots), len(m.slots)
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full

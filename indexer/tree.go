@@ -36,7 +36,8 @@ type tree struct {
 	rankPeaks []int    // by rank id
 	shrink    []uint32 // ranks whose table fell to a quarter of its peak (noteShrink)
 	// homes is a store's scratch: its keys' home slots in the node table,
-	// then its engine hashes' in the rank's table (store, warm.go).
+	// then its engine hashes' in the rank's table (store, warm.go); kept
+	// between stores up to homesKeep.
 	homes []int32
 	ahead removalAhead // a removal's scratch (removeAll, warm.go)
 }
@@ -47,6 +48,11 @@ func newTree(blockSize int, eagle bool) *tree {
 	t.nodes = newRefTable(0, t, false)
 	return t
 }
+
+// homesKeep is the largest tree.homes kept from one store to the next
+// (64 KB): an engine's payloads need a few dozen, and a publisher's
+// million-block event must not leave megabytes behind.
+const homesKeep = 1 << 14
 
 // newRankTable returns rank r's engine table, keyed by its entries'
 // engine hashes, sized for n.

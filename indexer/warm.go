@@ -66,7 +66,8 @@ func (t *refTable) warm(keys []uint64) {
 }
 
 // aheadMax is how many keys one read-ahead pass covers: an event's keys go
-// in chunks of it, so what a pass found fits on the stack.
+// in chunks of it, so what a pass found fits in a fixed scratch
+// (tree.ahead) whatever the event's size.
 const aheadMax = 64
 
 // removalAhead is what readAheadRemoval found for each engine hash of a
