@@ -50,19 +50,30 @@ func (x *Index) applyEvents(p selection.PartitionKey, r selection.Rank, events [
 			hs = append(hs, h)
 			n++
 		}
+		applied, skipped := 0, 0
 		t.mu.Lock()
 		for i := range n {
 			ev := &events[i]
 			if ev.Skip {
-				x.counters.skipped.add(1)
+				skipped++
 				continue
 			}
 			if err := t.apply(x, r, ev, hs[i]); err != nil {
 				refuse(err)
+				continue
 			}
+			applied++
 		}
+		t.flushEntries(x)
 		t.tidy()
 		t.mu.Unlock()
+		// Counted once per hold: each add is an atomic read-modify-write.
+		if skipped > 0 {
+			x.counters.skipped.add(uint64(skipped))
+		}
+		if applied > 0 {
+			x.counters.applied.add(uint64(applied))
+		}
 		for _, h := range hs {
 			h.release()
 		}

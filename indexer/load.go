@@ -30,10 +30,10 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		}
 		m := t.ranks[r]
 		if m == nil {
-			m = t.newRankTable(0)
+			m = t.newRankTable(r, 0)
 			t.ranks[r] = m
 		}
-		id := t.rankID(r)
+		id := m.rank
 		st := ev.Event.Data.Stored
 		var key uint64
 		var rec uint32
@@ -53,9 +53,9 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 			} else {
 				key = b.TokensHash
 			}
-			rec = t.extend(key, rec, have, b.TokensHash)
+			rec = t.extend(key, t.nodes.home(key), len(t.nodes.slots), rec, have, b.TokensHash)
 			have = true
-			t.hold(x, m, id, []uint32{rec}, b.BlockHash, tier)
+			t.hold(x, m, id, []uint32{rec}, b.BlockHash, m.home(b.BlockHash), len(m.slots), tier)
 		}
 	}
 	return nil

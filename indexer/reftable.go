@@ -38,6 +38,9 @@ type refTable struct {
 	// table apart (a branch, where a func value's call could not be inlined).
 	tree    *tree
 	engines bool
+	// rank is an engine table's rank id (tree.rankIDs), kept here so an
+	// event finds its rank's table and id in one map lookup.
+	rank uint32
 }
 
 // The layout of a slot: the ref in the low refBits, the distance from its
@@ -164,7 +167,30 @@ func (t *refTable) claim(key uint64) claimed {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.resize(max(2*len(t.slots), tableMinSlots))
 	}
-	h := t.home(key)
+	return t.claimAt(t.home(key), len(t.slots), key)
+}
+
+// reserve grows the table, if need be, so that n more keys fit without
+// growing: homes computed after it stay valid for claimAt while at most n
+// keys are claimed.
+func (t *refTable) reserve(n int) {
+	if (t.n+n)*4 > len(t.slots)*3 {
+		t.resize(max(2*len(t.slots), slotsFor(t.n+n)))
+	}
+}
+
+// claimAt is claim with key's home h already known, computed when the
+// table had slots slots (after a reserve that made room for this claim).
+// A claim past that room grows the table, and a home computed before a
+// growth is found again, so a miscounted reserve costs time, not
+// correctness. (A table is only replaced whole, rebuilt, between events.)
+func (t *refTable) claimAt(h, slots int, key uint64) claimed {
+	if (t.n+1)*4 > len(t.slots)*3 {
+		t.resize(max(2*len(t.slots), tableMinSlots))
+	}
+	if slots != len(t.slots) {
+		h = t.home(key)
+	}
 	i, held := t.findFrom(h, key)
 	if !held {
 		t.n++
@@ -193,8 +219,13 @@ func (t *refTable) delRef(key uint64, ref uint32) bool {
 	if t == nil || t.n == 0 {
 		return false
 	}
+	return t.delRefFrom(t.home(key), ref)
+}
+
+// delRefFrom is delRef with the key's home h already known.
+func (t *refTable) delRefFrom(h int, ref uint32) bool {
 	mask := len(t.slots) - 1
-	for i := t.home(key); ; i = (i + 1) & mask {
+	for i := h; ; i = (i + 1) & mask {
 		s := t.slots[i]
 		if s == 0 {
 			return false
@@ -260,6 +291,7 @@ func (t *refTable) insertAll(old []uint32) {
 // shrinks).
 func (t *refTable) rebuilt() *refTable {
 	fresh := newRefTable(t.n, t.tree, t.engines)
+	fresh.rank = t.rank
 	fresh.insertAll(t.slots)
 	fresh.n = t.n
 	return fresh

@@ -130,3 +130,58 @@ func TestRefTableLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestRefTableClaimAtHomes: homes computed after reserve(n) stay valid
+// for n claims (no growth between), and a claim past the reserved room
+// grows the table and finds its home again instead of using the stale
+// one, so every key stays found.
+func TestRefTableClaimAtHomes(t *testing.T) {
+	tab, recOf := keyedTable(0)
+	rng := rand.New(rand.NewPCG(5, 6))
+	var all []uint64
+	grewPast := 0 // claims that grew the table past a miscounted room
+	for round := range 200 {
+		n := 1 + rng.IntN(40)
+		keys := make([]uint64, n)
+		for i := range keys {
+			keys[i] = rng.Uint64()
+		}
+		room := n
+		if round%3 == 0 {
+			room = n / 2 // miscounted: the claims past it must grow the table
+		}
+		tab.reserve(room)
+		slots := len(tab.slots)
+		slotsAtHomes := slots
+		homes := make([]int, n)
+		for i, k := range keys {
+			homes[i] = tab.home(k)
+		}
+		for i, k := range keys {
+			c := tab.claimAt(homes[i], slotsAtHomes, k)
+			if c.held {
+				t.Fatalf("round %d: new key %x claimed as held", round, k)
+			}
+			c.fill(recOf(k))
+			if len(tab.slots) != slots {
+				if i < room {
+					t.Fatalf("round %d: grew within the reserved room (%d of %d)", round, i, room)
+				}
+				grewPast++
+				slots = len(tab.slots)
+			}
+		}
+		all = append(all, keys...)
+		for _, k := range all { // before a later growth rehashes them all
+			if tab.get(k) != recOf(k) {
+				t.Fatalf("round %d: %x is not found", round, k)
+			}
+		}
+	}
+	if tab.Len() != len(all) {
+		t.Fatalf("%d keys, want %d", tab.Len(), len(all))
+	}
+	if grewPast == 0 {
+		t.Fatal("no claim ever grew the table past a miscounted room")
+	}
+}

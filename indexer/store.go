@@ -10,34 +10,24 @@ import (
 // rank or a worker.
 
 func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
-	defer t.flushEntries(x)
 	switch ev.Kind {
 	case Stored:
 		if err := t.store(x, r, ev, h); err != nil {
 			return err
 		}
 	case Removed:
-		m, id := t.ranks[r], t.rankIDs[r] // looked up once per event, not per block
-		if t.cold() {
-			t.warmRemoval(m, ev.BlockHashes)
-		} else {
-			m.warmSlots(ev.BlockHashes)
-		}
-		for _, h := range ev.BlockHashes {
-			if !t.remove(x, id, m, h) {
-				x.counters.unknownBlock.add(1)
-			}
-		}
+		m := t.ranks[r] // looked up once per event, not per block
+		t.removeAll(x, m, ev.BlockHashes)
 	case Cleared:
 		t.clearRank(x, r)
 	}
-	x.counters.applied.add(1)
 	return nil
 }
 
-// flushEntries adds the entries an event stored and removed to the
-// index's count: once per event, where an atomic add per block fenced
-// every block's stores.
+// flushEntries adds the entries the events of one hold of the write lock
+// stored and removed to the index's count: once per hold, where an atomic
+// add per block fenced every block's stores (a store's bound check adds
+// the pending delta to the count it reads).
 func (t *tree) flushEntries(x *Index) {
 	if t.entryDelta != 0 {
 		x.entries.Add(t.entryDelta)
@@ -111,28 +101,28 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		return ErrPartitionFull
 	}
 	if m == nil {
-		m = t.newRankTable(len(ev.BlockHashes))
+		m = t.newRankTable(r, len(ev.BlockHashes))
 		t.ranks[r] = m
 	}
-	id := t.rankID(r)
-	cold := t.cold()
-	if cold {
-		m.warm(ev.BlockHashes)
-	} else {
-		m.warmSlots(ev.BlockHashes)
-	}
-	// The blocks' chain keys first, so their node-table slots are warmed
-	// together (warm.go) before the claims; they go after the locals in
-	// the same pooled buffer.
+	id := m.rank
+	// The blocks' chain keys first (after the locals in the same pooled
+	// buffer), then every home slot of the claims, in passes whose loads
+	// do not wait on each other (warm.go); the tables make room first, so
+	// no claim moves them.
 	keys := chainKeys(locals[len(locals):], parentKey, ev.HasParent, locals)
 	if h.buf != nil && cap(keys) > cap(*h.buf) {
 		*h.buf = keys[:0] // grown: the pool keeps the larger buffer
 	}
-	if cold {
-		t.nodes.warm(keys)
-	} else {
-		t.nodes.warmSlots(keys)
+	t.nodes.reserve(len(keys))
+	m.reserve(len(ev.BlockHashes))
+	cold := t.cold()
+	homes := t.nodes.homesOf(t.homes[:0], keys, cold)
+	homes = m.homesOf(homes, ev.BlockHashes, cold)
+	if t.homes = homes; cap(homes) > homesKeep {
+		t.homes = nil // a huge event's scratch is not kept for the next
 	}
+	nodeHomes, engineHomes := homes[:len(keys)], homes[len(keys):]
+	nodeSlots, engineSlots := len(t.nodes.slots), len(m.slots)
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	rec, have := parentRec, ev.HasParent
@@ -143,24 +133,24 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
 		span = span[:0]
 		for ; next < ours; next++ {
-			rec = t.extend(keys[next], rec, have, locals[next])
+			rec = t.extend(keys[next], int(nodeHomes[next]), nodeSlots, rec, have, locals[next])
 			have = true
 			span = append(span, rec)
 		}
 		if len(span) == 0 {
 			continue // the engine block ends inside one of ours: nothing to map yet
 		}
-		t.hold(x, m, id, span, engine, ev.Tier)
+		t.hold(x, m, id, span, engine, int(engineHomes[i]), engineSlots, ev.Tier)
 	}
 	return nil
 }
 
 // hold records that the rank (id, engine table m) holds the blocks of
 // span (record indexes, the last one the engine block's) under the engine
-// hash engine.
-func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint64, tier Tier) {
+// hash engine, whose home in m is home (computed when m had slots slots).
+func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint64, home, slots int, tier Tier) {
 	last := span[len(span)-1]
-	c := m.claim(engine)
+	c := m.claimAt(home, slots, engine)
 	if c.held {
 		p := t.metaOf(c.ref())
 		if _, block, _ := t.entryOf(c.ref()); block == last && metaTier(*p) == tier {
@@ -240,12 +230,47 @@ func (t *tree) dropEmpty(span []uint32) {
 	}
 }
 
-// remove drops one reference of an engine hash of rank id (whose table is
-// m); false if unknown.
-func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
-	i, e := m.lookup(engine)
-	if e == 0 {
-		return false
+// removeAll removes engine hashes of a rank (whose table is m), in
+// order, counting the unknown ones. What the removals read is read ahead
+// first, a chunk at a time (readAheadRemoval), and each removal starts
+// from where that found its entry.
+func (t *tree) removeAll(x *Index, m *refTable, engines []uint64) {
+	if m.Len() == 0 {
+		x.counters.unknownBlock.add(uint64(len(engines)))
+		return
+	}
+	id := m.rank
+	ahead := &t.ahead
+	unknown := 0
+	for len(engines) > 0 {
+		chunk := engines[:min(len(engines), aheadMax)]
+		t.readAheadRemoval(m, chunk, ahead)
+		for k, engine := range chunk {
+			if !t.remove(x, id, m, engine, ahead, k) {
+				unknown++
+			}
+		}
+		engines = engines[len(chunk):]
+	}
+	if unknown > 0 {
+		x.counters.unknownBlock.add(uint64(unknown))
+	}
+}
+
+// remove drops one reference of engine hash engine, the k-th of the chunk
+// read ahead into a, of rank id (whose table is m); false if unknown.
+func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64, a *removalAhead, k int) bool {
+	// The slot found ahead still holds the entry unless an earlier removal
+	// of the chunk moved or removed it: refs are unique in a rank's table.
+	i, e, nodeHome := int(a.slot[k]), a.entry[k], int(a.nodeHome[k])
+	if e == 0 || m.slots[i]&refMask != e {
+		var held bool
+		if i, held = m.findFrom(int(a.engineHome[k]), engine); !held {
+			return false
+		}
+		if f := m.slots[i] & refMask; f != e {
+			e, nodeHome = f, -1
+		}
 	}
 	if p := t.metaOf(e); erefs(*p) > 1 {
 		*p = withErefs(*p, erefs(*p)-1)
@@ -255,13 +280,17 @@ func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64) bool {
 	t.entryDelta--
 	t.live--
 	t.noteShrink(id, m)
-	t.dropEntry(e)
+	t.dropEntryAt(e, nodeHome)
 	return true
 }
 
 // dropEntry clears engine entry e (already out of its rank's table) and
 // releases the blocks it held: its block and the span-1 before it.
-func (t *tree) dropEntry(e uint32) {
+func (t *tree) dropEntry(e uint32) { t.dropEntryAt(e, -1) }
+
+// dropEntryAt is dropEntry with the node-table home of e's block already
+// known (-1: not known).
+func (t *tree) dropEntryAt(e uint32, nodeHome int) {
 	if e&extBit == 0 {
 		// Nearly every entry of a fleet: inline in its block's record, over
 		// that block alone, whose only holder it is (the inline holder, of
@@ -270,7 +299,10 @@ func (t *tree) dropEntry(e uint32) {
 		// would find after a walk over holder and flags.
 		r := t.recs.at(e)
 		if m := r.meta; m&(fSet|fQueued) == 0 && spanOf(m) <= 1 && hrefs(m) == 1 {
-			t.nodes.delRef(r.key, e)
+			if nodeHome < 0 {
+				nodeHome = t.nodes.home(r.key)
+			}
+			t.nodes.delRefFrom(nodeHome, e)
 			r.meta = 0
 			t.recs.release(e)
 			return

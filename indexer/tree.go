@@ -25,8 +25,9 @@ type tree struct {
 	rankList []selection.Rank
 	// live counts the tree's entries; queue orders them for eviction.
 	live int
-	// entryDelta is the change in entries of the event being applied, not
-	// yet added to Index.entries (flushEntries).
+	// entryDelta is the change in entries of the events applied under
+	// this hold of the write lock, not yet added to Index.entries
+	// (flushEntries).
 	entryDelta int64
 	queue      evictQueue
 	// peaks remember the largest size of the node table and of each
@@ -34,6 +35,11 @@ type tree struct {
 	nodesPeak int
 	rankPeaks []int    // by rank id
 	shrink    []uint32 // ranks whose table fell to a quarter of its peak (noteShrink)
+	// homes is a store's scratch: its keys' home slots in the node table,
+	// then its engine hashes' in the rank's table (store, warm.go); kept
+	// between stores up to homesKeep.
+	homes []int32
+	ahead removalAhead // a removal's scratch (removeAll, warm.go)
 }
 
 func newTree(blockSize int, eagle bool) *tree {
@@ -43,8 +49,18 @@ func newTree(blockSize int, eagle bool) *tree {
 	return t
 }
 
-// newRankTable returns an engine table, keyed by its entries' engine hashes.
-func (t *tree) newRankTable(n int) *refTable { return newRefTable(n, t, true) }
+// homesKeep is the largest tree.homes kept from one store to the next
+// (64 KB): an engine's payloads need a few dozen, and a publisher's
+// million-block event must not leave megabytes behind.
+const homesKeep = 1 << 14
+
+// newRankTable returns rank r's engine table, keyed by its entries'
+// engine hashes, sized for n.
+func (t *tree) newRankTable(r selection.Rank, n int) *refTable {
+	m := newRefTable(n, t, true)
+	m.rank = t.rankID(r)
+	return m
+}
 
 func (t *tree) rankID(r selection.Rank) uint32 {
 	id, ok := t.rankIDs[r]
@@ -74,11 +90,12 @@ func chainKeys(dst []uint64, prefix uint64, have bool, locals []uint64) []uint64
 	return dst
 }
 
-// extend chains a block (its chain key and local hash) onto the prefix
-// (its record; have: whether there is a prefix) and returns the block's
-// record, created if new.
-func (t *tree) extend(key uint64, prefixRec uint32, have bool, local uint64) uint32 {
-	c := t.nodes.claim(key)
+// extend chains a block (its chain key, the key's home in the node table
+// and the table's size when that was computed, and its local hash) onto
+// the prefix (its record; have: whether there is a prefix) and returns the
+// block's record, created if new.
+func (t *tree) extend(key uint64, home, slots int, prefixRec uint32, have bool, local uint64) uint32 {
+	c := t.nodes.claimAt(home, slots, key)
 	if c.held {
 		rec := c.ref()
 		if have {
