@@ -81,6 +81,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		index_max_memory <size>
 //		kv_events_max_message <size>
 //		kv_events_max_gap <count>
+//		kv_events_cores <count>
 //
 //		engine_facts on|off
 //		engine_facts_interval <duration>

@@ -76,6 +76,15 @@ type Limits struct {
 	// garbage): the rank's blocks are dropped, nothing is counted lost.
 	// Default: 100000, ten times vLLM's replay buffer.
 	KVEventsMaxGap uint64 `json:"kv_events_max_gap,omitempty"`
+
+	// KVEventsCores is how many KV-event listeners may decode and apply
+	// payloads at once. Go schedules every goroutine alike, so listeners
+	// busy on every core make requests wait behind them; with a core left
+	// over, a request finds one while events pour in, and a flood of
+	// events waits in the listeners' bounded queues instead (counted in
+	// kv_events.behind when it falls behind). Default: every core but one
+	// (GOMAXPROCS - 1), at least 1.
+	KVEventsCores int `json:"kv_events_cores,omitempty"`
 }
 
 // The defaults of the bounds that are not the selection engine's own.
@@ -100,8 +109,8 @@ func (l *Limits) apply(cfg *selection.Config) error {
 			cfg.MaxRanks = n
 		}
 	}
-	if l.IndexMaxMemory < 0 || l.KVEventsMaxMessage < 0 {
-		return fmt.Errorf("index_max_memory and kv_events_max_message must not be negative")
+	if l.IndexMaxMemory < 0 || l.KVEventsMaxMessage < 0 || l.KVEventsCores < 0 {
+		return fmt.Errorf("index_max_memory, kv_events_max_message and kv_events_cores must not be negative")
 	}
 	return nil
 }
@@ -109,8 +118,9 @@ func (l *Limits) apply(cfg *selection.Config) error {
 // eventLimits are the bounds of the KV-event side: the index's entry cap
 // and the listeners' options.
 type eventLimits struct {
-	maxEntries int64
-	manager    []indexer.ManagerOption
+	maxEntries  int64
+	ingestCores int // 0: the index's default
+	manager     []indexer.ManagerOption
 }
 
 // events resolves the KV-event bounds; maxEntries is the app's explicit
@@ -130,7 +140,7 @@ func (l *Limits) events(maxEntries int64) eventLimits {
 	if l.KVEventsMaxGap > 0 {
 		opts = append(opts, indexer.WithMaxGap(l.KVEventsMaxGap))
 	}
-	return eventLimits{maxEntries: maxEntries, manager: opts}
+	return eventLimits{maxEntries: maxEntries, ingestCores: l.KVEventsCores, manager: opts}
 }
 
 // unmarshalCaddyfile reads one bound's subdirective; handled is false for
@@ -153,6 +163,8 @@ func (l *Limits) unmarshalCaddyfile(d *caddyfile.Dispenser) (handled bool, err e
 		l.KVEventsMaxMessage, err = parseSize(d)
 	case "kv_events_max_gap":
 		l.KVEventsMaxGap, err = parseUint64(d)
+	case "kv_events_cores":
+		l.KVEventsCores, err = parseCount(d)
 	default:
 		return false, nil
 	}

@@ -83,6 +83,7 @@ func newRouterState(cfg selection.Config, created eventSettings, limits eventLim
 	if cfg.UseKVEvents {
 		idx := indexer.New()
 		idx.MaxEntries = limits.maxEntries
+		idx.IngestCores = limits.ingestCores
 		m, err := indexer.NewManager(idx, logger.Named("kv_events"), limits.manager...)
 		if err != nil {
 			return nil, fmt.Errorf("kv events: %v", err)
@@ -155,9 +156,10 @@ type eventSettings struct {
 	IndexMaxMemory     int64
 	KVEventsMaxMessage int64
 	KVEventsMaxGap     uint64
+	KVEventsCores      int
 }
 
 // eventSettings are this config's.
 func (a *App) eventSettings() eventSettings {
-	return eventSettings{a.KVEventsBind, a.IndexMaxEntries, a.IndexMaxMemory, a.KVEventsMaxMessage, a.KVEventsMaxGap}
+	return eventSettings{a.KVEventsBind, a.IndexMaxEntries, a.IndexMaxMemory, a.KVEventsMaxMessage, a.KVEventsMaxGap, a.KVEventsCores}
 }

@@ -46,7 +46,12 @@ type Index struct {
 	// means no bound. Set it before use: the eviction queue only records
 	// entries stored while a bound is set.
 	MaxEntries int64
-	entries    atomic.Int64
+	// IngestCores is how many listeners may decode and apply payloads at
+	// once (ingestgate.go); 0 means every core but one (GOMAXPROCS-1, at
+	// least 1). Set it before the first listener starts.
+	IngestCores int
+	ingest      ingestGate
+	entries     atomic.Int64
 	// stamps numbers stored entries, for eviction order and to tell a
 	// queued entry from a later one under the same engine hash.
 	stamps atomic.Uint32

@@ -470,6 +470,8 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 // apply decodes a payload and applies its events; it returns the batch's
 // stamp (0 when it was not applied).
 func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64) {
+	l.index.enterIngest()
+	defer l.index.leaveIngest()
 	b, err := dec.Decode(payload)
 	if err != nil {
 		l.stats.Malformed.add(1)
