@@ -38,6 +38,7 @@ type BindListener struct {
 	done    chan struct{}
 	once    sync.Once
 	streams map[uint64]*stream // by worker id; owned by the goroutine
+	turn    *ingestTurn        // the goroutine's turn to ingest, shared by its streams
 }
 
 // StartBindListener binds endpoint and starts receiving. Its options set
@@ -66,7 +67,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 		endpoint = ep
 	}
 	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim,
-		stop: make(chan struct{}), done: make(chan struct{}), streams: map[uint64]*stream{}}
+		stop: make(chan struct{}), done: make(chan struct{}), streams: map[uint64]*stream{}, turn: &ingestTurn{x: index}}
 	b.wait = waitFor(sub, log)
 	// Counting only: the publishers dial, and redial, a bound SUB.
 	if b.mon, err = startMonitor(zctx, sub, stats, log, nil); err != nil {
@@ -136,10 +137,10 @@ func (b *BindListener) run(sub *zmq.Socket) {
 		// the catalog has workers, whatever topics publishers send.
 		st := b.streams[id]
 		if st == nil || st.cfg != cfg {
-			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.stats, log: b.log, stop: b.stop}
+			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.stats, log: b.log, stop: b.stop, turn: b.turn}
 			b.streams[id] = st
 		}
 		b.stats.Messages.add(1)
 		st.deliver(seq, payload)
-	})
+	}, b.turn.leave)
 }

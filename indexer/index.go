@@ -51,7 +51,10 @@ type Index struct {
 	// least 1). Set it before the first listener starts.
 	IngestCores int
 	ingest      ingestGate
-	entries     atomic.Int64
+	// turnHold is how long a listener keeps an ingest turn while payloads
+	// keep coming: turnSlice, or what a test sets before use.
+	turnHold time.Duration
+	entries  atomic.Int64
 	// stamps numbers stored entries, for eviction order and to tell a
 	// queued entry from a later one under the same engine hash.
 	stamps atomic.Uint32
@@ -70,7 +73,7 @@ type Index struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{parts: make(map[selection.PartitionKey]*tree), lookupHold: lookupHoldDefault}
+	return &Index{parts: make(map[selection.PartitionKey]*tree), lookupHold: lookupHoldDefault, turnHold: turnSlice}
 }
 
 // ConfigurePartition sets a partition's block size and Eagle mode; events

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -103,6 +102,10 @@ type stream struct {
 	// cfg.Rank (a payload's dp_rank may name another of the worker's
 	// ranks), so that a restart drops their blocks too.
 	written []selection.Rank
+	// turn is the reading goroutine's turn to ingest (ingestgate.go),
+	// shared by the streams that goroutine reads; nil takes one per
+	// payload.
+	turn *ingestTurn
 }
 
 // cursor is the sequence state of one publisher (docs/kv-events.md §3).
@@ -130,7 +133,8 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 		sub.Close()
 		return nil, fmt.Errorf("kv events %s: %w", cfg.Endpoint, err)
 	}
-	l := &Listener{stream: stream{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log, stop: make(chan struct{})},
+	l := &Listener{stream: stream{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log, stop: make(chan struct{}),
+		turn: &ingestTurn{x: index}},
 		redial: make(chan struct{}, 1), done: make(chan struct{})}
 	l.wait = waitFor(sub, log)
 	if l.mon, err = startMonitor(zctx, sub, stats, log, l.askRedial); err != nil {
@@ -233,7 +237,7 @@ func (l *Listener) run(sub *zmq.Socket) {
 	receive(sub, l.wait, l.stop, l.redial, func() { l.dialAgain(sub) }, l.stats, func(_ []byte, seq uint64, payload []byte) {
 		l.stats.Messages.add(1)
 		l.deliver(seq, payload)
-	})
+	}, l.turn.leave)
 }
 
 // receive reads live messages from sub until stop is closed (or the ZMQ
@@ -244,8 +248,8 @@ func (l *Listener) run(sub *zmq.Socket) {
 // notices stop. A request on poke (whose sender interrupts w) runs onPoke
 // on this goroutine, which owns sub.
 func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan struct{}, onPoke func(), stats *Stats,
-	handle func(topic []byte, seq uint64, payload []byte)) {
-	slice := time.Now()
+	handle func(topic []byte, seq uint64, payload []byte), rest func()) {
+	defer rest()
 	for {
 		select {
 		case <-stop:
@@ -257,6 +261,8 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 		flags := zmq.Flag(0)
 		if w != nil {
 			flags = zmq.DONTWAIT
+		} else {
+			rest() // the receive may wait
 		}
 		frames, err := sub.RecvMessageBytes(flags)
 		if err != nil {
@@ -264,9 +270,9 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 			case zmq.AsErrno(err) == zmq.ETERM:
 				return
 			case w != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
+				rest()
 				switch err := w.waitErr(); {
 				case err == nil:
-					slice = time.Now()
 				case interrupted(err):
 					// A stop or a poke. Rearm before the loop checks for a
 					// stop, so that one arriving now still ends the next wait.
@@ -283,24 +289,8 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 			continue
 		}
 		handle(frames[0], seq, payload)
-		if time.Since(slice) >= drainSlice {
-			runtime.Gosched()
-			slice = time.Now()
-		}
 	}
 }
-
-// drainSlice is how long a listener drains a backlog before it lets the
-// other goroutines of its core run (runtime.Gosched). Go's scheduler has
-// no priorities: a goroutine woken for a lookup (a request, or a lookup
-// whose read lock a listener's write just let go) waits on the core that
-// woke it until the goroutine running there parks or is preempted, and a
-// listener with a backlog does not park, so behind 1,024 busy publishers
-// a lookup waited for that preemption, up to 10 ms. Yielding every 100
-// µs (a few payloads) bounds that wait to about one slice; what it costs,
-// a clock read per payload and a yield per slice, is well under 1 % of
-// applying them.
-const drainSlice = 100 * time.Microsecond
 
 // liveFrames checks a live message: [topic, seq8, payload].
 func liveFrames(f [][]byte) (uint64, []byte, bool) {
@@ -445,6 +435,9 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 			continue // before what we asked, or already live
 		}
 		l.apply(dec, payload)
+		if l.turn != nil {
+			l.turn.leave() // the next reply is a wait on the network
+		}
 		l.stats.Replayed.add(1)
 		last, next = seq, seq+1
 		got++
@@ -470,8 +463,13 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 // apply decodes a payload and applies its events; it returns the batch's
 // stamp (0 when it was not applied).
 func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64) {
-	l.index.enterIngest()
-	defer l.index.leaveIngest()
+	if l.turn != nil {
+		l.turn.enter()
+		defer l.turn.pace()
+	} else {
+		l.index.enterIngest()
+		defer l.index.leaveIngest()
+	}
 	b, err := dec.Decode(payload)
 	if err != nil {
 		l.stats.Malformed.add(1)
