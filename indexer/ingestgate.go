@@ -18,8 +18,9 @@ import (
 // wait for the lock ran on every core.) Behind 1,024 publishers sending
 // as fast as the gateway applies, on two cores shared with the
 // publishers, a lookup served over HTTP went from 11-16 ms at p99 to
-// 8 ms (1-3 ms with ingest idle), at the same ingest rate and CPU per
-// block (BenchmarkIngestFleetProcess, LOOKUP_OVER=http; BENCHMARKS.md). What
+// 8-9 ms (1-4 ms with ingest idle); ingest, decoding on one core of the
+// two, ran at the same rate or up to a third lower
+// (BenchmarkIngestFleetProcess, LOOKUP_OVER=http; BENCHMARKS.md). What
 // waits meanwhile is bounded as before: a listener holds the one message
 // it received, the rest stay in its socket's queue (subQueue), and a
 // publisher that falls behind shows in kv_events.behind. A KV event is a
