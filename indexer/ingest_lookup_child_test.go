@@ -83,17 +83,20 @@ func runLookupChild(url string, in io.Reader, out io.Writer) error {
 	return lines.Err()
 }
 
-// requestLatencies sends GET url every that often until stop and returns
-// how long each took, to its body's end.
+// requestLatencies sends GET url at once and then every that often until
+// stop, and returns how long each took, to its body's end. The first
+// request goes out at once so that even a run shorter than every has one.
 func requestLatencies(client *http.Client, url string, every time.Duration, stop <-chan struct{}) []time.Duration {
 	var lat []time.Duration
 	next := time.Now()
-	for {
-		next = next.Add(every)
-		select {
-		case <-stop:
-			return lat
-		case <-time.After(time.Until(next)):
+	for first := true; ; first = false {
+		if !first {
+			next = next.Add(every)
+			select {
+			case <-stop:
+				return lat
+			case <-time.After(time.Until(next)):
+			}
 		}
 		t0 := time.Now()
 		resp, err := client.Get(url)
@@ -134,22 +137,12 @@ func startHTTPLookups(b *testing.B, x *Index, prompt []uint32, every time.Durati
 		x.FindMatches(part, *hp, &m)
 		fmt.Fprintln(w, len(m.List))
 	}))
-	cmd := exec.Command(os.Args[0], "-test.run", "^$", "-test.bench", "^$")
-	cmd.Env = append(os.Environ(), lookupChildEnv+"="+srv.URL)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	cmd, in, out, err := startSelf(lookupChildEnv + "=" + srv.URL)
 	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
 		srv.Close()
 		b.Fatal(err)
 	}
-	return &httpLookups{srv: srv, cmd: cmd, in: in, out: bufio.NewScanner(out), every: every}
+	return &httpLookups{srv: srv, cmd: cmd, in: in, out: out, every: every}
 }
 
 // start has the client begin its requests.

@@ -124,21 +124,11 @@ type fleetChild struct {
 
 // startFleetChild starts the fleet and reads its endpoints.
 func startFleetChild(b *testing.B, publishers int) *fleetChild {
-	cmd := exec.Command(os.Args[0], "-test.run", "^$", "-test.bench", "^$")
-	cmd.Env = append(os.Environ(), fleetChildEnv+"="+strconv.Itoa(publishers))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	cmd, in, out, err := startSelf(fleetChildEnv + "=" + strconv.Itoa(publishers))
 	if err != nil {
 		b.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	c := &fleetChild{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	c := &fleetChild{cmd: cmd, in: in, out: out}
 	for c.out.Scan() {
 		line := c.out.Text()
 		if line == "bound" {
@@ -202,6 +192,27 @@ func (c *fleetChild) lap(b *testing.B, stats []Stats, from, n int, during func(a
 		gatewayNsPerBlock: float64(gatewayCPU.Nanoseconds()) / blocks,
 		fleetNsPerBlock:   float64(fleetCPU) / blocks,
 	}
+}
+
+// startSelf starts this test binary again with env set (a child role:
+// fleetChildEnv, lookupChildEnv), its stdin and stdout piped to the
+// caller and its stderr to ours.
+func startSelf(env string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner, error) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^$", "-test.bench", "^$")
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	return cmd, in, bufio.NewScanner(out), nil
 }
 
 func (c *fleetChild) stop() {

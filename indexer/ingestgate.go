@@ -19,7 +19,7 @@ import (
 // as fast as the gateway applies, on two cores shared with the
 // publishers, a lookup served over HTTP went from 11-16 ms at p99 to
 // 8-9 ms (1-4 ms with ingest idle); ingest, decoding on one core of the
-// two, ran at the same rate or up to a third lower
+// two, ran within 10 % of its rate, or at half in the quietest run
 // (BenchmarkIngestFleetProcess, LOOKUP_OVER=http; BENCHMARKS.md). What
 // waits meanwhile is bounded as before: a listener holds the one message
 // it received, the rest stay in its socket's queue (subQueue), and a

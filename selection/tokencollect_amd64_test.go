@@ -15,6 +15,12 @@ func TestTokenRunWithoutBMI(t *testing.T) {
 	}
 	hasBMI, hasVBMI = false, false
 	defer func(vbmi bool) { hasBMI, hasVBMI = true, vbmi }(hasVBMI)
+	runTokenTests(t)
+}
+
+// runTokenTests runs the token array's tests as subtests, for the tests
+// that turn a kernel off first.
+func runTokenTests(t *testing.T) {
 	t.Run("AgainstEncodingJSON", TestTokenRunAgainstEncodingJSON)
 	t.Run("BlockBorders", TestTokenRunBlockBorders)
 	t.Run("ReusedSlice", TestTokenArrayReusedSlice)

@@ -17,9 +17,7 @@ func TestTokenRunWithoutVBMI(t *testing.T) {
 	}
 	hasVBMI = false
 	defer func() { hasVBMI = true }()
-	t.Run("AgainstEncodingJSON", TestTokenRunAgainstEncodingJSON)
-	t.Run("BlockBorders", TestTokenRunBlockBorders)
-	t.Run("ReusedSlice", TestTokenArrayReusedSlice)
+	runTokenTests(t)
 }
 
 // The AVX-512 kernel, with the BMI loop after it, and the Go loop agree on
