@@ -162,14 +162,17 @@ func TestTextPromptPredictionsMatchTheEngine(t *testing.T) {
 // that asked gets its usage.
 func TestStreamUsageIsReadNotShown(t *testing.T) {
 	g := startGateway(t)
-	startFleet(t, g, 1, true)
+	f := startFleet(t, g, 1, true)
 	msgs := []map[string]any{{"role": "user", "content": words("stream", 50)}}
 	// The first answer caches the prompt; the engine's reports of cached
-	// tokens start with the second.
+	// tokens start with the second. Each request waits for the events of
+	// the answers before it (settle), so that what it compares is the
+	// prediction, not the events' flight time on a loaded machine.
 	for range 2 {
 		if a := g.post(t, "/v1/chat/completions", map[string]any{"model": model, "messages": msgs, "max_tokens": 5}); !a.reported {
 			t.Fatalf("no usage: %s", a.body)
 		}
+		g.settle(t, f)
 	}
 	a := g.post(t, "/v1/chat/completions", map[string]any{"model": model, "messages": msgs, "max_tokens": 5, "stream": true})
 	if a.status != 200 || !strings.HasSuffix(strings.TrimSpace(string(a.body)), "data: [DONE]") {
@@ -181,6 +184,7 @@ func TestStreamUsageIsReadNotShown(t *testing.T) {
 	if p := g.predictions(t, model); p.Requests != 3 || p.NoUsage != 0 || p.CachedExact != 2 || p.ReportedCachedTokens == 0 {
 		t.Fatalf("the gateway did not read the stream's usage: %+v", p)
 	}
+	g.settle(t, f)
 	a = g.post(t, "/v1/chat/completions", map[string]any{"model": model, "messages": msgs, "max_tokens": 5, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}})
 	if !a.reported || a.usage.cached() != predicted(t, a) {
