@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -74,5 +75,66 @@ func TestListenersTakeTurns(t *testing.T) {
 	for i := range pubs {
 		pubs[i].publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
 		eventually(t, "batch applied", func() bool { return stats[i].Batches.Load() == 1 })
+	}
+}
+
+// A listener waiting for a replay's reply does not hold its turn: with
+// one turn, another publisher's payload is applied while the replay
+// still waits (its endpoint never answers, so it ends only at its
+// timeout, counting the gap lost). The listener finds the gap right
+// after applying a payload, still holding the turn.
+func TestReplayWaitsWithoutTheTurn(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := New()
+	x.IngestCores = 1
+	x.turnHold = time.Hour // only a wait gives the turn back
+	x.ConfigurePartition(part, lbs, false)
+	deaf, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pubs [2]*testPublisher
+	var stats [2]Stats
+	for i := range pubs {
+		pubs[i] = newTestPublisherOn(t, zctx, false, "127.0.0.1")
+		cfg := ListenerConfig{Endpoint: pubs[i].pubEP, Partition: part, Rank: selection.Rank{WorkerID: uint64(i + 1)}}
+		if i == 0 {
+			cfg.Replay, cfg.ReplayTimeout = "tcp://"+deaf.Addr().String(), 3*time.Second
+		}
+		l, err := StartListener(zctx, x, &stats[i], nil, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubs[i].waitSubscribed()
+		t.Cleanup(func() { l.Stop() })
+	}
+	t.Cleanup(func() {
+		for _, p := range pubs {
+			p.close()
+		}
+		_ = zctx.Term()
+		deaf.Close()
+	})
+	prompt := testPrompt(1)
+	pubs[0].publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
+	eventually(t, "first batch applied", func() bool { return stats[0].Batches.Load() == 1 })
+	// Hold the turn while the first publisher sends a payload and then,
+	// after a jump, another: the listener waits for the turn with the
+	// first, and the second queues behind it.
+	x.enterIngest()
+	pubs[0].publish(chunk(EncodingArray, -1, prompt, 10, 20), true)
+	eventually(t, "second payload received", func() bool { return stats[0].Messages.Load() == 2 })
+	pubs[0].jumpTo(5)
+	pubs[0].publish(chunk(EncodingArray, -1, prompt, 20, 30), true)
+	pubs[1].publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
+	eventually(t, "other publisher's payload received", func() bool { return stats[1].Messages.Load() == 1 })
+	time.Sleep(50 * time.Millisecond) // the jumped payload reaches the first listener's queue
+	x.leaveIngest()
+	eventually(t, "other publisher applied", func() bool { return stats[1].Batches.Load() == 1 })
+	if lost := stats[0].Lost.Load(); lost != 0 || stats[0].Replays.Load() != 1 {
+		t.Fatalf("replays %d, lost %d: the other publisher got a turn only after the replay", stats[0].Replays.Load(), lost)
 	}
 }

@@ -393,6 +393,9 @@ func (l *stream) recover(cur *cursor, dec *Decoder, from, to uint64) {
 // longer reaches from starts later; the hole is skipped. It returns the
 // last sequence applied and how many were.
 func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err error) {
+	if l.turn != nil {
+		l.turn.leave() // the replies are a wait on the network
+	}
 	d, err := l.zctx.NewSocket(zmq.DEALER)
 	if err != nil {
 		return 0, 0, err
@@ -436,7 +439,7 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 		}
 		l.apply(dec, payload)
 		if l.turn != nil {
-			l.turn.leave() // the next reply is a wait on the network
+			l.turn.leave() // so is the next reply
 		}
 		l.stats.Replayed.add(1)
 		last, next = seq, seq+1
