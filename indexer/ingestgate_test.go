@@ -46,31 +46,11 @@ func TestIngestCoresDefault(t *testing.T) {
 // A listener gives its turn back when its socket runs dry: with one turn,
 // a second publisher's payload is still applied after the first one's.
 func TestListenersTakeTurns(t *testing.T) {
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
 	x := New()
 	x.IngestCores = 1
 	x.turnHold = time.Hour // only running dry gives the turn back
 	x.ConfigurePartition(part, lbs, false)
-	var pubs [2]*testPublisher
-	var stats [2]Stats
-	for i := range pubs {
-		pubs[i] = newTestPublisherOn(t, zctx, false, "127.0.0.1")
-		l, err := StartListener(zctx, x, &stats[i], nil, ListenerConfig{Endpoint: pubs[i].pubEP, Partition: part, Rank: selection.Rank{WorkerID: uint64(i + 1)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pubs[i].waitSubscribed()
-		t.Cleanup(func() { l.Stop() })
-	}
-	t.Cleanup(func() {
-		for _, p := range pubs {
-			p.close()
-		}
-		_ = zctx.Term()
-	})
+	pubs, stats := twoListeners(t, x, nil)
 	prompt := testPrompt(1)
 	for i := range pubs {
 		pubs[i].publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
@@ -84,10 +64,6 @@ func TestListenersTakeTurns(t *testing.T) {
 // timeout, counting the gap lost). The listener finds the gap right
 // after applying a payload, still holding the turn.
 func TestReplayWaitsWithoutTheTurn(t *testing.T) {
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
 	x := New()
 	x.IngestCores = 1
 	x.turnHold = time.Hour // only a wait gives the turn back
@@ -96,27 +72,9 @@ func TestReplayWaitsWithoutTheTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pubs [2]*testPublisher
-	var stats [2]Stats
-	for i := range pubs {
-		pubs[i] = newTestPublisherOn(t, zctx, false, "127.0.0.1")
-		cfg := ListenerConfig{Endpoint: pubs[i].pubEP, Partition: part, Rank: selection.Rank{WorkerID: uint64(i + 1)}}
-		if i == 0 {
-			cfg.Replay, cfg.ReplayTimeout = "tcp://"+deaf.Addr().String(), 3*time.Second
-		}
-		l, err := StartListener(zctx, x, &stats[i], nil, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pubs[i].waitSubscribed()
-		t.Cleanup(func() { l.Stop() })
-	}
-	t.Cleanup(func() {
-		for _, p := range pubs {
-			p.close()
-		}
-		_ = zctx.Term()
-		deaf.Close()
+	t.Cleanup(func() { deaf.Close() })
+	pubs, stats := twoListeners(t, x, func(cfg *ListenerConfig) {
+		cfg.Replay, cfg.ReplayTimeout = "tcp://"+deaf.Addr().String(), 3*time.Second
 	})
 	prompt := testPrompt(1)
 	pubs[0].publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
@@ -137,4 +95,42 @@ func TestReplayWaitsWithoutTheTurn(t *testing.T) {
 	if lost := stats[0].Lost.Load(); lost != 0 || stats[0].Replays.Load() != 1 {
 		t.Fatalf("replays %d, lost %d: the other publisher got a turn only after the replay", stats[0].Replays.Load(), lost)
 	}
+}
+
+// twoListeners starts two publishers and their listeners (ranks 1 and
+// 2) on x; first, when given, adjusts the first listener's config.
+func twoListeners(t *testing.T, x *Index, first func(*ListenerConfig)) ([2]*testPublisher, *[2]Stats) {
+	t.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pubs [2]*testPublisher
+	stats := new([2]Stats)
+	var listeners []*Listener
+	t.Cleanup(func() {
+		for _, l := range listeners {
+			l.Stop()
+		}
+		for _, p := range pubs {
+			if p != nil {
+				p.close()
+			}
+		}
+		_ = zctx.Term()
+	})
+	for i := range pubs {
+		pubs[i] = newTestPublisherOn(t, zctx, false, "127.0.0.1")
+		cfg := ListenerConfig{Endpoint: pubs[i].pubEP, Partition: part, Rank: selection.Rank{WorkerID: uint64(i + 1)}}
+		if i == 0 && first != nil {
+			first(&cfg)
+		}
+		l, err := StartListener(zctx, x, &stats[i], nil, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listeners = append(listeners, l)
+		pubs[i].waitSubscribed()
+	}
+	return pubs, stats
 }
