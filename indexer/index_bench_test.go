@@ -123,7 +123,29 @@ func findMatchesFleet(b *testing.B) (*Index, []uint32) {
 // hashing of the prompt is included. 64 workers hold a 16k-token shared
 // prefix plus the prompt's first 32k tokens on 8 of them.
 func BenchmarkFindMatches100k(b *testing.B) {
-	const bs = 16
+	benchmarkFindMatches100k(b, func(x *Index, prompt []uint32, m *selection.Matches, blocks, _ []uint64) ([]uint64, []uint64) {
+		blocks = selection.AppendBlockHashes(blocks[:0], prompt, 16, selection.HashOptions{})
+		x.FindMatches(part, blocks, m)
+		return blocks, nil
+	})
+}
+
+// BenchmarkFindMatches100kChained is the same lookup as the proxy path
+// makes it: block and sequence hashes in one pass (AppendChainedHashes)
+// and the walk given the sequence hashes (FindMatchesChain), where the
+// benchmark above hashes blocks alone and the walk chains them.
+func BenchmarkFindMatches100kChained(b *testing.B) {
+	benchmarkFindMatches100k(b, func(x *Index, prompt []uint32, m *selection.Matches, blocks, seqs []uint64) ([]uint64, []uint64) {
+		blocks, seqs = selection.AppendChainedHashes(blocks[:0], seqs[:0], prompt, 16, selection.HashOptions{})
+		x.FindMatchesChain(part, seqs, m)
+		return blocks, seqs
+	})
+}
+
+// benchmarkFindMatches100k times lookup (hashing the prompt into the
+// buffers it is given and returns, then looking it up into m) on the
+// fleet of findMatchesFleet.
+func benchmarkFindMatches100k(b *testing.B, lookup func(x *Index, prompt []uint32, m *selection.Matches, blocks, seqs []uint64) ([]uint64, []uint64)) {
 	x, prompt := findMatchesFleet(b)
 	runtime.GC()
 	var entries int
@@ -134,14 +156,13 @@ func BenchmarkFindMatches100k(b *testing.B) {
 	runtime.ReadMemStats(&ms)
 	heapPerEntry := float64(ms.HeapAlloc) / float64(entries)
 	var m selection.Matches
-	var blocks []uint64
+	var blocks, seqs []uint64
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := startCPU(b)
 	for b.Loop() {
 		m.Reset()
-		blocks = selection.AppendBlockHashes(blocks[:0], prompt, bs, selection.HashOptions{})
-		x.FindMatches(part, blocks, &m)
+		blocks, seqs = lookup(x, prompt, &m, blocks, seqs)
 	}
 	b.ReportMetric(cpu.per(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(entries), "entries")
