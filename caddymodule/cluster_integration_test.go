@@ -135,6 +135,8 @@ func TestClusterGatewayAndPeer(t *testing.T) {
 		w, ok := peer.Catalog().Worker(5)
 		return ok && w.Schedulable()
 	})
+	// The peer counts a write just after it applies it.
+	waitUntil("the peer counts the write", func() bool { return rep.Stats().CatalogApplied >= 1 })
 	if st := rep.Stats(); st.CatalogApplied != 1 {
 		t.Fatalf("the peer applied %d catalog writes, want 1 (the declared worker is not shared)", st.CatalogApplied)
 	}
