@@ -92,19 +92,26 @@ func BlockCount(n, blockSize int, eagle bool) int {
 	return n / blockSize
 }
 
+// seedWindow returns the seed a prompt's blocks are hashed with (HashSeed
+// unless salted) and how many tokens each block's hash covers (one more
+// than the block with Eagle windows).
+func (o HashOptions) seedWindow(blockSize int) (seed uint64, window int) {
+	seed, window = o.Seed, blockSize
+	if seed == 0 {
+		seed = HashSeed
+	}
+	if o.Eagle {
+		window++
+	}
+	return seed, window
+}
+
 // AppendBlockHashes appends the local block hash of every complete block of
 // tokens to dst and returns it. It allocates nothing when dst has room and no
 // block carries multimodal data.
 func AppendBlockHashes(dst []uint64, tokens []uint32, blockSize int, opt HashOptions) []uint64 {
-	seed := opt.Seed
-	if seed == 0 {
-		seed = HashSeed
-	}
+	seed, window := opt.seedWindow(blockSize)
 	n := BlockCount(len(tokens), blockSize, opt.Eagle)
-	window := blockSize
-	if opt.Eagle {
-		window = blockSize + 1
-	}
 	var scratch []byte
 	for i := 0; i < n; i++ {
 		blk := tokens[i*blockSize : i*blockSize+window]
@@ -150,17 +157,10 @@ func AppendChainedHashes(blocks, seqs []uint64, tokens []uint32, blockSize int, 
 		blocks = AppendBlockHashes(blocks, tokens, blockSize, opt)
 		return blocks, AppendSequenceHashes(seqs, blocks[from:])
 	}
-	seed := opt.Seed
-	if seed == 0 {
-		seed = HashSeed
-	}
+	seed, window := opt.seedWindow(blockSize)
 	n := BlockCount(len(tokens), blockSize, opt.Eagle)
 	if n == 0 {
 		return blocks, seqs
-	}
-	window := blockSize
-	if opt.Eagle {
-		window = blockSize + 1
 	}
 	blocks, seqs = slices.Grow(blocks, n), slices.Grow(seqs, n)
 	bs, ss := blocks[len(blocks):len(blocks)+n], seqs[len(seqs):len(seqs)+n]
