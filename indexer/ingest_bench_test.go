@@ -19,7 +19,6 @@ import (
 // lookup with no ingest. It reports the lookup's p50 and p99 and the
 // blocks per second ingested meanwhile.
 func BenchmarkFindMatchesDuringIngest(b *testing.B) {
-	const bs = 16
 	x, prompt := findMatchesFleet(b)
 	for _, ingesters := range []int{0, 1, 2} {
 		b.Run(fmt.Sprintf("ingesters=%d", ingesters), func(b *testing.B) {
@@ -54,17 +53,16 @@ func BenchmarkFindMatchesDuringIngest(b *testing.B) {
 			start := time.Now()
 			for b.Loop() {
 				t0 := time.Now()
-				m.Reset()
-				hashes = selection.AppendBlockHashes(hashes[:0], prompt, bs, selection.HashOptions{})
-				x.FindMatches(part, hashes, &m)
+				hashes = lookUp(x, prompt, hashes, &m)
 				lat = append(lat, time.Since(t0))
 			}
 			elapsed := time.Since(start)
 			close(stop)
 			wg.Wait()
 			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			p50, p99 := percentiles(lat)
+			b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
+			b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
 			b.ReportMetric(float64(blocks.Load())/elapsed.Seconds(), "ingest-blocks/s")
 			if len(m.List) != 64 {
 				b.Fatalf("%d ranks matched, want 64", len(m.List))

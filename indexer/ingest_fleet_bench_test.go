@@ -218,13 +218,20 @@ func lookupLatencies(x *Index, prompt []uint32, n int, every time.Duration, done
 			time.Sleep(time.Until(next))
 		}
 		t0 := time.Now()
-		m.Reset()
-		hashes = selection.AppendBlockHashes(hashes[:0], prompt, 16, selection.HashOptions{})
-		x.FindMatches(part, hashes, &m)
+		hashes = lookUp(x, prompt, hashes, &m)
 		lat = append(lat, time.Since(t0))
 	}
 	slices.Sort(lat)
 	return lat
+}
+
+// lookUp is one lookup of the fleet benchmarks: prompt hashed in blocks
+// of 16 into hashes (returned for reuse) and looked up into m.
+func lookUp(x *Index, prompt []uint32, hashes []uint64, m *selection.Matches) []uint64 {
+	m.Reset()
+	hashes = selection.AppendBlockHashes(hashes[:0], prompt, 16, selection.HashOptions{})
+	x.FindMatches(part, hashes, m)
+	return hashes
 }
 
 // fleetPublishersFromEnv is INGEST_PUBLISHERS, the fleet benchmarks'
@@ -272,10 +279,22 @@ func lookupEvery(b *testing.B) time.Duration {
 	return d
 }
 
+// reportLatency reports the p50 and p99 of sorted latencies as name-p50-µs
+// and name-p99-µs.
 func reportLatency(b *testing.B, name string, lat []time.Duration) {
 	if len(lat) == 0 {
 		return
 	}
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), name+"-p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), name+"-p99-µs")
+	p50, p99 := percentiles(lat)
+	reportPercentiles(b, name, p50, p99)
+}
+
+func reportPercentiles(b *testing.B, name string, p50, p99 time.Duration) {
+	b.ReportMetric(float64(p50.Microseconds()), name+"-p50-µs")
+	b.ReportMetric(float64(p99.Microseconds()), name+"-p99-µs")
+}
+
+// percentiles returns the p50 and p99 of sorted, non-empty latencies.
+func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
+	return lat[len(lat)/2], lat[len(lat)*99/100]
 }

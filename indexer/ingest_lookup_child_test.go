@@ -75,7 +75,8 @@ func runLookupChild(url string, in io.Reader, out io.Writer) error {
 				return fmt.Errorf("no request answered")
 			}
 			slices.Sort(lat)
-			fmt.Fprintf(out, "lat %d %d %d\n", lat[len(lat)/2], lat[len(lat)*99/100], len(lat))
+			p50, p99 := percentiles(lat)
+			fmt.Fprintf(out, "lat %d %d %d\n", p50, p99, len(lat))
 		default:
 			return fmt.Errorf("command %q", lines.Text())
 		}
@@ -133,8 +134,7 @@ func startHTTPLookups(b *testing.B, x *Index, prompt []uint32, every time.Durati
 		hp := hashPool.Get().(*[]uint64)
 		defer hashPool.Put(hp)
 		var m selection.Matches
-		*hp = selection.AppendBlockHashes((*hp)[:0], prompt, 16, selection.HashOptions{})
-		x.FindMatches(part, *hp, &m)
+		*hp = lookUp(x, prompt, *hp, &m)
 		fmt.Fprintln(w, len(m.List))
 	}))
 	cmd, in, out, err := startSelf(lookupChildEnv + "=" + srv.URL)
@@ -184,11 +184,6 @@ func lookupOverHTTP(b *testing.B) bool {
 		b.Fatalf("LOOKUP_OVER=%q: only http", s)
 		return false
 	}
-}
-
-func reportHTTPLatency(b *testing.B, name string, p50, p99 time.Duration) {
-	b.ReportMetric(float64(p50.Microseconds()), name+"-http-p50-µs")
-	b.ReportMetric(float64(p99.Microseconds()), name+"-http-p99-µs")
 }
 
 // idle runs the client for d with nothing else happening.

@@ -92,8 +92,8 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	alone.report(b, "")
 	withLookups.report(b, "-lookups")
 	if lookups != nil {
-		reportHTTPLatency(b, "idle", idleHTTP[0], idleHTTP[1])
-		reportHTTPLatency(b, "ingest", busyHTTP[0], busyHTTP[1])
+		reportPercentiles(b, "idle-http", idleHTTP[0], idleHTTP[1])
+		reportPercentiles(b, "ingest-http", busyHTTP[0], busyHTTP[1])
 		return
 	}
 	reportLatency(b, "idle", idle)
