@@ -246,10 +246,13 @@ func (l *Listener) run(sub *zmq.Socket) {
 // on w between messages; stopping interrupts w. Without w (or once w
 // fails), it blocks in libzmq, whose receive timeout wakes the loop so it
 // notices stop. A request on poke (whose sender interrupts w) runs onPoke
-// on this goroutine, which owns sub.
+// on this goroutine, which owns sub. The frames handle gets are valid
+// until it returns: the next message is received into the same buffer.
 func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan struct{}, onPoke func(), stats *Stats,
 	handle func(topic []byte, seq uint64, payload []byte), rest func()) {
 	defer rest()
+	rx := newFrameReceiver(sub)
+	defer rx.close()
 	for {
 		select {
 		case <-stop:
@@ -264,7 +267,7 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 		} else {
 			rest() // the receive may wait
 		}
-		frames, err := sub.RecvMessageBytes(flags)
+		frames, err := rx.recv(flags)
 		if err != nil {
 			switch {
 			case zmq.AsErrno(err) == zmq.ETERM:
@@ -289,6 +292,7 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 			continue
 		}
 		handle(frames[0], seq, payload)
+		rx.release()
 	}
 }
 
