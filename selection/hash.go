@@ -112,8 +112,17 @@ func (o HashOptions) seedWindow(blockSize int) (seed uint64, window int) {
 func AppendBlockHashes(dst []uint64, tokens []uint32, blockSize int, opt HashOptions) []uint64 {
 	seed, window := opt.seedWindow(blockSize)
 	n := BlockCount(len(tokens), blockSize, opt.Eagle)
+	i := 0
+	if kernelBlocks(blockSize, window) && len(opt.MM) == 0 && n >= 8 {
+		// Blocks of 64 bytes eight at a time where the processor has
+		// AVX-512 (chainedBlocks64, without the chain); the loop below
+		// hashes the rest, or all of them elsewhere.
+		dst = slices.Grow(dst, n)
+		i = chainedBlocks64(tokens, n, seed, dst[len(dst):len(dst)+n], nil)
+		dst = dst[:len(dst)+i]
+	}
 	var scratch []byte
-	for i := 0; i < n; i++ {
+	for ; i < n; i++ {
 		blk := tokens[i*blockSize : i*blockSize+window]
 		var mm *BlockMMInfo
 		if i < len(opt.MM) {
@@ -142,6 +151,12 @@ func AppendBlockHashes(dst []uint64, tokens []uint32, blockSize int, opt HashOpt
 	return dst
 }
 
+// kernelBlocks reports whether blocks of blockSize tokens hashed over
+// window tokens are the vector kernel's: 16 tokens (64 bytes) apart and
+// 16 long. An Eagle window of 16 over 15-token blocks is 16 long but 15
+// apart, and the loop hashes it.
+func kernelBlocks(blockSize, window int) bool { return blockSize == 16 && window == 16 }
+
 // AppendChainedHashes appends the block hashes of tokens to blocks and
 // their sequence hashes to seqs, the same values as AppendBlockHashes then
 // AppendSequenceHashes (a test holds them to each other). In one loop the
@@ -168,7 +183,7 @@ func AppendChainedHashes(blocks, seqs []uint64, tokens []uint32, blockSize int, 
 	// where the processor has AVX-512 (chainedBlocks64); the loop below
 	// hashes the rest, or all of them elsewhere.
 	done := 0
-	if window == 16 {
+	if kernelBlocks(blockSize, window) {
 		done = chainedBlocks64(tokens, n, seed, bs, ss)
 	}
 	var scratch []byte

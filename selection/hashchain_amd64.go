@@ -19,18 +19,23 @@ func chainedHashes64AVX512(tokens *uint32, groups int, seed uint64, blocks *uint
 const hashSpan = 1024
 
 // chainedBlocks64 puts the block hashes of the leading blocks of 16
-// tokens (64 bytes) into blocks and their sequence hashes into seqs, a
-// multiple of eight of them, as many as there are whole groups of eight
-// in n, and returns how many: none where the processor has no AVX-512DQ.
-// The caller hashes the rest, chaining on from seqs[done-1].
+// tokens (64 bytes) into blocks and their sequence hashes into seqs (none
+// when seqs is nil), a multiple of eight of them, as many as there are
+// whole groups of eight in n, and returns how many: none where the
+// processor has no AVX-512DQ. The caller hashes the rest, chaining on
+// from seqs[done-1].
 func chainedBlocks64(tokens []uint32, n int, seed uint64, blocks, seqs []uint64) int {
 	done := n &^ 7
-	if !hasAVX512DQ || done == 0 || len(tokens) < 16*done || len(blocks) < done || len(seqs) < done {
+	if !hasAVX512DQ || done == 0 || len(tokens) < 16*done || len(blocks) < done || seqs != nil && len(seqs) < done {
 		return 0
 	}
 	var prev uint64
 	for i := 0; i < done; i += hashSpan {
 		k := min(done-i, hashSpan)
+		if seqs == nil {
+			chainedHashes64AVX512(&tokens[16*i], k/8, seed, &blocks[i], nil, 0, false)
+			continue
+		}
 		chainedHashes64AVX512(&tokens[16*i], k/8, seed, &blocks[i], &seqs[i], prev, i == 0)
 		prev = seqs[i+k-1]
 	}

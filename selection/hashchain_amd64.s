@@ -32,7 +32,8 @@
 // The xxh3-64 hash (with seed) of each of 8*groups blocks of 64 bytes
 // from tokens, to blocks, and their sequence hashes, to seqs: each
 // NextSequenceHash of the one before (prev for the first block) and the
-// block's, or, when first is set, the first block's own hash.
+// block's, or, when first is set, the first block's own hash. A nil seqs
+// asks for the block hashes alone: the chain is skipped.
 // It is xxh3's path for inputs of 33 to 128 bytes, for exactly 64: the
 // length times prime64_1, plus mulFold64 of each of the four 16-byte
 // pairs XORed with the default secret's keys (plus and minus the seed),
@@ -133,6 +134,8 @@ group:
 	VPXORQ Z1, Z17, Z17
 	VMOVDQU64 Z17, (DI)
 
+	TESTQ R9, R9
+	JZ   next // block hashes alone
 	XORQ BX, BX
 	TESTQ R15, R15
 	JZ   chain
@@ -165,10 +168,11 @@ chain:
 	INCQ  BX
 	CMPQ  BX, $8
 	JLT   chain
+	ADDQ $64, R9
 
+next:
 	ADDQ $512, SI
 	ADDQ $64, DI
-	ADDQ $64, R9
 	DECQ CX
 	JNZ  group
 	VZEROUPPER
