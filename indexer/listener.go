@@ -427,6 +427,9 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 		default:
 		}
 		frames, err := d.RecvMessageBytes(0)
+		if zmq.AsErrno(err) == zmq.ETERM {
+			return last, got, err // the context is ending: so is every receive
+		}
 		if err != nil {
 			continue // receive timeout: check the deadline and stop
 		}
