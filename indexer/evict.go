@@ -171,11 +171,9 @@ func (x *Index) evictOver() {
 // 2^32 stores.
 func (x *Index) oldestTree() *tree {
 	now := x.stamps.Load()
-	x.mu.RLock()
-	defer x.mu.RUnlock()
 	var best *tree
 	var bestAge uint32
-	for _, t := range x.parts {
+	for _, t := range *x.parts.Load() {
 		h := t.queue.head.Load()
 		if h == 0 {
 			continue
