@@ -7,8 +7,11 @@
 //   - manager.go: Manager keeps one listener per worker rank in step with
 //     the catalog (it is the router's catalog hook); bind.go is the
 //     alternative, one bound socket that every publisher dials.
-//   - listener.go: framing, sequence tracking and replay of one publisher.
-//   - decode.go, fields.go, msgpack.go: the payload decoder; event.go the
+//   - listener.go: framing, sequence tracking and replay of one publisher;
+//     readwait.go parks it on Go's poller, ingestgate.go bounds how many
+//     apply at once; internal/zmqframes receives its messages.
+//   - decode.go, fields.go, msgpack.go: the payload decoder (token ids in
+//     AVX-512 where the processor has it: idvbmi_amd64.go); event.go the
 //     decoded events; encode.go an encoder for simulated publishers.
 //   - index.go, tree.go, store.go, lookup.go, evict.go, memory.go, dump.go:
 //     the index, its stores and removals, its lookups, its bound and dumps;

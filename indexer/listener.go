@@ -13,6 +13,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 	"go.uber.org/zap"
 
+	"github.com/kvrouter/caddy-kvrouter/internal/zmqframes"
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -251,8 +252,8 @@ func (l *Listener) run(sub *zmq.Socket) {
 func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan struct{}, onPoke func(), stats *Stats,
 	handle func(topic []byte, seq uint64, payload []byte), rest func()) {
 	defer rest()
-	rx := newFrameReceiver(sub)
-	defer rx.close()
+	rx := zmqframes.New(sub)
+	defer rx.Close()
 	for {
 		select {
 		case <-stop:
@@ -267,7 +268,7 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 		} else {
 			rest() // the receive may wait
 		}
-		frames, err := rx.recv(flags)
+		frames, err := rx.Recv(flags)
 		if err != nil {
 			switch {
 			case zmq.AsErrno(err) == zmq.ETERM:
@@ -292,7 +293,7 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 			continue
 		}
 		handle(frames[0], seq, payload)
-		rx.release()
+		rx.Release()
 	}
 }
 

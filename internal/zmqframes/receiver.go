@@ -1,4 +1,7 @@
-package indexer
+// Package zmqframes receives ZMQ messages whole, with one cgo call each,
+// into a buffer it reuses. It is its own package because cgo and Go
+// assembly cannot share one, and the indexer has kernels in assembly.
+package zmqframes
 
 /*
 #cgo !windows pkg-config: libzmq
@@ -97,15 +100,15 @@ import (
 	zmq "github.com/pebbe/zmq4"
 )
 
-// frameReceiver receives a socket's messages with one cgo call each, into
-// a buffer it reuses. pebbe/zmq4's RecvMessageBytes makes six cgo calls
+// Receiver receives a socket's messages with one cgo call each, into a
+// buffer it reuses. pebbe/zmq4's RecvMessageBytes makes six cgo calls
 // per frame (init, receive, data, copy, close, and a getsockopt for "more")
 // and allocates every frame and the frame list: 18 calls and 4
 // allocations for a live message, several times what decoding a small
 // payload costs, in front of a 1,024-worker fleet sending tens of
 // thousands of them a second. Frames returned are valid until the next
 // receive.
-type frameReceiver struct {
+type Receiver struct {
 	sub    *zmq.Socket
 	sock   unsafe.Pointer // libzmq's socket behind sub; nil: use sub's own receive
 	c      *C.kvr_receiver
@@ -122,9 +125,10 @@ const (
 	frameBufKeep    = 64 << 10
 )
 
-// newFrameReceiver receives from s, which must outlive it (close it first).
-func newFrameReceiver(s *zmq.Socket) *frameReceiver {
-	r := &frameReceiver{sub: s, sock: socketHandle(s)}
+// New returns a Receiver of s, which must outlive it (Close it first).
+// Only one goroutine may use them, as for any ZMQ socket.
+func New(s *zmq.Socket) *Receiver {
+	r := &Receiver{sub: s, sock: socketHandle(s)}
 	if r.sock != nil {
 		r.c = (*C.kvr_receiver)(C.calloc(1, C.sizeof_kvr_receiver))
 		r.buf = make([]byte, frameBufInitial)
@@ -146,11 +150,11 @@ func socketHandle(s *zmq.Socket) unsafe.Pointer {
 	return *(*unsafe.Pointer)(unsafe.Pointer(f.UnsafeAddr()))
 }
 
-// recv receives one whole message: its frames, at most KVR_FRAMES of them
+// Recv receives one whole message: its frames, at most KVR_FRAMES of them
 // followed by a nil one when the message had more (which no well-framed
 // message has). Errors are zmq4's Errno values, so callers compare them
 // as they do zmq4's.
-func (r *frameReceiver) recv(flags zmq.Flag) ([][]byte, error) {
+func (r *Receiver) Recv(flags zmq.Flag) ([][]byte, error) {
 	if r.sock == nil {
 		return r.sub.RecvMessageBytes(flags)
 	}
@@ -181,16 +185,16 @@ func (r *frameReceiver) recv(flags zmq.Flag) ([][]byte, error) {
 	return r.frames[:kept], nil
 }
 
-// release drops a buffer a large message grew; the frames recv returned
+// Release drops a buffer a large message grew; the frames recv returned
 // last must no longer be in use.
-func (r *frameReceiver) release() {
+func (r *Receiver) Release() {
 	if len(r.buf) > frameBufKeep {
 		r.buf = make([]byte, frameBufInitial)
 	}
 }
 
-// close releases what the receiver holds; the socket is not touched.
-func (r *frameReceiver) close() {
+// Close releases what the receiver holds; the socket is not touched.
+func (r *Receiver) Close() {
 	if r.c != nil {
 		C.kvr_close(r.c)
 		C.free(unsafe.Pointer(r.c))

@@ -1,4 +1,4 @@
-package indexer
+package zmqframes
 
 import (
 	"bytes"
@@ -26,8 +26,8 @@ func TestSocketHandle(t *testing.T) {
 }
 
 // pushPull returns a PUSH socket connected over loopback TCP to a PULL
-// socket that a frameReceiver reads.
-func pushPull(t *testing.T) (*zmq.Socket, *frameReceiver) {
+// socket that a Receiver reads.
+func pushPull(t *testing.T) (*zmq.Socket, *Receiver) {
 	t.Helper()
 	pull, err := zmq.NewSocket(zmq.PULL)
 	if err != nil {
@@ -37,9 +37,9 @@ func pushPull(t *testing.T) (*zmq.Socket, *frameReceiver) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rx := newFrameReceiver(pull)
+	rx := New(pull)
 	t.Cleanup(func() {
-		rx.close()
+		rx.Close()
 		push.SetLinger(0)
 		push.Close()
 		pull.Close()
@@ -64,7 +64,7 @@ func pushPull(t *testing.T) (*zmq.Socket, *frameReceiver) {
 // a nil frame; an empty socket reports EAGAIN as zmq4 does.
 func TestFrameReceiver(t *testing.T) {
 	push, rx := pushPull(t)
-	if _, err := rx.recv(zmq.DONTWAIT); zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+	if _, err := rx.Recv(zmq.DONTWAIT); zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
 		t.Fatalf("empty socket: %v, want EAGAIN", err)
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -118,7 +118,7 @@ func TestFrameReceiver(t *testing.T) {
 					t.Fatalf("%s: frame %d differs (%d bytes, want %d)", name, i, len(got[i]), len(want[i]))
 				}
 			}
-			rx.release()
+			rx.Release()
 			if len(rx.buf) > frameBufKeep {
 				t.Fatalf("%s: a %d-byte buffer kept after release", name, len(rx.buf))
 			}
@@ -128,10 +128,10 @@ func TestFrameReceiver(t *testing.T) {
 
 // recvWithin receives without blocking, retrying on EAGAIN until the
 // message arrives or d passes.
-func recvWithin(rx *frameReceiver, d time.Duration) ([][]byte, error) {
+func recvWithin(rx *Receiver, d time.Duration) ([][]byte, error) {
 	deadline := time.Now().Add(d)
 	for {
-		frames, err := rx.recv(zmq.DONTWAIT)
+		frames, err := rx.Recv(zmq.DONTWAIT)
 		if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) || time.Now().After(deadline) {
 			return frames, err
 		}
