@@ -14,6 +14,15 @@ var hasIDVBMI = cpu.X86.HasAVX512 && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VBM
 //go:noescape
 func readIDQuadsVBMI(out []uint32, b []byte, k, i int) (int, int)
 
+// readIDBlocksVBMI takes the bulk of a run 64 bytes at a time
+// (idblocks_amd64.s), where readIDQuadsVBMI's steps would wait on each
+// other: from id k at byte i, quads the Go loop would take, to a place that
+// loop passes through; it leaves the run's last 84 bytes and the quad
+// where another encoding is to readIDQuadsVBMI.
+//
+//go:noescape
+func readIDBlocksVBMI(out []uint32, b []byte, k, i int) (int, int)
+
 // idSpan is how many ids one kernel call reads at most (about two
 // microseconds): assembly has no point where the garbage collector can
 // preempt it, and a 4 MiB payload holds a million ids, so a long run is
@@ -29,6 +38,7 @@ func readIDQuadsVector(out []uint32, b []byte, k, i int) (int, int) {
 	}
 	for {
 		end := min(len(out), k+idSpan)
+		k, i = readIDBlocksVBMI(out[:end], b, k, i)
 		k, i = readIDQuadsVBMI(out[:end], b, k, i)
 		// Stopped short of its span's end: a quad the Go loop would
 		// not take either, or too few bytes.

@@ -155,7 +155,8 @@ loaded:
 	JNE   partial
 
 	VMOVDQU32 Z12, (DI)(AX*4)
-	VPEXTRB   $0, X8, R14
+	VMOVQ     X8, R14
+	MOVBQZX   R14, R14
 	ADDQ  $16, AX
 	ADDQ  R14, BX
 	JMP   step

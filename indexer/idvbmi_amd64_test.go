@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -180,5 +181,89 @@ func BenchmarkReadIDs(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/id")
 		})
+	}
+}
+
+// runIDs reads the 0xcd/0xce ids from byte i on, up to another header or
+// the end of b, one at a time.
+func runIDs(b []byte, i int) (ids []uint32) {
+	for i < len(b) {
+		switch {
+		case b[i] == 0xcd && i+3 <= len(b):
+			ids = append(ids, uint32(binary.BigEndian.Uint16(b[i+1:])))
+			i += 3
+		case b[i] == 0xce && i+5 <= len(b):
+			ids = append(ids, binary.BigEndian.Uint32(b[i+1:]))
+			i += 5
+		default:
+			return ids
+		}
+	}
+	return ids
+}
+
+// goQuadPath is where the Go quad loop stands after each quad it takes
+// from id k at byte i: ids and bytes, from the start.
+func goQuadPath(n int, b []byte, k, i int) (ks, is []int) {
+	out := make([]uint32, n)
+	ks, is = []int{k}, []int{i}
+	for {
+		k2, i2 := goIDQuads(out[:min(n, k+4)], b, k, i)
+		if k2 == k {
+			return ks, is
+		}
+		k, i = k2, i2
+		ks, is = append(ks, k), append(is, i)
+	}
+}
+
+// The block kernel stops where the Go loop passes, having put what the
+// Go loop puts up to there: for runs of mixed encodings at every offset,
+// out of every length and buffers ending mid-element. Past the place it
+// returns it writes only the ids the Go loops go on to read (the ids of
+// the quad it went back over), and nothing past out.
+func TestReadIDBlocksVBMIMatchesGo(t *testing.T) {
+	if !hasIDVBMI {
+		t.Skip("no AVX-512 VBMI")
+	}
+	rng := rand.New(rand.NewPCG(19, 6))
+	const trials = 40_000
+	const sentinel = 0xdeadbeef
+	blocks, ended := 0, 0 // trials where it took 64 bytes or more; stopped where the Go loop does
+	for trial := range trials {
+		b, pre := idRun(rng, trial)
+		k0 := rng.IntN(6)
+		n := k0 + rng.IntN(210)
+		got := make([]uint32, n+40)
+		for j := range got {
+			got[j] = sentinel
+		}
+		want := make([]uint32, n)
+		wk, wi := goIDQuads(want, b, k0, pre)
+		gk, gi := readIDBlocksVBMI(got[:n], b, k0, pre)
+		ks, is := goQuadPath(n, b, k0, pre)
+		on := false
+		for q := range ks {
+			on = on || ks[q] == gk && is[q] == gi
+		}
+		if !on || !slices.Equal(got[k0:gk], want[k0:gk]) {
+			t.Fatalf("trial %d (%d bytes from %d, out %d from %d): blocks (%d, %d), not on the Go loop's way to (%d, %d)\ngot  %x\nwant %x\n% x",
+				trial, len(b), pre, n, k0, gk, gi, wk, wi, got[k0:gk], want[k0:gk], b)
+		}
+		ref := runIDs(b, pre)
+		for j := gk; j < len(got); j++ {
+			if got[j] != sentinel && (j >= min(gk+3, n) || j-k0 >= len(ref) || got[j] != ref[j-k0]) {
+				t.Fatalf("trial %d: id %d written (%x) past the blocks' %d (Go loop: %d, out %d)", trial, j, got[j], gk, wk, n)
+			}
+		}
+		if gi-pre >= 64 {
+			blocks++
+		}
+		if gk == wk && gi == wi {
+			ended++
+		}
+	}
+	if blocks < trials/4 || ended < trials/2 {
+		t.Fatalf("the kernel took a block in %d of %d trials and stopped where the Go loop does in %d: the cases are not mixed", blocks, trials, ended)
 	}
 }
