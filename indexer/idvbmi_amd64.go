@@ -29,6 +29,11 @@ func readIDBlocksVBMI(out []uint32, b []byte, k, i int) (int, int)
 // read in calls with the loop's own preemption points between them.
 const idSpan = 4096
 
+// blockTail is how close to the end of b readIDBlocksVBMI may stop short
+// of where the Go loop would: it takes no block with fewer than 84 bytes
+// from it, and may go back into the block before.
+const blockTail = 84 + 64
+
 // readIDQuadsVector takes what readIDQuads' loop would from id k at byte
 // i, in the AVX-512 kernel, and returns where it stopped; it takes nothing
 // where the processor has no AVX-512 VBMI, and the Go loop runs instead.
@@ -39,7 +44,11 @@ func readIDQuadsVector(out []uint32, b []byte, k, i int) (int, int) {
 	for {
 		end := min(len(out), k+idSpan)
 		k, i = readIDBlocksVBMI(out[:end], b, k, i)
-		k, i = readIDQuadsVBMI(out[:end], b, k, i)
+		// The blocks stop where the Go loop does, or within 84+64 bytes
+		// of b's end, where the window kernel goes on.
+		if len(b)-i < blockTail {
+			k, i = readIDQuadsVBMI(out[:end], b, k, i)
+		}
 		// Stopped short of its span's end: a quad the Go loop would
 		// not take either, or too few bytes.
 		if end == len(out) || end-k >= 4 {

@@ -155,14 +155,18 @@ func TestReadIDQuadsVectorSpans(t *testing.T) {
 }
 
 // BenchmarkReadIDs reads the token ids of BenchmarkDecodeApply's stores
-// alone (256 ids below 150,000: 0xcd or 0xce, a few shorter), with the
-// kernel and with the Go loops alone, in ns/id.
+// alone (256 ids below 150,000: 0xcd or 0xce, a few shorter, and the
+// payload's other 200 bytes after them), with the kernels and with the Go
+// loops alone, in ns/id.
 func BenchmarkReadIDs(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 256
 	var p []byte
 	for range n {
 		p = appendTokenAnyWidth(p, uint32(rng.IntN(150_000)), 0)
+	}
+	for range 200 {
+		p = append(p, 0xc0) // nil: what follows the ids is not an id
 	}
 	out := make([]uint32, n)
 	for _, kernel := range []bool{true, false} {
