@@ -71,28 +71,24 @@ block:
 	VMOVDQU64 (SI)(R12*1), Z0         // the block
 	VMOVDQU   64(SI)(R12*1), X1       // and the 16 bytes after it
 	// next, and its powers to next³², each a permute of the one before
-	// by itself over it and the places past the block.
+	// by itself over it and the places past the block (in place, once P
+	// has used it); P[k] = next^k(c) in lanes 0-31, lane k taking
+	// next^(2^t) where bit t of k is set; lanes 32-63 past the block.
 	VPANDQ    Z31, Z0, Z2
 	VPADDB    Z2, Z2, Z2
-	VPSUBB    Z2, Z30, Z2
-	VMOVDQA64 Z2, Z3
-	VPERMI2B  Z29, Z2, Z3             // next²
-	VMOVDQA64 Z3, Z4
-	VPERMI2B  Z29, Z3, Z4             // next⁴
-	VMOVDQA64 Z4, Z5
-	VPERMI2B  Z29, Z4, Z5             // next⁸
-	VMOVDQA64 Z5, Z6
-	VPERMI2B  Z29, Z5, Z6             // next¹⁶
-	VMOVDQA64 Z6, Z7
-	VPERMI2B  Z29, Z6, Z7             // next³²: the first place past the block
-	VPSUBB    Z23, Z7, Z7             // as the next block's offset
-	// P[k] = next^k(c), lanes 0-31; lanes 32-63 past the block.
+	VPSUBB    Z2, Z30, Z2             // next
 	VPORQ     Z22, Z15, Z9
 	VPERMI2B  Z29, Z2, K1, Z9
-	VPERMI2B  Z29, Z3, K2, Z9
-	VPERMI2B  Z29, Z4, K3, Z9
-	VPERMI2B  Z29, Z5, K4, Z9
-	VPERMI2B  Z29, Z6, K5, Z9
+	VPERMT2B  Z29, Z2, Z2             // next²
+	VPERMI2B  Z29, Z2, K2, Z9
+	VPERMT2B  Z29, Z2, Z2             // next⁴
+	VPERMI2B  Z29, Z2, K3, Z9
+	VPERMT2B  Z29, Z2, Z2             // next⁸
+	VPERMI2B  Z29, Z2, K4, Z9
+	VPERMT2B  Z29, Z2, Z2             // next¹⁶
+	VPERMI2B  Z29, Z2, K5, Z9
+	VPERMT2B  Z29, Z2, Z2             // next³²: the first place past the block
+	VPSUBB    Z23, Z2, Z7             // as the next block's offset
 	// The ids: four bytes after each header, byte-reversed into its
 	// lane, lanes of 0xcd shifted by 16.
 	VPERMB    Z0, Z9, Z10             // the headers
