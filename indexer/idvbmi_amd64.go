@@ -2,8 +2,9 @@ package indexer
 
 import "golang.org/x/sys/cpu"
 
-// hasIDVBMI chooses readIDQuadsVBMI for runs of token ids: AVX-512 with
-// byte permutes (VBMI), and BMI1/BMI2 for the masks' bit counts.
+// hasIDVBMI chooses the AVX-512 kernels (readIDBlocksVBMI, then
+// readIDQuadsVBMI) for runs of token ids: AVX-512 with byte permutes
+// (VBMI), and BMI1/BMI2 and POPCNT for the masks' bit counts.
 var hasIDVBMI = cpu.X86.HasAVX512 && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VBMI &&
 	cpu.X86.HasBMI1 && cpu.X86.HasBMI2 && cpu.X86.HasPOPCNT
 
