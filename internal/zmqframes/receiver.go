@@ -103,7 +103,7 @@ import (
 // Receiver receives a socket's messages with one cgo call each, into a
 // buffer it reuses. pebbe/zmq4's RecvMessageBytes makes six cgo calls
 // per frame (init, receive, data, copy, close, and a getsockopt for "more")
-// and allocates every frame and the frame list: 18 calls and 4
+// and allocates every frame and grows the frame list: 18 calls and six
 // allocations for a live message, several times what decoding a small
 // payload costs, in front of a 1,024-worker fleet sending tens of
 // thousands of them a second. Frames returned are valid until the next
@@ -118,8 +118,8 @@ type Receiver struct {
 }
 
 // Buffer sizes: a receiver starts small (a fleet has a thousand of them)
-// and keeps what most payloads need; one that grew past keepBytes for a
-// large message gives the memory back after it.
+// and keeps what most payloads need; one that grew past frameBufKeep for
+// a large message gives the memory back after it.
 const (
 	frameBufInitial = 4 << 10
 	frameBufKeep    = 64 << 10
@@ -185,7 +185,7 @@ func (r *Receiver) Recv(flags zmq.Flag) ([][]byte, error) {
 	return r.frames[:kept], nil
 }
 
-// Release drops a buffer a large message grew; the frames recv returned
+// Release drops a buffer a large message grew; the frames Recv returned
 // last must no longer be in use.
 func (r *Receiver) Release() {
 	if len(r.buf) > frameBufKeep {
