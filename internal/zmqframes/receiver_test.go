@@ -138,3 +138,29 @@ func recvWithin(rx *Receiver, d time.Duration) ([][]byte, error) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestFrameReceiverFallback: without the libzmq handle (a zmq4 that hides
+// it elsewhere), the receiver hands out zmq4's own frames, and its other
+// calls are harmless.
+func TestFrameReceiverFallback(t *testing.T) {
+	push, rx := pushPull(t)
+	rx.Close() // what New would not have allocated without a handle
+	rx.sock, rx.buf = nil, nil
+	sent := [][]byte{[]byte("topic"), {0, 0, 0, 0, 0, 0, 0, 1}, []byte("payload")}
+	if _, err := push.SendMessage(sent); err != nil {
+		t.Fatal(err)
+	}
+	got, err := recvWithin(rx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(sent) {
+		t.Fatalf("%d frames, want %d", len(got), len(sent))
+	}
+	for i := range sent {
+		if !bytes.Equal(got[i], sent[i]) {
+			t.Fatalf("frame %d: %q, want %q", i, got[i], sent[i])
+		}
+	}
+	rx.Release()
+}
