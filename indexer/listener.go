@@ -104,8 +104,7 @@ type stream struct {
 	// ranks), so that a restart drops their blocks too.
 	written []selection.Rank
 	// turn is the reading goroutine's turn to ingest (ingestgate.go),
-	// shared by the streams that goroutine reads; nil takes one per
-	// payload.
+	// shared by the streams that goroutine reads.
 	turn *ingestTurn
 }
 
@@ -398,9 +397,7 @@ func (l *stream) recover(cur *cursor, dec *Decoder, from, to uint64) {
 // longer reaches from starts later; the hole is skipped. It returns the
 // last sequence applied and how many were.
 func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err error) {
-	if l.turn != nil {
-		l.turn.leave() // the replies are a wait on the network
-	}
+	l.turn.leave() // the replies are a wait on the network
 	d, err := l.zctx.NewSocket(zmq.DEALER)
 	if err != nil {
 		return 0, 0, err
@@ -446,9 +443,7 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 			continue // before what we asked, or already live
 		}
 		l.apply(dec, payload)
-		if l.turn != nil {
-			l.turn.leave() // so is the next reply
-		}
+		l.turn.leave() // so is the next reply
 		l.stats.Replayed.add(1)
 		last, next = seq, seq+1
 		got++
@@ -474,13 +469,8 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 // apply decodes a payload and applies its events; it returns the batch's
 // stamp (0 when it was not applied).
 func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64) {
-	if l.turn != nil {
-		l.turn.enter()
-		defer l.turn.pace()
-	} else {
-		l.index.enterIngest()
-		defer l.index.leaveIngest()
-	}
+	l.turn.enter()
+	defer l.turn.pace()
 	b, err := dec.Decode(payload)
 	if err != nil {
 		l.stats.Malformed.add(1)

@@ -55,7 +55,8 @@ func FuzzDeliver(f *testing.F) {
 		x := New()
 		x.ConfigurePartition(part, 4, false)
 		var stats Stats
-		st := &stream{cfg: ListenerConfig{Partition: part, Rank: selection.Rank{WorkerID: 1}}, index: x, stats: &stats, log: zap.NewNop()}
+		st := &stream{cfg: ListenerConfig{Partition: part, Rank: selection.Rank{WorkerID: 1}}, index: x, stats: &stats, log: zap.NewNop(),
+			turn: &ingestTurn{x: x}}
 		prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
 		for i, s := range []uint64{s1, s2, s3, s4, s5} {
 			h := uint64(i + 1)
