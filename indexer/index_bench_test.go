@@ -124,9 +124,7 @@ func findMatchesFleet(b *testing.B) (*Index, []uint32) {
 // prefix plus the prompt's first 32k tokens on 8 of them.
 func BenchmarkFindMatches100k(b *testing.B) {
 	benchmarkFindMatches100k(b, func(x *Index, prompt []uint32, m *selection.Matches, blocks, _ []uint64) ([]uint64, []uint64) {
-		blocks = selection.AppendBlockHashes(blocks[:0], prompt, 16, selection.HashOptions{})
-		x.FindMatches(part, blocks, m)
-		return blocks, nil
+		return lookUp(x, prompt, blocks, m), nil
 	})
 }
 
