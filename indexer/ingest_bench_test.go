@@ -36,7 +36,7 @@ func BenchmarkFindMatchesDuringIngest(b *testing.B) {
 							return
 						default:
 						}
-						batch, err := d.Decode(payloads[i%nPayloads])
+						batch, err := d.Decode(payloads.at(i))
 						if err != nil {
 							panic(err)
 						}

@@ -106,8 +106,7 @@ type fleetPublisher struct {
 	listener *Listener
 	stats    Stats
 	rank     selection.Rank
-	payloads [][]byte // the cycle
-	start    [][]byte // the first lap's opening
+	payloads steady
 }
 
 func startFleetPublisher(zctx *zmq.Context, x *Index, rank selection.Rank, seed uint64) (*fleetPublisher, error) {
@@ -116,7 +115,7 @@ func startFleetPublisher(zctx *zmq.Context, x *Index, rank selection.Rank, seed 
 		return nil, err
 	}
 	p := &fleetPublisher{sock: sock, rank: rank}
-	p.payloads, p.start = fleetSteadyPayloads(seed)
+	p.payloads = fleetSteadyPayloads(seed)
 	_ = sock.SetLinger(0)
 	_ = sock.SetSndhwm(0) // never drop: this measures throughput, not loss
 	if err := sock.Bind("tcp://127.0.0.1:*"); err != nil {
@@ -140,23 +139,18 @@ func startFleetPublisher(zctx *zmq.Context, x *Index, rank selection.Rank, seed 
 // publish sends the payloads with sequence numbers [from, from+n); the
 // socket is used by this goroutine only while it runs.
 func (p *fleetPublisher) publish(b *testing.B, from, n int) {
-	if err := sendSteady(p.sock, p.payloads, p.start, from, n); err != nil {
+	if err := sendSteady(p.sock, p.payloads, from, n); err != nil {
 		b.Error(err)
 	}
 }
 
 // sendSteady sends a fleet publisher's payloads with sequence numbers
-// [from, from+n): the cycle's, or the first lap's opening below
-// fleetWindow.
-func sendSteady(sock *zmq.Socket, cycle, start [][]byte, from, n int) error {
+// [from, from+n).
+func sendSteady(sock *zmq.Socket, payloads steady, from, n int) error {
 	var s [8]byte
 	for seq := from; seq < from+n; seq++ {
 		binary.BigEndian.PutUint64(s[:], uint64(seq))
-		payload := cycle[seq%fleetPayloads]
-		if seq < fleetWindow {
-			payload = start[seq]
-		}
-		if _, err := sock.SendMessage([]byte{}, s[:], payload); err != nil {
+		if _, err := sock.SendMessage([]byte{}, s[:], payloads.at(seq)); err != nil {
 			return err
 		}
 	}
@@ -170,34 +164,10 @@ func (p *fleetPublisher) stop() {
 	p.sock.Close()
 }
 
-// fleetSteadyPayloads is steadyPayloads' cycle at fleet size: each payload
-// stores blocksPer new blocks and removes those stored fleetWindow payloads
-// earlier, cyclically, so laps repeat with every removal known and a rank
-// holding fleetWindow payloads' blocks. It returns the cycle and, for the
-// first lap's first fleetWindow payloads, the same stores with nothing to
-// remove yet.
-func fleetSteadyPayloads(seed uint64) (cycle, start [][]byte) {
-	rng := rand.New(rand.NewPCG(seed, 0xf1ee7))
-	stored := make([]*StoredBlocks, fleetPayloads)
-	for i := range stored {
-		ev := &StoredBlocks{BlockSize: 16}
-		for range blocksPer {
-			ev.BlockHashes = append(ev.BlockHashes, rng.Uint64())
-		}
-		for range blocksPer * 16 {
-			ev.TokenIDs = append(ev.TokenIDs, uint32(rng.IntN(150000)))
-		}
-		stored[i] = ev
-	}
-	cycle = make([][]byte, fleetPayloads)
-	for i := range cycle {
-		old := stored[(i+fleetPayloads-fleetWindow)%fleetPayloads].BlockHashes
-		cycle[i] = AppendBatch(nil, EncodingArray, 1, 0, stored[i], Removal{BlockHashes: old})
-	}
-	for i := range fleetWindow {
-		start = append(start, AppendBatch(nil, EncodingArray, 1, 0, stored[i]))
-	}
-	return cycle, start
+// fleetSteadyPayloads is steadyPayloads at fleet size: a rank holds
+// fleetWindow payloads' blocks.
+func fleetSteadyPayloads(seed uint64) steady {
+	return steadyCycle(EncodingArray, rand.New(rand.NewPCG(seed, 0xf1ee7)), fleetPayloads, fleetWindow)
 }
 
 // lookupLatencies looks prompt up n times, or until done reports true

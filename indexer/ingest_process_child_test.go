@@ -88,10 +88,9 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 		return err
 	}
 
-	cycles := make([][][]byte, n)
-	starts := make([][][]byte, n)
+	payloads := make([]steady, n)
 	for i := range n {
-		cycles[i], starts[i] = fleetSteadyPayloads(uint64(i))
+		payloads[i] = fleetSteadyPayloads(uint64(i))
 	}
 	var (
 		senders  sync.WaitGroup
@@ -119,7 +118,7 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 			lapStart = selfCPU()
 			for i, s := range socks {
 				senders.Go(func() {
-					if err := sendSteady(s, cycles[i], starts[i], from, count); err != nil {
+					if err := sendSteady(s, payloads[i], from, count); err != nil {
 						errOnce.Do(func() { sendErr = err })
 					}
 				})

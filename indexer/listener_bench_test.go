@@ -46,7 +46,7 @@ func BenchmarkEndToEndZMQ(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		binary.BigEndian.PutUint64(s[:], seq)
-		if _, err := pub.SendMessage([]byte{}, s[:], payloads[seq%nPayloads]); err != nil {
+		if _, err := pub.SendMessage([]byte{}, s[:], payloads.at(int(seq))); err != nil {
 			b.Fatal(err)
 		}
 		seq++
