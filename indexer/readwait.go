@@ -68,6 +68,14 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 // tells whether a message waits, so it is checked before every sleep. An
 // edge that comes after that check wakes the poller, which remembers it
 // even if the goroutine has not parked yet.
+//
+// The first check is needed even right after a receive found the socket
+// empty (which processed its commands as ZMQ_EVENTS does): RawConn.Read
+// clears the descriptor's readiness before it calls the check, so an edge
+// that came between that receive and this wait is gone, and only the
+// check sees what it announced. Skipping it to save a cgo call and a
+// system call per message left listeners asleep over queued messages
+// (the fleet benchmark hung twice in six runs).
 func (w *readWait) waitErr() error {
 	return w.rc.Read(func(uintptr) bool {
 		ev, err := w.sock.GetEvents()
