@@ -128,11 +128,18 @@ func metricValue(m prometheus.Metric) float64 {
 // waitDepth waits until model m's overload queue holds n requests.
 func waitDepth(t *testing.T, n int) {
 	t.Helper()
+	waitMetric(t, "overload queue depth", func() float64 { return metricValue(queueDepth.WithLabelValues("m")) }, float64(n))
+}
+
+// waitMetric waits until get, a metric's value, is want: metrics move
+// after the work they count, which a test cannot always wait on.
+func waitMetric(t *testing.T, what string, get func() float64, want float64) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if got := int(metricValue(queueDepth.WithLabelValues("m"))); got == n {
+		if got := get(); got == want {
 			return
 		} else if time.Now().After(deadline) {
-			t.Fatalf("overload queue depth %d, want %d", got, n)
+			t.Fatalf("%s %v, want %v", what, got, want)
 		}
 	}
 }
@@ -289,11 +296,7 @@ func TestOverloadClientCancelLeavesQueue(t *testing.T) {
 	// The queue's depth falls when the waiter leaves its line, and the
 	// shed is counted just after, with no answer for the test to wait
 	// on: so wait for the count.
-	for deadline := time.Now().Add(5 * time.Second); shedCount("canceled")-canceled != 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("canceled: %v", shedCount("canceled")-canceled)
-		}
-	}
+	waitMetric(t, "canceled", func() float64 { return shedCount("canceled") - canceled }, 1)
 	close(ow.release)
 	<-first
 	if r := <-stays; r.status != http.StatusOK {
