@@ -15,30 +15,43 @@ import (
 const nPayloads, blocksPer, window = 2048, 16, 512
 
 // steadyPayloads is the benchmarks' engine in its steady state.
-func steadyPayloads(enc Encoding, seed1, seed2 uint64) steady {
+func steadyPayloads(enc Encoding, seed1, seed2 uint64) steady[[]byte] {
 	return steadyCycle(enc, rand.New(rand.NewPCG(seed1, seed2)), nPayloads, window)
 }
 
-// steady is an engine's steady state as payloads: payload i stores
-// blocksPer new blocks and removes those stored win payloads earlier.
-// They go round a cycle, so every lap repeats with each removal known and
-// the rank holding win payloads' blocks throughout; only the first lap's
-// first win payloads (its opening) store with nothing yet to remove.
-type steady struct {
-	cycle, opening [][]byte
+// steady is an engine's steady state as payloads (T is []byte), or as
+// what is made of them: payload i stores blocksPer new blocks and removes
+// those stored win payloads earlier. They go round a cycle, so every lap
+// repeats with each removal known and the rank holding win payloads'
+// blocks throughout; only the first lap's first win payloads (its
+// opening) store with nothing yet to remove.
+type steady[T any] struct {
+	cycle, opening []T
 }
 
 // at returns the payload with sequence number seq (from 0).
-func (s steady) at(seq int) []byte {
+func (s steady[T]) at(seq int) T {
 	if seq < len(s.opening) {
 		return s.opening[seq]
 	}
 	return s.cycle[seq%len(s.cycle)]
 }
 
+// mapSteady returns f of each of s's payloads, in the same places.
+func mapSteady[T, U any](s steady[T], f func(T) U) steady[U] {
+	var out steady[U]
+	for _, p := range s.cycle {
+		out.cycle = append(out.cycle, f(p))
+	}
+	for _, p := range s.opening {
+		out.opening = append(out.opening, f(p))
+	}
+	return out
+}
+
 // steadyCycle builds a steady state of n payloads (n > win) in encoding
 // enc, its blocks and tokens drawn from rng.
-func steadyCycle(enc Encoding, rng *rand.Rand, n, win int) steady {
+func steadyCycle(enc Encoding, rng *rand.Rand, n, win int) steady[[]byte] {
 	stored := make([]*StoredBlocks, n)
 	for i := range stored {
 		ev := &StoredBlocks{BlockSize: 16}
@@ -50,7 +63,7 @@ func steadyCycle(enc Encoding, rng *rand.Rand, n, win int) steady {
 		}
 		stored[i] = ev
 	}
-	var s steady
+	var s steady[[]byte]
 	for i := range n {
 		old := stored[(i+n-win)%n].BlockHashes
 		s.cycle = append(s.cycle, AppendBatch(nil, enc, 1, 0, stored[i], Removal{BlockHashes: old}))

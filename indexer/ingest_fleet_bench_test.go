@@ -106,7 +106,7 @@ type fleetPublisher struct {
 	listener *Listener
 	stats    Stats
 	rank     selection.Rank
-	payloads steady
+	payloads steady[[]byte]
 }
 
 func startFleetPublisher(zctx *zmq.Context, x *Index, rank selection.Rank, seed uint64) (*fleetPublisher, error) {
@@ -146,7 +146,7 @@ func (p *fleetPublisher) publish(b *testing.B, from, n int) {
 
 // sendSteady sends a fleet publisher's payloads with sequence numbers
 // [from, from+n).
-func sendSteady(sock *zmq.Socket, payloads steady, from, n int) error {
+func sendSteady(sock *zmq.Socket, payloads steady[[]byte], from, n int) error {
 	var s [8]byte
 	for seq := from; seq < from+n; seq++ {
 		binary.BigEndian.PutUint64(s[:], uint64(seq))
@@ -166,7 +166,7 @@ func (p *fleetPublisher) stop() {
 
 // fleetSteadyPayloads is steadyPayloads at fleet size: a rank holds
 // fleetWindow payloads' blocks.
-func fleetSteadyPayloads(seed uint64) steady {
+func fleetSteadyPayloads(seed uint64) steady[[]byte] {
 	return steadyCycle(EncodingArray, rand.New(rand.NewPCG(seed, 0xf1ee7)), fleetPayloads, fleetWindow)
 }
 

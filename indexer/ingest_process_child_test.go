@@ -88,7 +88,7 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 		return err
 	}
 
-	payloads := make([]steady, n)
+	payloads := make([]steady[[]byte], n)
 	for i := range n {
 		payloads[i] = fleetSteadyPayloads(uint64(i))
 	}

@@ -8,34 +8,22 @@ import (
 )
 
 // decodedSteady decodes BenchmarkDecodeApply's steady-state payloads
-// into events of their own (a Decoder's events alias its buffers), in the
-// order of their sequence numbers: the first lap's opening, then one
-// cycle, to go round from index window on (steadyEvent).
-func decodedSteady(tb testing.TB) [][]Event {
+// into events of their own (a Decoder's events alias its buffers).
+func decodedSteady(tb testing.TB) steady[[]Event] {
 	var d Decoder
-	s := steadyPayloads(EncodingArray, 1, 2)
-	out := make([][]Event, window+nPayloads)
-	for i, p := range append(s.opening[:window:window], s.cycle...) {
+	return mapSteady(steadyPayloads(EncodingArray, 1, 2), func(p []byte) []Event {
 		batch, err := d.Decode(p)
 		if err != nil {
 			tb.Fatal(err)
 		}
+		var evs []Event
 		for _, ev := range batch.Events {
 			ev.BlockHashes = slices.Clone(ev.BlockHashes)
 			ev.TokenIDs = slices.Clone(ev.TokenIDs)
-			out[i] = append(out[i], ev)
+			evs = append(evs, ev)
 		}
-	}
-	return out
-}
-
-// steadyEvent is the index into decodedSteady's events of the payload
-// with sequence number seq.
-func steadyEvent(seq int) int {
-	if seq < window {
-		return seq
-	}
-	return window + seq%nPayloads
+		return evs
+	})
 }
 
 // BenchmarkApplyLockHold measures how long an event holds its tree's
@@ -48,19 +36,20 @@ func BenchmarkApplyLockHold(b *testing.B) {
 	x.ConfigurePartition(part, 16, false)
 	t := x.tree(part)
 	events := decodedSteady(b)
-	prepared := make([][]hashed, len(events))
-	for i, evs := range events {
+	prepared := mapSteady(events, func(evs []Event) []hashed {
+		var hs []hashed
 		for k := range evs {
 			h := t.hashStore(&evs[k])
 			h.buf = nil // kept for the whole run, not pooled
-			prepared[i] = append(prepared[i], h)
+			hs = append(hs, h)
 		}
-	}
+		return hs
+	})
 	r := selection.Rank{WorkerID: 1}
 	cpu := startCPU(b)
 	i := 0
 	for b.Loop() {
-		evs, hs := events[steadyEvent(i)], prepared[steadyEvent(i)]
+		evs, hs := events.at(i), prepared.at(i)
 		for k := range evs {
 			t.mu.Lock()
 			_ = t.apply(x, r, &evs[k], hs[k])
@@ -83,7 +72,7 @@ func BenchmarkStoreHashing(b *testing.B) {
 	cpu := startCPU(b)
 	i := 0
 	for b.Loop() {
-		evs := events[steadyEvent(i)]
+		evs := events.at(i)
 		for k := range evs {
 			t.hashStore(&evs[k]).release()
 		}
