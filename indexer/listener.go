@@ -254,9 +254,15 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 	rx := zmqframes.New(sub)
 	defer rx.Close()
 	for {
+		// A stop first: a wait that a poke interrupted rearms, which undoes
+		// the interrupt of a stop that came meanwhile, so a loop that took
+		// the poke when both were there would wait with no wake-up to come.
 		select {
 		case <-stop:
 			return
+		default:
+		}
+		select {
 		case <-poke:
 			onPoke()
 		default:

@@ -354,3 +354,53 @@ func TestListenerCountsBatchesAppliedBehind(t *testing.T) {
 		t.Fatal("the batches were not all applied")
 	}
 }
+
+// A stop and a poke both pending when the receive loop comes round (a
+// poke's interrupted wait rearmed, undoing the stop's interrupt): the
+// loop must stop. Taking the poke instead, it would go on to wait on a
+// socket with nothing to wake it; select picks among ready cases at
+// random, so twenty rounds find that half the time each.
+func TestReceiveStopsBeforeAPoke(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	for round := range 20 {
+		if pokes, stopped := receiveStopAndPoke(t, zctx); !stopped || pokes != 0 {
+			t.Fatalf("round %d: stopped %v after %d pokes; want a stop before any poke", round, stopped, pokes)
+		}
+	}
+}
+
+// receiveStopAndPoke runs receive on a fresh SUB with its stop closed and
+// a poke pending, and reports how many pokes it handled and whether it
+// returned by itself (within two seconds; after that it is interrupted).
+func receiveStopAndPoke(t *testing.T, zctx *zmq.Context) (pokes int, stopped bool) {
+	sub, err := zctx.NewSocket(zmq.SUB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Close() }()
+	w, err := newReadWait(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	stop, poke := make(chan struct{}), make(chan struct{}, 1)
+	close(stop)
+	poke <- struct{}{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		receive(sub, w, stop, poke, func() { pokes++ }, new(Stats), func([]byte, uint64, []byte) {}, func() {})
+	}()
+	select {
+	case <-done:
+		return pokes, true
+	case <-time.After(2 * time.Second):
+		w.interrupt() // the loop then finds the stop
+		<-done
+		return pokes, false
+	}
+}
