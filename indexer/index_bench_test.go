@@ -16,11 +16,12 @@ const nPayloads, blocksPer, window = 2048, 16, 512
 
 // steadyPayloads is the benchmarks' engine in its steady state.
 func steadyPayloads(enc Encoding, seed1, seed2 uint64) steady[[]byte] {
-	return steadyCycle(enc, rand.New(rand.NewPCG(seed1, seed2)), nPayloads, window)
+	return steadyCycle(enc, rand.New(rand.NewPCG(seed1, seed2)), nPayloads, window, blocksPer)
 }
 
 // steady is an engine's steady state as payloads (T is []byte), or as
-// what is made of them: payload i stores blocksPer new blocks and removes
+// what is made of them: payload i stores blocksPer (or the cycle's own
+// count of) new blocks and removes
 // those stored win payloads earlier. They go round a cycle, so every lap
 // repeats with each removal known and the rank holding win payloads'
 // blocks throughout; only the first lap's first win payloads (its
@@ -49,16 +50,16 @@ func mapSteady[T, U any](s steady[T], f func(T) U) steady[U] {
 	return out
 }
 
-// steadyCycle builds a steady state of n payloads (n > win) in encoding
-// enc, its blocks and tokens drawn from rng.
-func steadyCycle(enc Encoding, rng *rand.Rand, n, win int) steady[[]byte] {
+// steadyCycle builds a steady state of n payloads (n > win) of blocks
+// blocks each in encoding enc, its blocks and tokens drawn from rng.
+func steadyCycle(enc Encoding, rng *rand.Rand, n, win, blocks int) steady[[]byte] {
 	stored := make([]*StoredBlocks, n)
 	for i := range stored {
 		ev := &StoredBlocks{BlockSize: 16}
-		for range blocksPer {
+		for range blocks {
 			ev.BlockHashes = append(ev.BlockHashes, rng.Uint64())
 		}
-		for range blocksPer * 16 {
+		for range blocks * 16 {
 			ev.TokenIDs = append(ev.TokenIDs, uint32(rng.IntN(150000)))
 		}
 		stored[i] = ev

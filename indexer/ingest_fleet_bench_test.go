@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -115,7 +116,7 @@ func startFleetPublisher(zctx *zmq.Context, x *Index, rank selection.Rank, seed 
 		return nil, err
 	}
 	p := &fleetPublisher{sock: sock, rank: rank}
-	p.payloads = fleetSteadyPayloads(seed)
+	p.payloads = fleetSteadyPayloads(seed, blocksPer)
 	_ = sock.SetLinger(0)
 	_ = sock.SetSndhwm(0) // never drop: this measures throughput, not loss
 	if err := sock.Bind("tcp://127.0.0.1:*"); err != nil {
@@ -164,10 +165,28 @@ func (p *fleetPublisher) stop() {
 	p.sock.Close()
 }
 
-// fleetSteadyPayloads is steadyPayloads at fleet size: a rank holds
-// fleetWindow payloads' blocks.
-func fleetSteadyPayloads(seed uint64) steady[[]byte] {
-	return steadyCycle(EncodingArray, rand.New(rand.NewPCG(seed, 0xf1ee7)), fleetPayloads, fleetWindow)
+// fleetSteadyPayloads is steadyPayloads at fleet size, of blocks blocks
+// each: a rank holds fleetWindow payloads' blocks.
+func fleetSteadyPayloads(seed uint64, blocks int) steady[[]byte] {
+	return steadyCycle(EncodingArray, rand.New(rand.NewPCG(seed, 0xf1ee7)), fleetPayloads, fleetWindow, blocks)
+}
+
+// fleetBlocksFromEnv is FLEET_BLOCKS, the blocks each payload of
+// BenchmarkIngestFleetProcess's fleet stores (and removes): blocksPer
+// unless set. An engine publishes one payload per scheduler step, so a
+// step that prefills 1,024 tokens stores 64 blocks of 16 in one message;
+// the gateway's cost per message is spread over that many. At most 256
+// (the fleet process then holds about 1.6 GB of payloads).
+func fleetBlocksFromEnv() (int, error) {
+	s := os.Getenv("FLEET_BLOCKS")
+	if s == "" {
+		return blocksPer, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 256 {
+		return 0, fmt.Errorf("FLEET_BLOCKS=%q: want 1-256", s)
+	}
+	return n, nil
 }
 
 // lookupLatencies looks prompt up n times, or until done reports true

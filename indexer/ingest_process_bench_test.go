@@ -41,11 +41,16 @@ import (
 // BenchmarkIngestFleetZMQ does. With LOOKUP_OVER=http the lookups are
 // requests from a third process instead (ingest_lookup_child_test.go),
 // reported as idle-http-p50-µs and so on. FLEET_NICE runs the fleet niced
-// (startFleetChild).
+// (startFleetChild); FLEET_BLOCKS sets the blocks a payload stores and
+// removes (fleetBlocksFromEnv).
 func BenchmarkIngestFleetProcess(b *testing.B) {
 	publishers := fleetPublishersFromEnv(b)
+	blocks, err := fleetBlocksFromEnv() // the fleet process reads it too
+	if err != nil {
+		b.Fatal(err)
+	}
 	x, prompt := findMatchesFleet(b)
-	fleet := startFleetChild(b, publishers)
+	fleet := startFleetChild(b, publishers, blocks)
 	defer fleet.stop()
 
 	// A listener takes three sockets: its SUB and its monitor's pair.
@@ -129,6 +134,7 @@ func (f lapFigures) report(b *testing.B, suffix string) {
 
 // fleetChild is the publishing process, driven by lines on its stdin.
 type fleetChild struct {
+	blocks    int // stored (and removed) by each payload
 	cmd       *exec.Cmd
 	in        io.WriteCloser
 	out       *bufio.Scanner
@@ -140,7 +146,7 @@ type fleetChild struct {
 // engines run on machines of their own, and here they share the
 // gateway's two cores; niced, they get what the gateway leaves, so the
 // gateway's own latencies show with less of the sharing in them.
-func startFleetChild(b *testing.B, publishers int) *fleetChild {
+func startFleetChild(b *testing.B, publishers, blocks int) *fleetChild {
 	var niceness []string
 	if v := os.Getenv("FLEET_NICE"); v != "" {
 		if n, err := strconv.Atoi(v); err != nil || n < 0 || n > 19 {
@@ -152,7 +158,7 @@ func startFleetChild(b *testing.B, publishers int) *fleetChild {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := &fleetChild{cmd: cmd, in: in, out: out}
+	c := &fleetChild{blocks: blocks, cmd: cmd, in: in, out: out}
 	for c.out.Scan() {
 		line := c.out.Text()
 		if line == "bound" {
@@ -210,7 +216,7 @@ func (c *fleetChild) lap(b *testing.B, stats []Stats, from, n int, during func(a
 	if err != nil {
 		b.Fatalf("fleet process: %q", line)
 	}
-	blocks := float64(len(stats) * n * blocksPer)
+	blocks := float64(len(stats) * n * c.blocks)
 	return lapFigures{
 		blocksPerSecond:   blocks / wall.Seconds(),
 		gatewayNsPerBlock: float64(gatewayCPU.Nanoseconds()) / blocks,

@@ -88,9 +88,13 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 		return err
 	}
 
+	blocks, err := fleetBlocksFromEnv()
+	if err != nil {
+		return err
+	}
 	payloads := make([]steady[[]byte], n)
 	for i := range n {
-		payloads[i] = fleetSteadyPayloads(uint64(i))
+		payloads[i] = fleetSteadyPayloads(uint64(i), blocks)
 	}
 	var (
 		senders  sync.WaitGroup

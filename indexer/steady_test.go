@@ -14,7 +14,7 @@ import (
 // quarter of each lap removed nothing.)
 func TestSteadyPayloadsAreSteady(t *testing.T) {
 	const n, win = 40, 12
-	s := steadyCycle(EncodingArray, rand.New(rand.NewPCG(1, 2)), n, win)
+	s := steadyCycle(EncodingArray, rand.New(rand.NewPCG(1, 2)), n, win, blocksPer)
 	x := New()
 	x.ConfigurePartition(part, 16, false)
 	r := selection.Rank{WorkerID: 1}
