@@ -166,9 +166,13 @@ func (p *fleetPublisher) stop() {
 }
 
 // fleetSteadyPayloads is steadyPayloads at fleet size, of blocks blocks
-// each: a rank holds fleetWindow payloads' blocks.
+// each: a rank holds fleetWindow payloads of blocksPer blocks, 512
+// blocks, whatever the payloads' size (bigger payloads remove theirs
+// fewer payloads later), so that the index is the same size and only the
+// messages change.
 func fleetSteadyPayloads(seed uint64, blocks int) steady[[]byte] {
-	return steadyCycle(EncodingArray, rand.New(rand.NewPCG(seed, 0xf1ee7)), fleetPayloads, fleetWindow, blocks)
+	win := max(1, fleetWindow*blocksPer/blocks)
+	return steadyCycle(EncodingArray, rand.New(rand.NewPCG(seed, 0xf1ee7)), fleetPayloads, win, blocks)
 }
 
 // fleetBlocksFromEnv is FLEET_BLOCKS, the blocks each payload of
