@@ -82,8 +82,8 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	// Three laps of b.N payloads per publisher. The first stores each
 	// rank's opening window (blocks with nothing to remove yet), and
 	// libzmq's queues and the index grow to what this fleet keeps: their
-	// memory is touched for the first time, about 300 MB of page faults
-	// and heap growth in a 1,024-publisher run. A gateway that has run a
+	// memory is touched for the first time (the gateway's RSS grew by
+	// about 300 MB in a 1,024-publisher run). A gateway that has run a
 	// while is past that, so the first lap is reported apart ("-first")
 	// and the steady state is the second, alone, and the third, with the
 	// lookups running.

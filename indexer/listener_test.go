@@ -358,8 +358,8 @@ func TestListenerCountsBatchesAppliedBehind(t *testing.T) {
 // A stop and a poke both pending when the receive loop comes round (a
 // poke's interrupted wait rearmed, undoing the stop's interrupt): the
 // loop must stop. Taking the poke instead, it would go on to wait on a
-// socket with nothing to wake it; select picks among ready cases at
-// random, so twenty rounds find that half the time each.
+// socket with nothing to wake it. select picks among ready cases at
+// random, so each of twenty rounds catches that half the time.
 func TestReceiveStopsBeforeAPoke(t *testing.T) {
 	zctx, err := zmq.NewContext()
 	if err != nil {
