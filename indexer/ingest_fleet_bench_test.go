@@ -184,7 +184,7 @@ func fleetSteadyPayloads(seed uint64, blocks int) steady[[]byte] {
 // unless set. An engine publishes one payload per scheduler step, so a
 // step that prefills 1,024 tokens stores 64 blocks of 16 in one message;
 // the gateway's cost per message is spread over that many. At most 256
-// (the fleet process then holds about 1.6 GB of payloads).
+// (the fleet process then holds about 2 GB of payloads).
 func fleetBlocksFromEnv() (int, error) {
 	s := os.Getenv("FLEET_BLOCKS")
 	if s == "" {
