@@ -122,6 +122,11 @@ type httpLookups struct {
 	in    io.WriteCloser
 	out   *bufio.Scanner
 	every time.Duration
+	// handled is how long each request's handler ran, since the last
+	// start: the part of the client's latency spent in the lookup, apart
+	// from waiting to be run and the round trip.
+	mu      sync.Mutex
+	handled []time.Duration
 }
 
 // startHTTPLookups serves prompt's lookup on x and starts the client.
@@ -129,24 +134,45 @@ func startHTTPLookups(b *testing.B, x *Index, prompt []uint32, every time.Durati
 	if every <= 0 {
 		every = time.Millisecond
 	}
+	h := &httpLookups{every: every}
 	var hashPool = sync.Pool{New: func() any { return new([]uint64) }}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t0 := time.Now()
 		hp := hashPool.Get().(*[]uint64)
 		defer hashPool.Put(hp)
 		var m selection.Matches
 		*hp = lookUp(x, prompt, *hp, &m)
 		fmt.Fprintln(w, len(m.List))
+		h.mu.Lock()
+		h.handled = append(h.handled, time.Since(t0))
+		h.mu.Unlock()
 	}))
-	cmd, in, out, err := startSelf(lookupChildEnv + "=" + srv.URL)
-	if err != nil {
-		srv.Close()
+	var err error
+	if h.cmd, h.in, h.out, err = startSelf(lookupChildEnv + "=" + h.srv.URL); err != nil {
+		h.srv.Close()
 		b.Fatal(err)
 	}
-	return &httpLookups{srv: srv, cmd: cmd, in: in, out: out, every: every}
+	return h
+}
+
+// handlerPercentiles returns the p50 and p99 of the handler times since
+// the last start (zero when none).
+func (h *httpLookups) handlerPercentiles() (p50, p99 time.Duration) {
+	h.mu.Lock()
+	lat := slices.Clone(h.handled)
+	h.mu.Unlock()
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	slices.Sort(lat)
+	return percentiles(lat)
 }
 
 // start has the client begin its requests.
 func (h *httpLookups) start(b *testing.B) {
+	h.mu.Lock()
+	h.handled = h.handled[:0]
+	h.mu.Unlock()
 	if _, err := fmt.Fprintf(h.in, "run %s\n", h.every); err != nil {
 		b.Fatal(err)
 	}

@@ -40,7 +40,8 @@ import (
 // one every LOOKUP_EVERY), whose p50 and p99 it reports as
 // BenchmarkIngestFleetZMQ does. With LOOKUP_OVER=http the lookups are
 // requests from a third process instead (ingest_lookup_child_test.go),
-// reported as idle-http-p50-µs and so on. FLEET_NICE runs the fleet niced
+// reported as idle-http-p50-µs and so on, and the server's handler time
+// alone as idle-http-handler-p50-µs and so on. FLEET_NICE runs the fleet niced
 // (startFleetChild); FLEET_BLOCKS sets the blocks a payload stores and
 // removes (fleetBlocksFromEnv).
 func BenchmarkIngestFleetProcess(b *testing.B) {
@@ -72,9 +73,10 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 		defer lookups.stop()
 	}
 	var idle, busy []time.Duration
-	var idleHTTP, busyHTTP [2]time.Duration
+	var idleHTTP, busyHTTP, idleHandler, busyHandler [2]time.Duration
 	if lookups != nil {
 		idleHTTP[0], idleHTTP[1] = lookups.idle(b, time.Second)
+		idleHandler[0], idleHandler[1] = lookups.handlerPercentiles()
 	} else {
 		idle = lookupLatencies(x, prompt, 200, 0, nil)
 	}
@@ -99,6 +101,7 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 			time.Sleep(100 * time.Microsecond)
 		}
 		busyHTTP[0], busyHTTP[1] = lookups.finish(b)
+		busyHandler[0], busyHandler[1] = lookups.handlerPercentiles()
 	})
 	b.StopTimer()
 	for i := range stats {
@@ -112,6 +115,8 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	if lookups != nil {
 		reportPercentiles(b, "idle-http", idleHTTP[0], idleHTTP[1])
 		reportPercentiles(b, "ingest-http", busyHTTP[0], busyHTTP[1])
+		reportPercentiles(b, "idle-http-handler", idleHandler[0], idleHandler[1])
+		reportPercentiles(b, "ingest-http-handler", busyHandler[0], busyHandler[1])
 		return
 	}
 	reportLatency(b, "idle", idle)
