@@ -22,10 +22,10 @@ func steadyPayloads(enc Encoding, seed1, seed2 uint64) steady[[]byte] {
 // steady is an engine's steady state as payloads (T is []byte), or as
 // what is made of them: payload i stores new blocks (blocksPer, unless
 // the cycle was built with another count) and removes those stored win
-// payloads earlier. They go round a cycle, so every lap
-// repeats with each removal known and the rank holding win payloads'
-// blocks throughout; only the first lap's first win payloads (its
-// opening) store with nothing yet to remove.
+// payloads earlier. They go round a cycle, so every lap repeats with
+// each removal known and the rank holding win payloads' blocks
+// throughout; only the first lap's first win payloads (its opening)
+// store with nothing yet to remove.
 type steady[T any] struct {
 	cycle, opening []T
 }

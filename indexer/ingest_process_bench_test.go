@@ -41,9 +41,9 @@ import (
 // BenchmarkIngestFleetZMQ does. With LOOKUP_OVER=http the lookups are
 // requests from a third process instead (ingest_lookup_child_test.go),
 // reported as idle-http-p50-µs and so on, and the server's handler time
-// alone as idle-http-handler-p50-µs and so on. FLEET_NICE runs the fleet niced
-// (startFleetChild); FLEET_BLOCKS sets the blocks a payload stores and
-// removes (fleetBlocksFromEnv).
+// alone as idle-http-handler-p50-µs and so on. FLEET_NICE runs the fleet
+// niced (startFleetChild); FLEET_BLOCKS sets the blocks a payload stores
+// and removes (fleetBlocksFromEnv).
 func BenchmarkIngestFleetProcess(b *testing.B) {
 	publishers := fleetPublishersFromEnv(b)
 	blocks, err := fleetBlocksFromEnv() // the fleet process reads it too
