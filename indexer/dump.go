@@ -23,8 +23,8 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	d := dumper{t: t, limit: limit, seen: map[uint32]bool{}}
-	for _, s := range t.nodes.slots {
-		if s != 0 && !d.visit(s&refMask) {
+	for rec := range t.nodes.refs() {
+		if !d.visit(rec) {
 			return d.out, true
 		}
 	}

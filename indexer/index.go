@@ -24,8 +24,9 @@ import (
 // Memory: a block is one 40-byte record (record.go) in pages addressed
 // by 32-bit indexes (slab.go), which carries its first holder and that
 // holder's engine entry inline; the node table and the rank's engine
-// table each hold a 4-byte ref to it (reftable.go; each at most 3/4
-// full), and with a bound the eviction queue a 4-byte ref: about 62
+// table each hold a 4-byte ref to it and a 1-byte tag (reftable.go:
+// twelve to a cache line, at most 7/8 full), and with a bound the
+// eviction queue a 4-byte ref: about 62
 // bytes for a block held by one rank. Each further rank holding it adds
 // a 24-byte holder, a 4-byte ref in the block's holder set, a table slot
 // and a queue ref. BytesPerEntry is the measured figure

@@ -53,9 +53,9 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 			} else {
 				key = b.TokensHash
 			}
-			rec = t.extend(key, t.nodes.home(key), len(t.nodes.slots), rec, have, b.TokensHash)
+			rec = t.extend(key, t.nodes.hashOf(key), rec, have, b.TokensHash)
 			have = true
-			t.hold(x, m, id, []uint32{rec}, b.BlockHash, m.home(b.BlockHash), len(m.slots), tier)
+			t.hold(x, m, id, []uint32{rec}, b.BlockHash, m.hashOf(b.BlockHash), tier)
 		}
 	}
 	return nil

@@ -9,10 +9,13 @@ import (
 
 // Lookups: how deep each rank holds a prompt's prefix, by tier.
 
-// lookupWarm is how many blocks ahead a lookup warms the node table
-// (BenchmarkFindMatchesCold). A prompt's match often ends inside a
-// window, so a larger one reads more for nothing.
+// lookupWarm is how many blocks ahead a lookup finds in the node table
+// at once (resolve, BenchmarkFindMatchesCold). A prompt's match often
+// ends inside a window, so a larger one reads more for nothing.
 const lookupWarm = 32
+
+// A window is found in one resolve, which takes at most aheadMax keys.
+var _ [aheadMax - lookupWarm]struct{}
 
 // nextWindow returns the chain keys of blocks [depth, depth+lookupWarm):
 // chain's own when given, else chained from key (the key of block
@@ -144,16 +147,19 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 		}
 		repeat = 0
 	}
-	// The walk's keys come a window at a time: the window's node-table
-	// slots and records are read in one pass whose loads overlap (warm.go),
-	// then walked in cache.
+	// The walk's keys come a window at a time, found in passes whose
+	// loads overlap (resolve, warm.go); the walk then reads their records
+	// in cache.
 	var buf [lookupWarm]uint64
+	var found [lookupWarm]uint32
 	var window []uint64
+	stale := false // the window was found before the lookup let an event in
 	key := blocks[0]
 	for depth := range blocks {
 		if depth%lookupWarm == 0 {
 			window = nextWindow(buf[:0], blocks, chain, depth, key)
-			t.nodes.warm(window)
+			t.nodes.resolve(window, found[:])
+			stale = false
 		}
 		if depth > 0 {
 			key = window[depth%lookupWarm]
@@ -163,8 +169,12 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 				t.mu.RUnlock()
 				t.mu.RLock()
 				held = time.Now()
+				stale = true
 			}
-			if n = t.nodes.get(key); n == 0 {
+			if n = found[depth%lookupWarm]; stale {
+				n = t.nodes.get(key)
+			}
+			if n == 0 {
 				break
 			}
 			if mark {

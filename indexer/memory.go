@@ -18,8 +18,8 @@ import (
 // with 16 ranks holding each block, and 77 when a publisher floods the
 // index with five times its bound (the eviction queue's stale refs count
 // too). Where the tables stand in their growth moves the first figure:
-// just after both double (3/8 full) it is about 70 by their slot sizes
-// (40 + 2 × 4/0.375 + a queue ref and its slack), and a flood's stale refs
+// just after both double (7/16 full) it is about 70 by their sizes (40 +
+// 2 × (64/12)/0.4375 + a queue ref and its slack), and a flood's stale refs
 // add up to twice that ref again. 96 covers that, rounded up.
 const BytesPerEntry = 96
 

@@ -10,10 +10,10 @@ import "sync/atomic"
 // A ref names a holder or an engine entry: a record index (the record's
 // inline holder or entry) or extBit | an index into the tree's exts (a
 // further holder of a shared block, or an entry that found its block's
-// holder already carrying one). Refs are refBits wide (a table slot keeps
-// a few bits beside one), so a partition holds at most maxIndex records
-// and as many exts: 134M blocks, 8 GB of them, far past any memory
-// budget; a store that would pass that is refused (ErrPartitionFull).
+// holder already carrying one). Refs are refBits wide, so a partition
+// holds at most maxIndex records and as many exts: 134M blocks, 8 GB of
+// them, far past any memory budget; a store that would pass that is
+// refused (ErrPartitionFull).
 const (
 	extBit   = 1 << (refBits - 1)
 	maxIndex = extBit - 1

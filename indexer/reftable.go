@@ -1,39 +1,45 @@
 package indexer
 
 import (
+	"iter"
 	"math/bits"
 	"math/rand/v2"
 )
 
 // refTable is the index's hash table from a 64-bit hash to a record or
-// entry ref: open addressing with linear probing over one array of 4-byte
-// slots (0 marks an empty slot). A slot's key is read through the tree:
-// the record's chain key in the node table, the entry's engine hash in a
-// rank's table (engines set). A slot costs 4 bytes where a (key, value)
-// slot cost 16 or 24 and a Go map's more.
+// entry ref: open addressing over buckets of twelve 4-byte slots that
+// share one 64-byte cache line with a one-byte tag per slot. A slot's key
+// is read through the tree: the record's chain key in the node table, the
+// entry's engine hash in a rank's table (engines set). A key costs a slot
+// and a tag where a (key, value) slot cost 16 or 24 bytes and a Go map's
+// more.
 //
 // Go's maps cost the steady-state ingest two probes where one would do
 // (a lookup, then an assignment or a delete, for each of a block's node
 // and engine entries) and hash every key again; here claim finds or
 // claims a key's slot in one probe. Keys are hashes, some chosen by
-// publishers (engine block hashes), so the slot comes from the key mixed
-// with a per-table random seed: a publisher cannot aim keys at one run of
-// slots without knowing it. The load stays at most 3/4 (the table doubles
-// past it), so a probe run stays short on average. Deletion shifts the
-// later keys of a run back into the hole, so an engine's churn of stores
-// and removals leaves no tombstones.
+// publishers (engine block hashes), so a key's bucket and tag come from
+// the key mixed with a per-table random seed: a publisher cannot aim keys
+// at one bucket without knowing it.
 //
-// A slot also keeps how far it sits from its key's home slot (its top
-// distBits bits; distSat means that far or farther): a probe then reads
-// the record of a slot only when the slot shares the key's home, and a
-// deletion finds the home of the slots it moves back without reading
-// their records and mixing their keys again. Refs leave those bits free:
-// they are at most refBits wide (see maxIndex).
+// Why buckets with tags (the earlier table was linear probing over bare
+// slots, with a slot's distance from its home in its spare bits): a probe
+// reads a slot's record only when the slot's tag is the key's (one slot
+// in 255 of the others), where the bare slots made it read the record of
+// every slot at the key's distance, a cache miss on a fleet's index for
+// nothing; and the tags sit in the line the probe reads anyway (a tag
+// array of its own cost one more miss a probe, BENCHMARKS.md). A deletion
+// clears its slot and is done, where linear probing shifted the rest of
+// the run back, a loop of coin-toss branches that was the largest single
+// cost of DecodeApply. A bucket instead counts the keys whose probe passed
+// it full (passed): a find goes on past a bucket only while that count is
+// nonzero, so deletions leave no tombstones. The load stays at most 7/8
+// (the table doubles past it), so a bucket is seldom full.
 type refTable struct {
-	slots []uint32
-	n     int
-	shift uint8
-	seed  uint64
+	buckets []bucket
+	n       int
+	shift   uint8 // 64 − log2(len(buckets)): a hash's top bits pick its bucket
+	seed    uint64
 	// tree holds the records the refs name; engines tells the two kinds of
 	// table apart (a branch, where a func value's call could not be inlined).
 	tree    *tree
@@ -43,37 +49,55 @@ type refTable struct {
 	rank uint32
 }
 
-// The layout of a slot: the ref in the low refBits, the distance from its
-// home above.
+// bucket is one cache line: twelve slots' tags, how many keys passed it
+// full, and the slots' refs. A tag is 0 for an empty slot, else the low
+// byte of the key's hash (never 0, see tagOf).
+type bucket struct {
+	lo     uint64 // the tags of slots 0-7, a byte each, slot 0 lowest
+	hi     uint32 // the tags of slots 8-11
+	passed uint32 // keys held in a later bucket whose probe began at or before this one
+	refs   [bucketSlots]uint32
+}
+
 const (
-	refBits   = 28
-	refMask   = 1<<refBits - 1
-	distSat   = 1<<(32-refBits) - 1
-	distShift = refBits
+	bucketSlots = 12
+	// A slot index (find, claim, delAt) is its bucket's index shifted by
+	// slotBits, or'ed with the slot's place in the bucket.
+	slotBits = 4
+	slotMask = 1<<slotBits - 1
+	// The tables grow past loadNum/loadDen keys per slot.
+	loadNum, loadDen = 7, 8
 )
 
-// tableMinSlots is the smallest array a table allocates.
-const tableMinSlots = 8
+// Refs are at most refBits wide, which bounds a partition (maxIndex).
+const refBits = 28
 
-// slotsFor is the power of two that holds n keys at a load of 3/4 at most.
-func slotsFor(n int) int {
-	s := tableMinSlots
-	for s*3/4 < n {
-		s *= 2
+// tableMinBuckets is the smallest array a table allocates.
+const tableMinBuckets = 1
+
+// bucketsFor is the power of two that holds n keys at a load of 7/8 at
+// most.
+func bucketsFor(n int) int {
+	b := tableMinBuckets
+	for capacityOf(b) < n {
+		b *= 2
 	}
-	return s
+	return b
 }
+
+// capacityOf is how many keys b buckets hold before the table grows.
+func capacityOf(b int) int { return b * bucketSlots * loadNum / loadDen }
 
 // newRefTable returns a table sized for n keys without growing.
 func newRefTable(n int, tr *tree, engines bool) *refTable {
 	t := &refTable{seed: rand.Uint64() | 1, tree: tr, engines: engines}
-	t.alloc(slotsFor(n))
+	t.alloc(bucketsFor(n))
 	return t
 }
 
-func (t *refTable) alloc(slots int) {
-	t.slots = make([]uint32, slots)
-	t.shift = uint8(64 - bits.TrailingZeros(uint(slots)))
+func (t *refTable) alloc(buckets int) {
+	t.buckets = make([]bucket, buckets)
+	t.shift = uint8(64 - bits.TrailingZeros(uint(buckets)))
 }
 
 // keyOf returns the key of a ref.
@@ -87,20 +111,63 @@ func (t *refTable) keyOf(r uint32) uint64 {
 	return t.tree.recs.at(r).engine
 }
 
-// home is key's first slot: the key mixed with the seed (the finalizer
-// of splitmix64), its top bits.
-func (t *refTable) home(key uint64) int {
+// hashOf is key mixed with the seed (the finalizer of splitmix64): its
+// top bits pick the key's home bucket, its low byte the key's tag. It does
+// not depend on the table's size, so one computed before a growth stays
+// good.
+func (t *refTable) hashOf(key uint64) uint64 {
 	z := key ^ t.seed
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return int((z ^ z>>31) >> t.shift)
+	return z ^ z>>31
 }
 
-// slotOf packs ref for slot i whose key's home is h.
-func (t *refTable) slotOf(ref uint32, i, h int) uint32 {
-	d := uint32((i - h) & (len(t.slots) - 1))
-	return ref | min(d, distSat)<<distShift
+// homeOf is the bucket where the probe for hash h begins.
+func (t *refTable) homeOf(h uint64) int { return int(h >> t.shift) }
+
+// tagOf is hash h's tag: its low byte, 0 (the empty slots' tag) made 1.
+func tagOf(h uint64) uint64 {
+	tag := h & 0xff
+	if tag == 0 {
+		tag = 1
+	}
+	return tag
 }
+
+// lo7 and hi1 pick the low seven bits and the top bit of each byte.
+const (
+	lo7 = 0x7f7f7f7f7f7f7f7f
+	hi1 = 0x8080808080808080
+)
+
+// zeroBytes has the top bit set in each byte of x that is 0, and no other
+// bit (exact: no carry crosses a byte).
+func zeroBytes(x uint64) uint64 { return ^((x&lo7 + lo7) | x | lo7) }
+
+// matches returns the slots of b whose tag is tag (broadcast in every
+// byte of bc), as the top bits of bytes: slots 0-7 in lo, 8-11 in hi.
+func (b *bucket) matches(bc uint64) (lo, hi uint64) {
+	return zeroBytes(b.lo ^ bc), zeroBytes(uint64(b.hi)^bc) & (hi1 >> 32)
+}
+
+// empties returns b's empty slots as matches does.
+func (b *bucket) empties() (lo, hi uint64) {
+	return zeroBytes(b.lo), zeroBytes(uint64(b.hi)) & (hi1 >> 32)
+}
+
+// setTag sets slot j's tag.
+func (b *bucket) setTag(j int, tag uint64) {
+	if j < 8 {
+		s := uint(j) * 8
+		b.lo = b.lo&^(0xff<<s) | tag<<s
+		return
+	}
+	s := uint(j-8) * 8
+	b.hi = b.hi&^(0xff<<s) | uint32(tag)<<s
+}
+
+// broadcast repeats a tag in every byte.
+func broadcast(tag uint64) uint64 { return tag * 0x0101010101010101 }
 
 // Len returns how many keys the table holds.
 func (t *refTable) Len() int {
@@ -110,20 +177,34 @@ func (t *refTable) Len() int {
 	return t.n
 }
 
-// find returns key's slot index and whether it is held; when not, the
-// index is the empty slot ending its probe run.
-func (t *refTable) find(key uint64) (int, bool) { return t.findFrom(t.home(key), key) }
+// refAt returns the ref in slot i.
+func (t *refTable) refAt(i int) uint32 { return t.buckets[i>>slotBits].refs[i&slotMask] }
 
-// findFrom is find with key's home h already known.
-func (t *refTable) findFrom(h int, key uint64) (int, bool) {
-	mask := len(t.slots) - 1
-	for i, d := h, uint32(0); ; i, d = (i+1)&mask, d+1 {
-		s := t.slots[i]
-		if s == 0 {
-			return i, false
+// find returns key's slot index and whether it is held.
+func (t *refTable) find(key uint64) (int, bool) { return t.findFrom(t.hashOf(key), key) }
+
+// findFrom is find with key's hash h already known; it returns -1 when the
+// key is not held.
+func (t *refTable) findFrom(h uint64, key uint64) (int, bool) {
+	mask := len(t.buckets) - 1
+	bc := broadcast(tagOf(h))
+	for b := t.homeOf(h); ; b = (b + 1) & mask {
+		bk := &t.buckets[b]
+		lo, hi := bk.matches(bc)
+		for ; lo != 0; lo &= lo - 1 {
+			j := bits.TrailingZeros64(lo) >> 3
+			if t.keyOf(bk.refs[j]) == key {
+				return b<<slotBits | j, true
+			}
 		}
-		if sd := s >> distShift; (sd == d || sd == distSat && d >= distSat) && t.keyOf(s&refMask) == key {
-			return i, true
+		for ; hi != 0; hi &= hi - 1 {
+			j := 8 + bits.TrailingZeros64(hi)>>3
+			if t.keyOf(bk.refs[j]) == key {
+				return b<<slotBits | j, true
+			}
+		}
+		if bk.passed == 0 {
+			return -1, false
 		}
 	}
 }
@@ -134,6 +215,17 @@ func (t *refTable) get(key uint64) uint32 {
 	return r
 }
 
+// getAt is get with key's hash h already known.
+func (t *refTable) getAt(h uint64, key uint64) uint32 {
+	if t.n == 0 {
+		return 0
+	}
+	if i, ok := t.findFrom(h, key); ok {
+		return t.refAt(i)
+	}
+	return 0
+}
+
 // lookup returns key's slot index and ref, or (-1, 0) when it is not
 // held; the index is for delAt.
 func (t *refTable) lookup(key uint64) (int, uint32) {
@@ -141,7 +233,7 @@ func (t *refTable) lookup(key uint64) (int, uint32) {
 		return -1, 0
 	}
 	if i, ok := t.find(key); ok {
-		return i, t.slots[i] & refMask
+		return i, t.refAt(i)
 	}
 	return -1, 0
 }
@@ -150,64 +242,104 @@ func (t *refTable) lookup(key uint64) (int, uint32) {
 type claimed struct {
 	t    *refTable
 	i    int
-	home int // the key's home slot
+	h    uint64 // the key's hash
 	held bool
 }
 
 // ref returns the held slot's ref.
-func (c claimed) ref() uint32 { return c.t.slots[c.i] & refMask }
+func (c claimed) ref() uint32 { return c.t.refAt(c.i) }
 
 // fill stores ref, whose key must be the claimed key, in a claimed empty
 // slot.
-func (c claimed) fill(ref uint32) { c.t.slots[c.i] = c.t.slotOf(ref, c.i, c.home) }
+func (c claimed) fill(ref uint32) {
+	bk := &c.t.buckets[c.i>>slotBits]
+	j := c.i & slotMask
+	bk.refs[j] = ref
+	bk.setTag(j, tagOf(c.h))
+}
 
 // claim finds key's slot, or claims an empty one for it. The caller must
 // fill a claimed slot before the table is used again.
-func (t *refTable) claim(key uint64) claimed {
-	if (t.n+1)*4 > len(t.slots)*3 {
-		t.resize(max(2*len(t.slots), tableMinSlots))
-	}
-	return t.claimAt(t.home(key), len(t.slots), key)
-}
+func (t *refTable) claim(key uint64) claimed { return t.claimAt(t.hashOf(key), key) }
 
 // reserve grows the table, if need be, so that n more keys fit without
-// growing: homes computed after it stay valid for claimAt while at most n
-// keys are claimed.
+// growing.
 func (t *refTable) reserve(n int) {
-	if (t.n+n)*4 > len(t.slots)*3 {
-		t.resize(max(2*len(t.slots), slotsFor(t.n+n)))
+	if t.n+n > capacityOf(len(t.buckets)) {
+		t.resize(max(2*len(t.buckets), bucketsFor(t.n+n)))
 	}
 }
 
-// claimAt is claim with key's home h already known, computed when the
-// table had slots slots (after a reserve that made room for this claim).
-// A claim past that room grows the table, and a home computed before a
-// growth is found again, so a miscounted reserve costs time, not
-// correctness. (A table is only replaced whole, rebuilt, between events.)
-func (t *refTable) claimAt(h, slots int, key uint64) claimed {
-	if (t.n+1)*4 > len(t.slots)*3 {
-		t.resize(max(2*len(t.slots), tableMinSlots))
+// claimAt is claim with key's hash h already known. Nearly every probe
+// ends in the key's home bucket (no key passed it), where a new key's slot
+// is then found in the same line; the rest take the general path.
+func (t *refTable) claimAt(h uint64, key uint64) claimed {
+	b := t.homeOf(h)
+	bk := &t.buckets[b]
+	if bk.passed != 0 {
+		return t.claimPast(h, key)
 	}
-	if slots != len(t.slots) {
-		h = t.home(key)
+	lo, hi := bk.matches(broadcast(tagOf(h)))
+	for ; lo != 0; lo &= lo - 1 {
+		if j := bits.TrailingZeros64(lo) >> 3; t.keyOf(bk.refs[j]) == key {
+			return claimed{t: t, i: b<<slotBits | j, h: h, held: true}
+		}
 	}
-	i, held := t.findFrom(h, key)
-	if !held {
+	for ; hi != 0; hi &= hi - 1 {
+		if j := 8 + bits.TrailingZeros64(hi)>>3; t.keyOf(bk.refs[j]) == key {
+			return claimed{t: t, i: b<<slotBits | j, h: h, held: true}
+		}
+	}
+	if t.n+1 > capacityOf(len(t.buckets)) {
+		t.resize(2 * len(t.buckets))
 		t.n++
+		return claimed{t: t, i: t.place(h), h: h}
 	}
-	return claimed{t: t, i: i, home: h, held: held}
+	t.n++
+	if lo, hi := bk.empties(); lo != 0 {
+		return claimed{t: t, i: b<<slotBits | bits.TrailingZeros64(lo)>>3, h: h}
+	} else if hi != 0 {
+		return claimed{t: t, i: b<<slotBits | 8 + bits.TrailingZeros64(hi)>>3, h: h}
+	}
+	return claimed{t: t, i: t.place(h), h: h} // the home bucket is full
 }
 
-// del removes key; false when it was not held. Later keys of its probe
-// run move back into the hole unless their home lies cyclically in
-// (hole, their slot].
+// claimPast is claimAt for a key whose probe goes past its home bucket.
+func (t *refTable) claimPast(h uint64, key uint64) claimed {
+	if i, held := t.findFrom(h, key); held {
+		return claimed{t: t, i: i, h: h, held: true}
+	}
+	if t.n+1 > capacityOf(len(t.buckets)) {
+		t.resize(2 * len(t.buckets))
+	}
+	t.n++
+	return claimed{t: t, i: t.place(h), h: h}
+}
+
+// place returns the first empty slot on hash h's probe, counting the full
+// buckets it passes; the caller fills it.
+func (t *refTable) place(h uint64) int {
+	mask := len(t.buckets) - 1
+	for b := t.homeOf(h); ; b = (b + 1) & mask {
+		bk := &t.buckets[b]
+		if lo, hi := bk.empties(); lo != 0 {
+			return b<<slotBits | bits.TrailingZeros64(lo)>>3
+		} else if hi != 0 {
+			return b<<slotBits | 8 + bits.TrailingZeros64(hi)>>3
+		}
+		bk.passed++
+	}
+}
+
+// del removes key; false when it was not held.
 func (t *refTable) del(key uint64) bool {
 	if t == nil || t.n == 0 {
 		return false
 	}
-	i, ok := t.find(key)
+	h := t.hashOf(key)
+	i, ok := t.findFrom(h, key)
 	if ok {
-		t.delAt(i)
+		t.delAt(i, h)
 	}
 	return ok
 }
@@ -219,72 +351,77 @@ func (t *refTable) delRef(key uint64, ref uint32) bool {
 	if t == nil || t.n == 0 {
 		return false
 	}
-	return t.delRefFrom(t.home(key), ref)
+	return t.delRefFrom(t.hashOf(key), ref)
 }
 
-// delRefFrom is delRef with the key's home h already known.
-func (t *refTable) delRefFrom(h int, ref uint32) bool {
-	mask := len(t.slots) - 1
-	for i := h; ; i = (i + 1) & mask {
-		s := t.slots[i]
-		if s == 0 {
+// delRefFrom is delRef with the key's hash h already known.
+func (t *refTable) delRefFrom(h uint64, ref uint32) bool {
+	mask := len(t.buckets) - 1
+	bc := broadcast(tagOf(h))
+	for b := t.homeOf(h); ; b = (b + 1) & mask {
+		bk := &t.buckets[b]
+		lo, hi := bk.matches(bc)
+		for ; lo != 0; lo &= lo - 1 {
+			if j := bits.TrailingZeros64(lo) >> 3; bk.refs[j] == ref {
+				t.delAt(b<<slotBits|j, h)
+				return true
+			}
+		}
+		for ; hi != 0; hi &= hi - 1 {
+			if j := 8 + bits.TrailingZeros64(hi)>>3; bk.refs[j] == ref {
+				t.delAt(b<<slotBits|j, h)
+				return true
+			}
+		}
+		if bk.passed == 0 {
 			return false
 		}
-		if s&refMask == ref {
-			t.delAt(i)
-			return true
-		}
 	}
 }
 
-// delAt empties slot i (from lookup, the table unchanged since). A later
-// slot of the run moves back into the hole when its distance from its
-// home is at least its distance from the hole (its home is then not
-// cyclically in (hole, slot]); the distance bits say so without reading
-// its record, except for a slot at distSat or farther.
-func (t *refTable) delAt(i int) {
-	mask := len(t.slots) - 1
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		s := t.slots[j]
-		if s == 0 {
-			break
-		}
-		gap := (j - i) & mask
-		d := int(s >> distShift)
-		if d == distSat {
-			d = (j - t.home(t.keyOf(s&refMask))) & mask
-		}
-		if d >= gap {
-			t.slots[i] = s&refMask | uint32(min(d-gap, distSat))<<distShift
-			i = j
-		}
+// delAt empties slot i, which holds a key whose hash is h (from find or
+// lookup, the table unchanged since): the buckets its probe passed count
+// one key fewer.
+func (t *refTable) delAt(i int, h uint64) {
+	b := i >> slotBits
+	bk := &t.buckets[b]
+	bk.setTag(i&slotMask, 0)
+	bk.refs[i&slotMask] = 0
+	mask := len(t.buckets) - 1
+	for p := t.homeOf(h); p != b; p = (p + 1) & mask {
+		t.buckets[p].passed--
 	}
-	t.slots[i] = 0
 	t.n--
 }
 
-// resize moves every ref into an array of slots slots.
-func (t *refTable) resize(slots int) {
-	old := t.slots
-	t.alloc(slots)
+// resize moves every ref into an array of buckets buckets.
+func (t *refTable) resize(buckets int) {
+	old := t.buckets
+	t.alloc(buckets)
 	t.insertAll(old)
 }
 
-// insertAll places the refs of old slots (the table holding none).
-func (t *refTable) insertAll(old []uint32) {
-	mask := len(t.slots) - 1
-	for _, s := range old {
-		if s == 0 {
-			continue
+// insertAll places the refs of old buckets (the table holding none).
+func (t *refTable) insertAll(old []bucket) {
+	for b := range old {
+		for _, r := range old[b].held() {
+			h := t.hashOf(t.keyOf(r))
+			claimed{t: t, i: t.place(h), h: h}.fill(r)
 		}
-		r := s & refMask
-		h := t.home(t.keyOf(r))
-		i := h
-		for t.slots[i] != 0 {
-			i = (i + 1) & mask
-		}
-		t.slots[i] = t.slotOf(r, i, h)
 	}
+}
+
+// held returns the refs of b's full slots.
+func (b *bucket) held() []uint32 {
+	var out [bucketSlots]uint32
+	n := 0
+	for j, r := range b.refs {
+		if b.tag(j) != 0 {
+			out[n] = r
+			n++
+		}
+	}
+	return out[:n]
 }
 
 // rebuilt returns a right-sized copy of the table (the table itself never
@@ -292,26 +429,48 @@ func (t *refTable) insertAll(old []uint32) {
 func (t *refTable) rebuilt() *refTable {
 	fresh := newRefTable(t.n, t.tree, t.engines)
 	fresh.rank = t.rank
-	fresh.insertAll(t.slots)
+	fresh.insertAll(t.buckets)
 	fresh.n = t.n
 	return fresh
 }
 
+// refs yields every ref; the table must not change meanwhile.
+func (t *refTable) refs() iter.Seq[uint32] {
+	return func(yield func(uint32) bool) {
+		for b := range t.buckets {
+			for _, r := range t.buckets[b].held() {
+				if !yield(r) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// tag returns slot j's tag.
+func (b *bucket) tag(j int) uint64 {
+	if j < 8 {
+		return b.lo >> (uint(j) * 8) & 0xff
+	}
+	return uint64(b.hi) >> (uint(j-8) * 8) & 0xff
+}
+
 // each calls fn on every ref; the table must not change meanwhile.
 func (t *refTable) each(fn func(ref uint32)) {
-	for _, s := range t.slots {
-		if s != 0 {
-			fn(s & refMask)
-		}
+	for r := range t.refs() {
+		fn(r)
 	}
 }
 
 // renumber replaces every ref r by to(r) in place (a slab rebuild: the
 // keys, and so the slots, stay).
 func (t *refTable) renumber(to func(ref uint32) uint32) {
-	for i, s := range t.slots {
-		if s != 0 {
-			t.slots[i] = s&^refMask | to(s&refMask)
+	for b := range t.buckets {
+		bk := &t.buckets[b]
+		for j, r := range bk.refs {
+			if bk.tag(j) != 0 {
+				bk.refs[j] = to(r)
+			}
 		}
 	}
 }

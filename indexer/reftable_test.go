@@ -23,9 +23,9 @@ func keyedTable(n int) (*refTable, func(k uint64) uint32) {
 }
 
 // TestRefTableAgainstMap drives a table and a Go map with the same random
-// claims and deletes, over a small key space so that keys collide, probe
-// runs wrap around the array and deletes shift keys back, and checks that
-// they agree throughout.
+// claims and deletes, over a small key space so that keys collide, fill
+// buckets, probe past them around the array's end and leave them again,
+// and checks that they agree throughout.
 func TestRefTableAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	tab, recOf := keyedTable(0)
@@ -56,7 +56,11 @@ func TestRefTableAgainstMap(t *testing.T) {
 		if tab.Len() != len(want) {
 			t.Fatalf("step %d: %d keys, map has %d", step, tab.Len(), len(want))
 		}
+		if step%1000 == 0 {
+			checkPassed(t, tab)
+		}
 	}
+	checkPassed(t, tab)
 	for _, k := range keys {
 		if got := tab.get(k); got != want[k] {
 			t.Fatalf("get(%x) = %d; map %d", k, got, want[k])
@@ -74,27 +78,48 @@ func TestRefTableAgainstMap(t *testing.T) {
 	}
 }
 
-// TestRefTableLongRuns: keys that share one home slot make a run longer
-// than a slot's distance bits count (distSat), where probes and deletions
-// must read the keys; deleting them in random order keeps every other key
-// found.
-func TestRefTableLongRuns(t *testing.T) {
-	tab, recOf := keyedTable(40) // 64 slots, no growth below 48 keys
-	if len(tab.slots) != 64 {
-		t.Fatalf("%d slots", len(tab.slots))
+// checkPassed recounts, for every bucket, the held keys whose probe
+// passed it (from the key's home bucket up to the one holding it) and
+// fails where a bucket's count differs.
+func checkPassed(t *testing.T, tab *refTable) {
+	t.Helper()
+	want := make([]uint32, len(tab.buckets))
+	mask := len(tab.buckets) - 1
+	for b := range tab.buckets {
+		for _, r := range tab.buckets[b].held() {
+			for p := tab.homeOf(tab.hashOf(tab.keyOf(r))); p != b; p = (p + 1) & mask {
+				want[p]++
+			}
+		}
+	}
+	for b, w := range want {
+		if got := tab.buckets[b].passed; got != w {
+			t.Fatalf("bucket %d of %d counts %d keys passing it, %d do", b, len(tab.buckets), got, w)
+		}
+	}
+}
+
+// TestRefTableFullBuckets: more keys share one home bucket than a bucket
+// holds, so their probes pass full buckets (and wrap around the array's
+// end); deleting them in random order keeps every other key found, and an
+// emptied table has no bucket left counting a key that passed it.
+func TestRefTableFullBuckets(t *testing.T) {
+	tab, recOf := keyedTable(60) // 8 buckets, no growth below 84 keys
+	if len(tab.buckets) != 8 {
+		t.Fatalf("%d buckets", len(tab.buckets))
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	var keys []uint64
-	for len(keys) < 2*distSat+5 {
-		if k := rng.Uint64(); tab.home(k) == 60 { // the run wraps around the end
+	for len(keys) < 3*bucketSlots+5 {
+		if k := rng.Uint64(); tab.homeOf(tab.hashOf(k)) == 7 { // the probes wrap around the end
 			keys = append(keys, k)
 		}
 	}
 	for _, k := range keys {
 		tab.claim(k).fill(recOf(k))
 	}
-	if d := tab.slots[(60+len(keys)-1)&63] >> distShift; d != distSat {
-		t.Fatalf("the run's last slot is %d from home", d)
+	if tab.buckets[7].passed != uint32(len(keys)-bucketSlots) || tab.buckets[1].passed != 5 {
+		t.Fatalf("passed counts %d, %d, %d", tab.buckets[7].passed, tab.buckets[0].passed, tab.buckets[1].passed)
 	}
 	rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 	for i, k := range keys {
@@ -110,32 +135,74 @@ func TestRefTableLongRuns(t *testing.T) {
 	if tab.Len() != 0 {
 		t.Fatalf("%d keys left", tab.Len())
 	}
-}
-
-// TestRefTableLoad checks the table grows to keep its load at 3/4 at most
-// and that a table sized by newRefTable(n) takes n keys without growing.
-func TestRefTableLoad(t *testing.T) {
-	tab, recOf := keyedTable(1000)
-	slots := len(tab.slots)
-	for k := range uint64(1000) {
-		tab.claim(k + 1).fill(recOf(k + 1))
-	}
-	if len(tab.slots) != slots {
-		t.Fatalf("sized for 1,000 keys, grew from %d to %d slots", slots, len(tab.slots))
-	}
-	for k := range uint64(100_000) {
-		tab.claim(k + 5000).fill(recOf(k + 5000))
-		if tab.Len()*4 > len(tab.slots)*3 {
-			t.Fatalf("%d keys in %d slots", tab.Len(), len(tab.slots))
+	for b := range tab.buckets {
+		if bk := tab.buckets[b]; bk.passed != 0 || bk.lo != 0 || bk.hi != 0 {
+			t.Fatalf("bucket %d left as %+v", b, bk)
 		}
 	}
 }
 
-// TestRefTableClaimAtHomes: homes computed after reserve(n) stay valid
-// for n claims (no growth between), and a claim past the reserved room
-// grows the table and finds its home again instead of using the stale
-// one, so every key stays found.
-func TestRefTableClaimAtHomes(t *testing.T) {
+// TestRefTableTagsPickTheKey: keys that share a home bucket and a tag are
+// told apart by their records, and a deletion by ref (delRef) takes the
+// slot holding that ref, not another of the same tag.
+func TestRefTableTagsPickTheKey(t *testing.T) {
+	tab, recOf := keyedTable(8) // one bucket
+	if len(tab.buckets) != 1 {
+		t.Fatalf("%d buckets", len(tab.buckets))
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	var keys []uint64
+	for len(keys) < 3 {
+		if k := rng.Uint64(); tagOf(tab.hashOf(k)) == 0x5a {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		if c := tab.claim(k); c.held {
+			t.Fatalf("%x claimed as held", k)
+		} else {
+			c.fill(recOf(k))
+		}
+	}
+	for _, k := range keys {
+		if tab.get(k) != recOf(k) {
+			t.Fatalf("%x: got ref %d, want %d", k, tab.get(k), recOf(k))
+		}
+	}
+	if !tab.delRef(keys[1], recOf(keys[1])) || tab.get(keys[1]) != 0 {
+		t.Fatal("delRef did not take its own slot")
+	}
+	if tab.get(keys[0]) != recOf(keys[0]) || tab.get(keys[2]) != recOf(keys[2]) {
+		t.Fatal("delRef took another key's slot")
+	}
+	if tab.delRef(keys[1], recOf(keys[1])) {
+		t.Fatal("a second delRef of the same ref found it")
+	}
+}
+
+// TestRefTableLoad checks the table grows to keep its load at 7/8 at most
+// and that a table sized by newRefTable(n) takes n keys without growing.
+func TestRefTableLoad(t *testing.T) {
+	tab, recOf := keyedTable(1000)
+	buckets := len(tab.buckets)
+	for k := range uint64(1000) {
+		tab.claim(k + 1).fill(recOf(k + 1))
+	}
+	if len(tab.buckets) != buckets {
+		t.Fatalf("sized for 1,000 keys, grew from %d to %d buckets", buckets, len(tab.buckets))
+	}
+	for k := range uint64(100_000) {
+		tab.claim(k + 5000).fill(recOf(k + 5000))
+		if tab.Len()*loadDen > len(tab.buckets)*bucketSlots*loadNum {
+			t.Fatalf("%d keys in %d buckets", tab.Len(), len(tab.buckets))
+		}
+	}
+}
+
+// TestRefTableHashesOutliveGrowth: hashes computed before the table grows
+// stay good for claimAt (a hash does not depend on the table's size), and
+// reserve(n) makes room for n claims without growing.
+func TestRefTableHashesOutliveGrowth(t *testing.T) {
 	tab, recOf := keyedTable(0)
 	rng := rand.New(rand.NewPCG(5, 6))
 	var all []uint64
@@ -151,28 +218,27 @@ func TestRefTableClaimAtHomes(t *testing.T) {
 			room = n / 2 // miscounted: the claims past it must grow the table
 		}
 		tab.reserve(room)
-		slots := len(tab.slots)
-		slotsAtHomes := slots
-		homes := make([]int, n)
+		buckets := len(tab.buckets)
+		hashes := make([]uint64, n)
 		for i, k := range keys {
-			homes[i] = tab.home(k)
+			hashes[i] = tab.hashOf(k)
 		}
 		for i, k := range keys {
-			c := tab.claimAt(homes[i], slotsAtHomes, k)
+			c := tab.claimAt(hashes[i], k)
 			if c.held {
 				t.Fatalf("round %d: new key %x claimed as held", round, k)
 			}
 			c.fill(recOf(k))
-			if len(tab.slots) != slots {
+			if len(tab.buckets) != buckets {
 				if i < room {
 					t.Fatalf("round %d: grew within the reserved room (%d of %d)", round, i, room)
 				}
 				grewPast++
-				slots = len(tab.slots)
+				buckets = len(tab.buckets)
 			}
 		}
 		all = append(all, keys...)
-		for _, k := range all { // before a later growth rehashes them all
+		for _, k := range all {
 			if tab.get(k) != recOf(k) {
 				t.Fatalf("round %d: %x is not found", round, k)
 			}

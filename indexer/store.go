@@ -106,9 +106,10 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	}
 	id := m.rank
 	// The blocks' chain keys first (after the locals in the same pooled
-	// buffer), then every home slot of the claims, in passes whose loads
-	// do not wait on each other (warm.go); the tables make room first, so
-	// no claim moves them.
+	// buffer), then every claim's hash and home bucket, in passes whose
+	// loads do not wait on each other (warm.go); the tables make room
+	// first, so no claim grows them midway (which would leave what was
+	// read ahead behind).
 	keys := chainKeys(locals[len(locals):], parentKey, ev.HasParent, locals)
 	if h.buf != nil && cap(keys) > cap(*h.buf) {
 		*h.buf = keys[:0] // grown: the pool keeps the larger buffer
@@ -116,13 +117,12 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 	t.nodes.reserve(len(keys))
 	m.reserve(len(ev.BlockHashes))
 	cold := t.cold()
-	homes := t.nodes.homesOf(t.homes[:0], keys, cold)
-	homes = m.homesOf(homes, ev.BlockHashes, cold)
-	if t.homes = homes; cap(homes) > homesKeep {
-		t.homes = nil // a huge event's scratch is not kept for the next
+	hashes := t.nodes.hashesOf(t.hashes[:0], keys, cold)
+	hashes = m.hashesOf(hashes, ev.BlockHashes, cold)
+	if t.hashes = hashes; cap(hashes) > hashesKeep {
+		t.hashes = nil // a huge event's scratch is not kept for the next
 	}
-	nodeHomes, engineHomes := homes[:len(keys)], homes[len(keys):]
-	nodeSlots, engineSlots := len(t.nodes.slots), len(m.slots)
+	nodeHashes, engineHashes := hashes[:len(keys)], hashes[len(keys):]
 	// Engine block i ends at token (i+1)·ebs; it maps to our last full
 	// block ending there (the same block when the sizes agree).
 	rec, have := parentRec, ev.HasParent
@@ -133,24 +133,24 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		ours := min((i+1)*ebs/t.blockSize, len(locals))
 		span = span[:0]
 		for ; next < ours; next++ {
-			rec = t.extend(keys[next], int(nodeHomes[next]), nodeSlots, rec, have, locals[next])
+			rec = t.extend(keys[next], nodeHashes[next], rec, have, locals[next])
 			have = true
 			span = append(span, rec)
 		}
 		if len(span) == 0 {
 			continue // the engine block ends inside one of ours: nothing to map yet
 		}
-		t.hold(x, m, id, span, engine, int(engineHomes[i]), engineSlots, ev.Tier)
+		t.hold(x, m, id, span, engine, engineHashes[i], ev.Tier)
 	}
 	return nil
 }
 
 // hold records that the rank (id, engine table m) holds the blocks of
 // span (record indexes, the last one the engine block's) under the engine
-// hash engine, whose home in m is home (computed when m had slots slots).
-func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine uint64, home, slots int, tier Tier) {
+// hash engine, whose hash in m is h.
+func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine, h uint64, tier Tier) {
 	last := span[len(span)-1]
-	c := m.claimAt(home, slots, engine)
+	c := m.claimAt(h, engine)
 	if c.held {
 		p := t.metaOf(c.ref())
 		if _, block, _ := t.entryOf(c.ref()); block == last && metaTier(*p) == tier {
@@ -262,35 +262,35 @@ func (t *tree) removeAll(x *Index, m *refTable, engines []uint64) {
 func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64, a *removalAhead, k int) bool {
 	// The slot found ahead still holds the entry unless an earlier removal
 	// of the chunk moved or removed it: refs are unique in a rank's table.
-	i, e, nodeHome := int(a.slot[k]), a.entry[k], int(a.nodeHome[k])
-	if e == 0 || m.slots[i]&refMask != e {
+	i, e, nodeHash := int(a.slot[k]), a.entry[k], a.nodeHash[k]
+	if e == 0 || m.refAt(i) != e {
 		var held bool
-		if i, held = m.findFrom(int(a.engineHome[k]), engine); !held {
+		if i, held = m.findFrom(a.engineHash[k], engine); !held {
 			return false
 		}
-		if f := m.slots[i] & refMask; f != e {
-			e, nodeHome = f, -1
+		if f := m.refAt(i); f != e {
+			e, nodeHash = f, 0
 		}
 	}
 	if p := t.metaOf(e); erefs(*p) > 1 {
 		*p = withErefs(*p, erefs(*p)-1)
 		return true
 	}
-	m.delAt(i) // one probe for the lookup and the deletion
+	m.delAt(i, a.engineHash[k]) // one probe for the lookup and the deletion
 	t.entryDelta--
 	t.live--
 	t.noteShrink(id, m)
-	t.dropEntryAt(e, nodeHome)
+	t.dropEntryAt(e, nodeHash)
 	return true
 }
 
 // dropEntry clears engine entry e (already out of its rank's table) and
 // releases the blocks it held: its block and the span-1 before it.
-func (t *tree) dropEntry(e uint32) { t.dropEntryAt(e, -1) }
+func (t *tree) dropEntry(e uint32) { t.dropEntryAt(e, 0) }
 
-// dropEntryAt is dropEntry with the node-table home of e's block already
-// known (-1: not known).
-func (t *tree) dropEntryAt(e uint32, nodeHome int) {
+// dropEntryAt is dropEntry with the node-table hash of e's block already
+// known (0: not known).
+func (t *tree) dropEntryAt(e uint32, nodeHash uint64) {
 	if e&extBit == 0 {
 		// Nearly every entry of a fleet: inline in its block's record, over
 		// that block alone, whose only holder it is (the inline holder, of
@@ -299,10 +299,10 @@ func (t *tree) dropEntryAt(e uint32, nodeHome int) {
 		// would find after a walk over holder and flags.
 		r := t.recs.at(e)
 		if m := r.meta; m&(fSet|fQueued) == 0 && spanOf(m) <= 1 && hrefs(m) == 1 {
-			if nodeHome < 0 {
-				nodeHome = t.nodes.home(r.key)
+			if nodeHash == 0 {
+				nodeHash = t.nodes.hashOf(r.key)
 			}
-			t.nodes.delRefFrom(nodeHome, e)
+			t.nodes.delRefFrom(nodeHash, e)
 			r.meta = 0
 			t.recs.release(e)
 			return

@@ -35,11 +35,11 @@ type tree struct {
 	nodesPeak int
 	rankPeaks []int    // by rank id
 	shrink    []uint32 // ranks whose table fell to a quarter of its peak (noteShrink)
-	// homes is a store's scratch: its keys' home slots in the node table,
+	// hashes is a store's scratch: its keys' hashes in the node table,
 	// then its engine hashes' in the rank's table (store, warm.go); kept
-	// between stores up to homesKeep.
-	homes []int32
-	ahead removalAhead // a removal's scratch (removeAll, warm.go)
+	// between stores up to hashesKeep.
+	hashes []uint64
+	ahead  removalAhead // a removal's scratch (removeAll, warm.go)
 }
 
 func newTree(blockSize int, eagle bool) *tree {
@@ -49,10 +49,10 @@ func newTree(blockSize int, eagle bool) *tree {
 	return t
 }
 
-// homesKeep is the largest tree.homes kept from one store to the next
-// (64 KB): an engine's payloads need a few dozen, and a publisher's
+// hashesKeep is the largest tree.hashes kept from one store to the next
+// (128 KB): an engine's payloads need a few dozen, and a publisher's
 // million-block event must not leave megabytes behind.
-const homesKeep = 1 << 14
+const hashesKeep = 1 << 14
 
 // newRankTable returns rank r's engine table, keyed by its entries'
 // engine hashes, sized for n.
@@ -90,12 +90,12 @@ func chainKeys(dst []uint64, prefix uint64, have bool, locals []uint64) []uint64
 	return dst
 }
 
-// extend chains a block (its chain key, the key's home in the node table
-// and the table's size when that was computed, and its local hash) onto
+// extend chains a block (its chain key, the key's hash in the node table,
+// and its local hash) onto
 // the prefix (its record; have: whether there is a prefix) and returns the
 // block's record, created if new.
-func (t *tree) extend(key uint64, home, slots int, prefixRec uint32, have bool, local uint64) uint32 {
-	c := t.nodes.claimAt(home, slots, key)
+func (t *tree) extend(key, h uint64, prefixRec uint32, have bool, local uint64) uint32 {
+	c := t.nodes.claimAt(h, key)
 	if c.held {
 		rec := c.ref()
 		if have {
