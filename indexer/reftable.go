@@ -72,8 +72,10 @@ const (
 // Refs are at most refBits wide, which bounds a partition (maxIndex).
 const refBits = 28
 
-// tableMinBuckets is the smallest array a table allocates.
-const tableMinBuckets = 1
+// tableMinBuckets is the smallest array a table allocates: two, so that
+// a hash's shift (64 − log2 of the buckets) stays under 64 and compiles
+// to one instruction (see homeOf).
+const tableMinBuckets = 2
 
 // bucketsFor is the power of two that holds n keys at a load of 7/8 at
 // most.
@@ -123,7 +125,7 @@ func (t *refTable) hashOf(key uint64) uint64 {
 }
 
 // homeOf is the bucket where the probe for hash h begins.
-func (t *refTable) homeOf(h uint64) int { return int(h >> t.shift) }
+func (t *refTable) homeOf(h uint64) int { return int(h >> (t.shift & 63)) }
 
 // tagOf is hash h's tag: its low byte, 0 (the empty slots' tag) made 1.
 func tagOf(h uint64) uint64 {
@@ -270,50 +272,52 @@ func (t *refTable) reserve(n int) {
 	}
 }
 
-// claimAt is claim with key's hash h already known. Nearly every probe
-// ends in the key's home bucket (no key passed it), where a new key's slot
-// is then found in the same line; the rest take the general path.
+// claimAt is claim with key's hash h already known. One walk finds the
+// key or proves it absent and, on the way, the first empty slot a new key
+// takes: nearly always in the key's home bucket, where the walk most
+// often ends too (about 30 % of buckets at 2/3 load have had a key pass
+// them full, and the walk goes on past those).
 func (t *refTable) claimAt(h uint64, key uint64) claimed {
-	b := t.homeOf(h)
-	bk := &t.buckets[b]
-	if bk.passed != 0 {
-		return t.claimPast(h, key)
-	}
-	lo, hi := bk.matches(broadcast(tagOf(h)))
-	for ; lo != 0; lo &= lo - 1 {
-		if j := bits.TrailingZeros64(lo) >> 3; t.keyOf(bk.refs[j]) == key {
-			return claimed{t: t, i: b<<slotBits | j, h: h, held: true}
+	mask := len(t.buckets) - 1
+	bc := broadcast(tagOf(h))
+	home := t.homeOf(h)
+	empty := -1
+	for b := home; ; b = (b + 1) & mask {
+		bk := &t.buckets[b]
+		lo, hi := bk.matches(bc)
+		for ; lo != 0; lo &= lo - 1 {
+			if j := bits.TrailingZeros64(lo) >> 3; t.keyOf(bk.refs[j]) == key {
+				return claimed{t: t, i: b<<slotBits | j, h: h, held: true}
+			}
+		}
+		for ; hi != 0; hi &= hi - 1 {
+			if j := 8 + bits.TrailingZeros64(hi)>>3; t.keyOf(bk.refs[j]) == key {
+				return claimed{t: t, i: b<<slotBits | j, h: h, held: true}
+			}
+		}
+		if empty < 0 {
+			if lo, hi := bk.empties(); lo != 0 {
+				empty = b<<slotBits | bits.TrailingZeros64(lo)>>3
+			} else if hi != 0 {
+				empty = b<<slotBits | 8 + bits.TrailingZeros64(hi)>>3
+			}
+		}
+		if bk.passed == 0 {
+			break
 		}
 	}
-	for ; hi != 0; hi &= hi - 1 {
-		if j := 8 + bits.TrailingZeros64(hi)>>3; t.keyOf(bk.refs[j]) == key {
-			return claimed{t: t, i: b<<slotBits | j, h: h, held: true}
-		}
-	}
-	if t.n+1 > capacityOf(len(t.buckets)) {
-		t.resize(2 * len(t.buckets))
-		t.n++
-		return claimed{t: t, i: t.place(h), h: h}
-	}
 	t.n++
-	if lo, hi := bk.empties(); lo != 0 {
-		return claimed{t: t, i: b<<slotBits | bits.TrailingZeros64(lo)>>3, h: h}
-	} else if hi != 0 {
-		return claimed{t: t, i: b<<slotBits | 8 + bits.TrailingZeros64(hi)>>3, h: h}
-	}
-	return claimed{t: t, i: t.place(h), h: h} // the home bucket is full
-}
-
-// claimPast is claimAt for a key whose probe goes past its home bucket.
-func (t *refTable) claimPast(h uint64, key uint64) claimed {
-	if i, held := t.findFrom(h, key); held {
-		return claimed{t: t, i: i, h: h, held: true}
-	}
-	if t.n+1 > capacityOf(len(t.buckets)) {
+	if t.n > capacityOf(len(t.buckets)) {
 		t.resize(2 * len(t.buckets))
+		empty = -1
 	}
-	t.n++
-	return claimed{t: t, i: t.place(h), h: h}
+	if empty < 0 {
+		return claimed{t: t, i: t.place(h), h: h} // every bucket walked is full
+	}
+	for b := home; b != empty>>slotBits; b = (b + 1) & mask {
+		t.buckets[b].passed++
+	}
+	return claimed{t: t, i: empty, h: h}
 }
 
 // place returns the first empty slot on hash h's probe, counting the full
