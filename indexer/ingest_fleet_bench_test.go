@@ -149,6 +149,39 @@ func (p *fleetPublisher) publish(b *testing.B, from, n int) {
 	}
 }
 
+// sendPaced sends payloads [from, from+n) as sendSteady does, one every
+// interval (none when 0), the first after phase: a fleet's engines each
+// publish at their own pace, not all at once.
+func sendPaced(sock *zmq.Socket, payloads steady[[]byte], from, n int, interval, phase time.Duration) error {
+	if interval <= 0 {
+		return sendSteady(sock, payloads, from, n)
+	}
+	next := time.Now().Add(phase)
+	for seq := from; seq < from+n; seq++ {
+		time.Sleep(time.Until(next))
+		if err := sendSteady(sock, payloads, seq, 1); err != nil {
+			return err
+		}
+		next = next.Add(interval)
+	}
+	return nil
+}
+
+// fleetRateFromEnv reads FLEET_RATE, the blocks a second the whole fleet
+// stores (and as many it removes); 0, unset, is as fast as the gateway
+// takes them.
+func fleetRateFromEnv() (float64, error) {
+	s := os.Getenv("FLEET_RATE")
+	if s == "" {
+		return 0, nil
+	}
+	r, err := strconv.ParseFloat(s, 64)
+	if err != nil || r < 1e3 || r > 1e8 {
+		return 0, fmt.Errorf("FLEET_RATE=%q: want 1000-1e8 blocks a second", s)
+	}
+	return r, nil
+}
+
 // sendSteady sends a fleet publisher's payloads with sequence numbers
 // [from, from+n).
 func sendSteady(sock *zmq.Socket, payloads steady[[]byte], from, n int) error {

@@ -43,12 +43,18 @@ import (
 // reported as idle-http-p50-µs and so on, and the server's handler time
 // alone as idle-http-handler-p50-µs and so on. FLEET_NICE runs the fleet
 // niced (startFleetChild); FLEET_BLOCKS sets the blocks a payload stores
-// and removes (fleetBlocksFromEnv).
+// and removes (fleetBlocksFromEnv); FLEET_RATE paces the fleet to that
+// many blocks a second in all (fleetRateFromEnv), so that the lookups'
+// latency can be read at an ingest rate a fleet sends rather than at the
+// most the gateway takes.
 func BenchmarkIngestFleetProcess(b *testing.B) {
 	publishers := fleetPublishersFromEnv(b)
 	blocks, err := fleetBlocksFromEnv() // the fleet process reads it too
 	if err != nil {
 		b.Fatal(err)
+	}
+	if _, err := fleetRateFromEnv(); err != nil {
+		b.Fatal(err) // read by the fleet process; refused here first
 	}
 	x, prompt := findMatchesFleet(b)
 	fleet := startFleetChild(b, publishers, blocks)

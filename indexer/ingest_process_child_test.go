@@ -92,6 +92,15 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rate, err := fleetRateFromEnv()
+	if err != nil {
+		return err
+	}
+	// Each publisher's share of the rate, in payloads: one every interval.
+	var interval time.Duration
+	if rate > 0 {
+		interval = time.Duration(float64(n*blocks) / rate * float64(time.Second))
+	}
 	payloads := make([]steady[[]byte], n)
 	for i := range n {
 		payloads[i] = fleetSteadyPayloads(uint64(i), blocks)
@@ -121,8 +130,9 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 			}
 			lapStart = selfCPU()
 			for i, s := range socks {
+				phase := interval * time.Duration(i) / time.Duration(n)
 				senders.Go(func() {
-					if err := sendSteady(s, payloads[i], from, count); err != nil {
+					if err := sendPaced(s, payloads[i], from, count, interval, phase); err != nil {
 						errOnce.Do(func() { sendErr = err })
 					}
 				})
