@@ -267,28 +267,37 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 			onPoke()
 		default:
 		}
-		flags := zmq.Flag(0)
+		var frames [][]byte
+		var err error
 		if w != nil {
-			flags = zmq.DONTWAIT
+			// The receive runs inside the wait (see readWait.waitFor), and
+			// the turn is given back before a sleep.
+			werr := w.waitFor(func() bool {
+				frames, err = rx.Recv(zmq.DONTWAIT)
+				if err != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
+					rest()
+					return false
+				}
+				return true
+			})
+			switch {
+			case werr == nil:
+			case interrupted(werr):
+				// A stop or a poke. Rearm before the loop checks for a
+				// stop, so that one arriving now still ends the next wait.
+				w.rearm()
+				continue
+			default:
+				w = nil // the descriptor failed: fall back to the timeout
+				continue
+			}
 		} else {
 			rest() // the receive may wait
+			frames, err = rx.Recv(0)
 		}
-		frames, err := rx.Recv(flags)
 		if err != nil {
-			switch {
-			case zmq.AsErrno(err) == zmq.ETERM:
+			if zmq.AsErrno(err) == zmq.ETERM {
 				return
-			case w != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
-				rest()
-				switch err := w.waitErr(); {
-				case err == nil:
-				case interrupted(err):
-					// A stop or a poke. Rearm before the loop checks for a
-					// stop, so that one arriving now still ends the next wait.
-					w.rearm()
-				default:
-					w = nil // the descriptor failed: fall back to the timeout
-				}
 			}
 			continue // the receive timeout, or a transient error
 		}

@@ -61,6 +61,24 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 	return &readWait{sock: s, f: f, rc: rc}, nil
 }
 
+// waitFor calls try, which receives from the socket without blocking,
+// until it reports that it is done (a message, or an error other than
+// EAGAIN), and sleeps between calls until the socket may have a message.
+// It returns nil once try is done, and otherwise what waitErr returns.
+//
+// This is waitErr with the receive as its check: RawConn.Read clears the
+// descriptor's readiness before its first call of try, so an edge after
+// a receive that found nothing is remembered, and a ZMQ_EVENTS check
+// before the sleep would only repeat what that receive did (it processes
+// the socket's commands just as the check does). That is a getpid and a
+// poll fewer a message for a listener that each message wakes, which is
+// every listener of a fleet sending at its own pace: at 250k blocks a
+// second from 1,024 publishers, each message cost the gateway about 15
+// system calls and 70 µs of CPU (BENCHMARKS.md).
+func (w *readWait) waitFor(try func() bool) error {
+	return w.rc.Read(func(uintptr) bool { return try() })
+}
+
 // waitErr returns nil once the socket may have a message, an error
 // wrapping os.ErrDeadlineExceeded once interrupt was called, any other
 // error when the descriptor failed. ZMQ_FD is edge triggered and only
