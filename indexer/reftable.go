@@ -358,7 +358,11 @@ func (t *refTable) delRef(key uint64, ref uint32) bool {
 	return t.delRefFrom(t.hashOf(key), ref)
 }
 
-// delRefFrom is delRef with the key's hash h already known.
+// delRefFrom is delRef with the key's hash h already known. Its walk is
+// findFrom's, comparing refs where findFrom compares keys: one walk for
+// both, told which compare by an argument, cost DecodeApply 4 % (147
+// against 142 cpu-ns a block, three runs of three), so it is written
+// twice.
 func (t *refTable) delRefFrom(h uint64, ref uint32) bool {
 	mask := len(t.buckets) - 1
 	bc := broadcast(tagOf(h))
