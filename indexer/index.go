@@ -75,6 +75,9 @@ type Index struct {
 	// it lets waiting events in: lookupHoldDefault, or what a test sets
 	// before use.
 	lookupHold time.Duration
+	// lookupGap, set by tests only, runs in that moment, with no lock
+	// held: an event applied there lands in the middle of a walk.
+	lookupGap func()
 }
 
 // New returns an empty index.

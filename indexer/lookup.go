@@ -165,8 +165,13 @@ func (x *Index) findMatches(p selection.PartitionKey, blocks, chain []uint64, ou
 			key = window[depth%lookupWarm]
 			if depth%lookupYield == 0 && time.Since(held) >= x.lookupHold {
 				// Let a waiting event in (see lookupHoldDefault); n is
-				// fetched again below, so no record is held across the gap.
+				// fetched again below, so no record is held across the gap,
+				// and the window's finds are stale (an event may have freed
+				// and reused their records).
 				t.mu.RUnlock()
+				if x.lookupGap != nil {
+					x.lookupGap()
+				}
 				t.mu.RLock()
 				held = time.Now()
 				stale = true

@@ -70,3 +70,57 @@ func TestLookupDuringIngest(t *testing.T) {
 		t.Fatal("no lookup ran")
 	}
 }
+
+// TestLookupFindsAgainAfterItsGap: a lookup finds a window of blocks at
+// once (resolve) and lets events in every lookupYield blocks. Here rank 1
+// holds a 1,000-block prompt, and in the lookup's first gap (at block 128)
+// it removes blocks 128 on and stores another chain, whose records are
+// the ones just freed. The lookup must find the rest of its window
+// again rather than trust what it found before the gap, which now names
+// the other chain's blocks (held by rank 1 too): the answer is 128
+// blocks, where the stale finds made it 160, the window's end.
+func TestLookupFindsAgainAfterItsGap(t *testing.T) {
+	const bs, blocks = 4, 1000
+	x := New()
+	x.lookupHold = 0
+	x.ConfigurePartition(part, bs, false)
+	r := selection.Rank{WorkerID: 1}
+	chain := func(first uint32, engineBase uint64) *Event {
+		ev := &Event{Kind: Stored, BlockSize: bs, TokenIDs: make([]uint32, blocks*bs), BlockHashes: make([]uint64, blocks)}
+		for i := range ev.TokenIDs {
+			ev.TokenIDs[i] = first + uint32(i)
+		}
+		for i := range ev.BlockHashes {
+			ev.BlockHashes[i] = engineBase + uint64(i)
+		}
+		return ev
+	}
+	prompt := chain(0, 1)
+	if err := x.Apply(part, r, prompt); err != nil {
+		t.Fatal(err)
+	}
+	gaps := 0
+	x.lookupGap = func() {
+		if gaps++; gaps > 1 {
+			return
+		}
+		rm := &Event{Kind: Removed, BlockHashes: prompt.BlockHashes[128:]}
+		if err := x.Apply(part, r, rm); err != nil {
+			t.Error(err)
+		}
+		other := chain(1<<20, 1<<32)
+		other.TokenIDs = other.TokenIDs[:(blocks-128)*bs]
+		other.BlockHashes = other.BlockHashes[:blocks-128]
+		if err := x.Apply(part, r, other); err != nil {
+			t.Error(err)
+		}
+	}
+	var m selection.Matches
+	x.FindMatches(part, selection.AppendBlockHashes(nil, prompt.TokenIDs, bs, selection.HashOptions{}), &m)
+	if gaps == 0 {
+		t.Fatal("the lookup never let an event in")
+	}
+	if len(m.List) != 1 || m.List[0].Tiers.Device != 128 {
+		t.Fatalf("matches %+v; want rank 1 with 128 blocks", m.List)
+	}
+}
