@@ -148,8 +148,9 @@ const (
 // bit (exact: no carry crosses a byte).
 func zeroBytes(x uint64) uint64 { return ^((x&lo7 + lo7) | x | lo7) }
 
-// matches returns the slots of b whose tag is tag (broadcast in every
-// byte of bc), as the top bits of bytes: slots 0-7 in lo, 8-11 in hi.
+// matches returns b's slots whose tag is the one bc repeats in every
+// byte (broadcast), as the top bits of bytes: slots 0-7 in lo, 8-11 in
+// hi.
 func (b *bucket) matches(bc uint64) (lo, hi uint64) {
 	return zeroBytes(b.lo ^ bc), zeroBytes(uint64(b.hi)^bc) & (hi1 >> 32)
 }
