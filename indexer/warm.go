@@ -3,6 +3,7 @@ package indexer
 import (
 	"math/bits"
 	"runtime"
+	"slices"
 )
 
 // Reading ahead of a payload's probes. A probe's loads wait on each
@@ -16,9 +17,9 @@ import (
 // reading ahead costs the loads and not the hashing twice.
 
 // warmMinRecords is the tree size from which a store's probes read the
-// records their home buckets' matching tags name ahead as well. In a smaller tree the
-// records mostly stay in the core's caches between payloads and reading
-// them ahead cost more than it saved (BenchmarkDecodeApply, one engine's
+// records their home buckets' matching tags name ahead as well. In a
+// smaller tree the records mostly stay in the core's caches between
+// payloads and reading them ahead cost more than it saved (BenchmarkDecodeApply, one engine's
 // 8-16k blocks: 5-6 % more CPU); only the home buckets are read ahead
 // there, which the tables' random homes still miss. 1<<16 records are
 // 2.5 MB, past a core's L2. A removal reads its entries ahead at any size:
@@ -34,13 +35,9 @@ func (t *tree) cold() bool { return t.recs.used >= warmMinRecords }
 // too (the first of them: nearly always the only one). What it read is
 // summed and kept alive, so the compiler keeps the loads.
 func (t *refTable) hashesOf(dst []uint64, keys []uint64, records bool) []uint64 {
-	seen := uint64(0)
 	start := len(dst)
-	for _, k := range keys {
-		h := t.hashOf(k)
-		dst = append(dst, h)
-		seen += t.buckets[t.homeOf(h)].lo
-	}
+	dst = slices.Grow(dst, len(keys))[:start+len(keys)]
+	seen := t.hashHomes(keys, dst[start:])
 	if records && t.n > 0 {
 		for _, h := range dst[start:] {
 			seen += t.firstMatchKey(h)
@@ -48,6 +45,19 @@ func (t *refTable) hashesOf(dst []uint64, keys []uint64, records bool) []uint64 
 	}
 	runtime.KeepAlive(seen)
 	return dst
+}
+
+// hashHomes sets hashes[i] to the hash of keys[i] and reads each key's
+// home bucket; it returns the sum of what it read, for the caller's
+// runtime.KeepAlive (so the compiler keeps the loads).
+func (t *refTable) hashHomes(keys, hashes []uint64) uint64 {
+	seen := uint64(0)
+	for i, k := range keys {
+		h := t.hashOf(k)
+		hashes[i] = h
+		seen += t.buckets[t.homeOf(h)].lo
+	}
+	return seen
 }
 
 // firstMatchKey reads the key of the first slot in hash h's home bucket
@@ -71,13 +81,7 @@ func (t *refTable) firstMatchKey(h uint64) uint64 {
 // where a walk's one find at a time would wait on each miss in turn.
 func (t *refTable) resolve(keys []uint64, refs []uint32) {
 	var hashes [aheadMax]uint64
-	seen := uint64(0)
-	for i, k := range keys {
-		h := t.hashOf(k)
-		hashes[i] = h
-		seen += t.buckets[t.homeOf(h)].lo
-	}
-	runtime.KeepAlive(seen)
+	runtime.KeepAlive(t.hashHomes(keys, hashes[:len(keys)]))
 	for i, k := range keys {
 		refs[i] = t.getAt(hashes[i], k)
 	}
@@ -107,12 +111,7 @@ type removalAhead struct {
 // chain of three such loads, each a cache miss in an index larger than a
 // core's caches; read one removal at a time, they wait one after another.
 func (t *tree) readAheadRemoval(m *refTable, engines []uint64, a *removalAhead) {
-	seen := uint64(0)
-	for k, e := range engines {
-		h := m.hashOf(e)
-		a.engineHash[k] = h
-		seen += m.buckets[m.homeOf(h)].lo
-	}
+	seen := m.hashHomes(engines, a.engineHash[:len(engines)])
 	for k, e := range engines {
 		i, held := m.findFrom(a.engineHash[k], e)
 		a.slot[k], a.entry[k], a.nodeHash[k] = int32(i), 0, 0
