@@ -64,13 +64,15 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 // waitFor calls try, which receives from the socket without blocking,
 // until it reports that it is done (a message, or an error other than
 // EAGAIN), and sleeps between calls until the socket may have a message.
-// It returns nil once try is done, and otherwise what waitErr returns.
+// It returns nil once try is done, and otherwise the errors waitErr
+// describes.
 //
-// This is waitErr with the receive as its check: RawConn.Read clears the
-// descriptor's readiness before its first call of try, so an edge after
-// a receive that found nothing is remembered, and a ZMQ_EVENTS check
-// before the sleep would only repeat what that receive did (it processes
-// the socket's commands just as the check does). That is a getpid and a
+// A listener's try is its receive, in place of waitErr's ZMQ_EVENTS
+// check: RawConn.Read clears the descriptor's readiness before its first
+// call of try, so an edge after a receive that found nothing is
+// remembered, and a ZMQ_EVENTS check before the sleep would only repeat
+// what that receive did (it processes the socket's commands just as the
+// check does). That is a getpid and a
 // poll fewer a message for a listener that each message wakes, which is
 // every listener of a fleet sending at its own pace: at 250k blocks a
 // second from 1,024 publishers, each message cost the gateway about 15
@@ -91,11 +93,12 @@ func (w *readWait) waitFor(try func() bool) error {
 // empty (which processed its commands as ZMQ_EVENTS does): RawConn.Read
 // clears the descriptor's readiness before it calls the check, so an edge
 // that came between that receive and this wait is gone, and only the
-// check sees what it announced. Skipping it to save a cgo call and a
-// system call per message left listeners asleep over queued messages
-// (the fleet benchmark hung twice in six runs).
+// check sees what it announced. Skipping it after such a receive left
+// listeners asleep over queued messages (the fleet benchmark hung twice
+// in six runs); a receive made inside the wait instead (waitFor) comes
+// after the clearing and takes the check's place.
 func (w *readWait) waitErr() error {
-	return w.rc.Read(func(uintptr) bool {
+	return w.waitFor(func() bool {
 		ev, err := w.sock.GetEvents()
 		return err != nil || ev&zmq.POLLIN != 0 // on an error, let the receive report it
 	})
