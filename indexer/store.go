@@ -261,7 +261,8 @@ func (t *tree) removeAll(x *Index, m *refTable, engines []uint64) {
 // read ahead into a, of rank id (whose table is m); false if unknown.
 func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64, a *removalAhead, k int) bool {
 	// The slot found ahead still holds the entry unless an earlier removal
-	// of the chunk moved or removed it: refs are unique in a rank's table.
+	// of the chunk removed it (slots do not move): refs are unique in a
+	// rank's table.
 	i, e, nodeHash := int(a.slot[k]), a.entry[k], a.nodeHash[k]
 	if e == 0 || m.refAt(i) != e {
 		var held bool

@@ -90,10 +90,9 @@ func chainKeys(dst []uint64, prefix uint64, have bool, locals []uint64) []uint64
 	return dst
 }
 
-// extend chains a block (its chain key, the key's hash in the node table,
-// and its local hash) onto
-// the prefix (its record; have: whether there is a prefix) and returns the
-// block's record, created if new.
+// extend chains a block (its chain key, the key's hash in the node
+// table, and its local hash) onto the prefix (its record; have: whether
+// there is a prefix) and returns the block's record, created if new.
 func (t *tree) extend(key, h uint64, prefixRec uint32, have bool, local uint64) uint32 {
 	c := t.nodes.claimAt(h, key)
 	if c.held {
