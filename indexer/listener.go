@@ -253,6 +253,19 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 	defer rest()
 	rx := zmqframes.New(sub)
 	defer rx.Close()
+	// The receive a wait makes (see readWait.waitFor), made once: a func
+	// value that escapes, and the variables it sets, would otherwise be
+	// allocated for every message. The turn is given back before a sleep.
+	var frames [][]byte
+	var err error
+	try := func(uintptr) bool {
+		frames, err = rx.Recv(zmq.DONTWAIT)
+		if err != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
+			rest()
+			return false
+		}
+		return true
+	}
 	for {
 		// A stop first: a wait that a poke interrupted rearms, which undoes
 		// the interrupt of a stop that came meanwhile, so a loop that took
@@ -267,19 +280,8 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 			onPoke()
 		default:
 		}
-		var frames [][]byte
-		var err error
 		if w != nil {
-			// The receive runs inside the wait (see readWait.waitFor), and
-			// the turn is given back before a sleep.
-			werr := w.waitFor(func() bool {
-				frames, err = rx.Recv(zmq.DONTWAIT)
-				if err != nil && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
-					rest()
-					return false
-				}
-				return true
-			})
+			werr := w.waitFor(try)
 			switch {
 			case werr == nil:
 			case interrupted(werr):

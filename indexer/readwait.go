@@ -22,6 +22,9 @@ type readWait struct {
 	sock *zmq.Socket
 	f    *os.File // a duplicate of the socket's ZMQ_FD, registered with the poller
 	rc   syscall.RawConn
+	// ready is waitErr's check, made once (a func value the poller keeps
+	// would otherwise be allocated for every wait).
+	ready func(fd uintptr) bool
 }
 
 // newReadWait watches s; with an error, the caller falls back to blocking
@@ -58,7 +61,12 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 		f.Close()
 		return nil, err
 	}
-	return &readWait{sock: s, f: f, rc: rc}, nil
+	w := &readWait{sock: s, f: f, rc: rc}
+	w.ready = func(uintptr) bool {
+		ev, err := s.GetEvents()
+		return err != nil || ev&zmq.POLLIN != 0 // on an error, let the receive report it
+	}
+	return w, nil
 }
 
 // waitFor calls try, which receives from the socket without blocking,
@@ -72,14 +80,12 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 // call of try, so an edge after a receive that found nothing is
 // remembered, and a ZMQ_EVENTS check before the sleep would only repeat
 // what that receive did (it processes the socket's commands just as the
-// check does). That is a getpid and a
-// poll fewer a message for a listener that each message wakes, which is
-// every listener of a fleet sending at its own pace: at 250k blocks a
-// second from 1,024 publishers, each message cost the gateway about 15
-// system calls and 70 µs of CPU (BENCHMARKS.md).
-func (w *readWait) waitFor(try func() bool) error {
-	return w.rc.Read(func(uintptr) bool { return try() })
-}
+// check does). That is a getpid and a poll fewer a message for a
+// listener that each message wakes, which is every listener of a fleet
+// sending at its own pace: at 250k blocks a second from 1,024
+// publishers, each message cost the gateway about 15 system calls and
+// 70 µs of CPU (BENCHMARKS.md).
+func (w *readWait) waitFor(try func(fd uintptr) bool) error { return w.rc.Read(try) }
 
 // waitErr returns nil once the socket may have a message, an error
 // wrapping os.ErrDeadlineExceeded once interrupt was called, any other
@@ -97,12 +103,7 @@ func (w *readWait) waitFor(try func() bool) error {
 // listeners asleep over queued messages (the fleet benchmark hung twice
 // in six runs); a receive made inside the wait instead (waitFor) comes
 // after the clearing and takes the check's place.
-func (w *readWait) waitErr() error {
-	return w.waitFor(func() bool {
-		ev, err := w.sock.GetEvents()
-		return err != nil || ev&zmq.POLLIN != 0 // on an error, let the receive report it
-	})
-}
+func (w *readWait) waitErr() error { return w.waitFor(w.ready) }
 
 // interrupted reports whether a waitErr error came from interrupt rather
 // than from a failed descriptor.
