@@ -415,24 +415,25 @@ func (t *refTable) resize(buckets int) {
 // insertAll places the refs of old buckets (the table holding none).
 func (t *refTable) insertAll(old []bucket) {
 	for b := range old {
-		for _, r := range old[b].held() {
+		refs, n := old[b].held()
+		for _, r := range refs[:n] {
 			h := t.hashOf(t.keyOf(r))
 			claimed{t: t, i: t.place(h), h: h}.fill(r)
 		}
 	}
 }
 
-// held returns the refs of b's full slots.
-func (b *bucket) held() []uint32 {
-	var out [bucketSlots]uint32
-	n := 0
+// held returns the refs of b's full slots, the first n of refs. An array
+// by value, not a slice: a slice of a local array would be allocated on
+// the heap for every bucket a growth, rebuild or dump goes through.
+func (b *bucket) held() (refs [bucketSlots]uint32, n int) {
 	for j, r := range b.refs {
 		if b.tag(j) != 0 {
-			out[n] = r
+			refs[n] = r
 			n++
 		}
 	}
-	return out[:n]
+	return refs, n
 }
 
 // rebuilt returns a right-sized copy of the table (the table itself never
@@ -449,7 +450,8 @@ func (t *refTable) rebuilt() *refTable {
 func (t *refTable) refs() iter.Seq[uint32] {
 	return func(yield func(uint32) bool) {
 		for b := range t.buckets {
-			for _, r := range t.buckets[b].held() {
+			refs, n := t.buckets[b].held()
+			for _, r := range refs[:n] {
 				if !yield(r) {
 					return
 				}

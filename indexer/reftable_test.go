@@ -86,7 +86,8 @@ func checkPassed(t *testing.T, tab *refTable) {
 	want := make([]uint32, len(tab.buckets))
 	mask := len(tab.buckets) - 1
 	for b := range tab.buckets {
-		for _, r := range tab.buckets[b].held() {
+		refs, n := tab.buckets[b].held()
+		for _, r := range refs[:n] {
 			for p := tab.homeOf(tab.hashOf(tab.keyOf(r))); p != b; p = (p + 1) & mask {
 				want[p]++
 			}
