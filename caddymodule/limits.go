@@ -77,11 +77,13 @@ type Limits struct {
 	// Default: 100000, ten times vLLM's replay buffer.
 	KVEventsMaxGap uint64 `json:"kv_events_max_gap,omitempty"`
 
-	// KVEventsCores is how many KV-event listeners may decode and apply
-	// payloads at once. Go schedules every goroutine alike, so listeners
-	// busy on every core make requests wait behind them; with a core left
-	// over, a request finds one while events pour in, and a flood of
-	// events waits in the listeners' bounded queues instead (counted in
+	// KVEventsCores is how many cores KV-event ingest may use: the
+	// number of ingest loops (each receives for a share of the
+	// listeners) and of goroutines that may decode and apply payloads at
+	// once. Go schedules every goroutine alike, so ingest busy on every
+	// core makes requests wait behind it; with a core left over, a
+	// request finds one while events pour in, and a flood of events waits
+	// in the listeners' bounded queues instead (counted in
 	// kv_events.behind when it falls behind). Default: every core but one
 	// (GOMAXPROCS - 1), at least 1.
 	KVEventsCores int `json:"kv_events_cores,omitempty"`

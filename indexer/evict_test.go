@@ -40,8 +40,14 @@ func removeAll(t *testing.T, x *Index, p selection.PartitionKey, r selection.Ran
 }
 
 func depthOf(x *Index, p selection.PartitionKey, r selection.Rank, prompt []uint32) uint32 {
+	return depthAt(x, p, ebs, r, prompt)
+}
+
+// depthAt is how many of prompt's blocks of size bs rank r holds in
+// partition p of x.
+func depthAt(x *Index, p selection.PartitionKey, bs int, r selection.Rank, prompt []uint32) uint32 {
 	var m selection.Matches
-	x.FindMatches(p, selection.AppendBlockHashes(nil, prompt, ebs, selection.HashOptions{}), &m)
+	x.FindMatches(p, selection.AppendBlockHashes(nil, prompt, bs, selection.HashOptions{}), &m)
 	for _, e := range m.List {
 		if e.Rank == r {
 			return e.Tiers.Device

@@ -57,6 +57,7 @@ type Index struct {
 	// least 1). Set it before the first listener starts.
 	IngestCores int
 	ingest      ingestGate
+	loops       ingestLoops // the goroutines that receive for listeners (ingestloop.go)
 	// turnHold is how long a listener keeps an ingest turn while payloads
 	// keep coming: turnSlice, or what a test sets before use.
 	turnHold time.Duration

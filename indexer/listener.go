@@ -78,14 +78,31 @@ func (c *ListenerConfig) replayTimeout() time.Duration {
 	return c.ReplayTimeout
 }
 
-// Listener follows one publisher. Its goroutine owns its sockets.
+// Listener follows one publisher. An ingest loop receives for it
+// (ingestloop.go) and owns its SUB; one the loops cannot take has a
+// goroutine of its own (run).
 type Listener struct {
 	stream
-	wait   *readWait // nil: receives block with a timeout instead
-	mon    *monitor  // nil when the socket monitor could not start
+	sub  *zmq.Socket
+	mon  *monitor // nil when the socket monitor could not start
+	done chan struct{}
+	once sync.Once
+
+	// loop receives for the listener; nil when it runs alone.
+	loop     *ingestLoop
+	fd       int                 // the SUB's ZMQ_FD, in the loop's set
+	rx       *zmqframes.Receiver // the loop's receiver of the SUB
+	unhooked chan struct{}       // closed once the loop has closed the SUB
+	slot     int32               // the descriptor's tag in the loop's set
+	// The loop's marks: hot (may have messages), away (handed off for
+	// a replay), closed, leaving (Stop came while away), poked (a redial
+	// came while away).
+	hot, away, closed, leaving, poked bool
+
+	// A listener running alone: its wait (nil: receives block with a
+	// timeout instead) and its redial requests.
+	wait   *readWait
 	redial chan struct{}
-	done   chan struct{}
-	once   sync.Once
 }
 
 // stream is one publisher's sequence: it orders, replays and applies the
@@ -135,19 +152,46 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 	}
 	l := &Listener{stream: stream{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log, stop: make(chan struct{}),
 		turn: &ingestTurn{x: index}},
-		redial: make(chan struct{}, 1), done: make(chan struct{})}
-	l.wait = waitFor(sub, log)
+		sub: sub, redial: make(chan struct{}, 1), done: make(chan struct{}), unhooked: make(chan struct{})}
+	// Placed before the monitor starts: its redials go where l receives.
+	alone := !l.joinLoop()
 	if l.mon, err = startMonitor(zctx, sub, stats, log, l.askRedial); err != nil {
 		log.Warn("kv events: no socket monitor; a connection libzmq drops for an oversized message is not dialed again",
 			zap.String("endpoint", cfg.Endpoint), zap.Error(err))
 	}
-	go l.run(sub)
+	if alone {
+		l.wait = waitFor(sub, log)
+		go l.run(sub)
+	}
 	return l, nil
 }
 
-// askRedial asks the listener's goroutine, which owns the SUB, to dial its
-// publisher again (the monitor saw the connection dropped).
+// joinLoop puts the listener on one of its index's ingest loops; false
+// when none can take it.
+func (l *Listener) joinLoop() bool {
+	fd, err := l.sub.GetFd()
+	if err != nil {
+		l.log.Warn("kv events: no ZMQ descriptor to poll; receiving on a goroutine of its own", zap.Error(err))
+		return false
+	}
+	l.fd, l.rx = fd, zmqframes.New(l.sub)
+	if !l.index.joinLoop(l) {
+		l.rx.Close()
+		l.rx = nil
+		l.log.Warn("kv events: no ingest loop could take the listener; receiving on a goroutine of its own",
+			zap.String("endpoint", l.cfg.Endpoint))
+		return false
+	}
+	return true
+}
+
+// askRedial asks the goroutine that owns the SUB to dial its publisher
+// again (the monitor saw the connection dropped).
 func (l *Listener) askRedial() {
+	if l.loop != nil {
+		l.loop.ask(askPoke, l)
+		return
+	}
 	select {
 	case l.redial <- struct{}{}:
 	default: // one pending request is enough
@@ -223,8 +267,15 @@ func (l *Listener) Config() ListenerConfig { return l.cfg }
 // Stop ends the listener and waits until its socket is closed.
 func (l *Listener) Stop() {
 	l.once.Do(func() {
-		close(l.stop)
-		l.wait.interrupt()
+		close(l.stop) // ends a replay under way
+		if l.loop == nil {
+			l.wait.interrupt()
+			return
+		}
+		l.loop.ask(askLeave, l)
+		<-l.unhooked
+		l.mon.stop() // after the SUB is closed, which ends its monitoring
+		close(l.done)
 	})
 	<-l.done
 }
@@ -319,6 +370,28 @@ func liveFrames(f [][]byte) (uint64, []byte, bool) {
 		return 0, nil, false
 	}
 	return binary.BigEndian.Uint64(f[1]), f[2], true
+}
+
+// needsReplay reports whether delivering seq would first replay from the
+// publisher: deliver's gap and late-join cases, a restart's late join
+// included. That replay is the one step of a delivery that waits on the
+// network, which an ingest loop must not.
+func (l *stream) needsReplay(seq uint64) bool {
+	cur := &l.cur
+	if l.cfg.Replay == "" {
+		return false
+	}
+	var from uint64
+	switch {
+	case cur.started && seq <= cur.lastLive: // a restart: the cursor starts afresh
+	case cur.started && seq <= cur.last: // already replayed
+		return false
+	case cur.started && seq-cur.last-1 > l.cfg.maxGap(): // a jump, not replayed
+		return false
+	case cur.started:
+		from = cur.last + 1
+	}
+	return seq > from
 }
 
 // deliver applies one live message in sequence order, replaying what is

@@ -102,14 +102,7 @@ func testPrompt(salt uint32) []uint32 {
 }
 
 func (f *fixture) depth(r selection.Rank, prompt []uint32) uint32 {
-	var m selection.Matches
-	f.index.FindMatches(part, selection.AppendBlockHashes(nil, prompt, lbs, selection.HashOptions{}), &m)
-	for _, e := range m.List {
-		if e.Rank == r {
-			return e.Tiers.Device
-		}
-	}
-	return 0
+	return depthAt(f.index, part, lbs, r, prompt)
 }
 
 func (f *fixture) waitBatches(n uint64) {

@@ -1,0 +1,445 @@
+package indexer
+
+import (
+	"bytes"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// Ingest loops: one goroutine receives for many listeners.
+//
+// A goroutine per publisher parks on its own socket's descriptor, so
+// every message a fleet sends wakes one: the network poller readies it,
+// the scheduler wakes an idle core's thread to run it, and it takes the
+// ingest turn from the listener before it and hands it to the next. In
+// front of 1,024 publishers that churn was about a fifth of the gateway's
+// ingest CPU (a gateway held to one core, which cannot wake another,
+// spent 615 ns a block against 794), and every runnable listener stood
+// between a request and a core. A loop instead holds an epoll set of its
+// listeners' ZMQ_FDs, itself parked on Go's poller: one wake-up serves
+// every listener that has messages, and while any has, the loop receives
+// without parking at all. There are IngestCores loops (the cores ingest
+// may use), started with the first listener and ended with the last.
+//
+// A loop never waits on anything but its set. A message that needs a
+// replay first (a gap, a late join) is handed with its listener to a
+// goroutine of its own, which replays, applies and hands the listener
+// back; the loop leaves that socket alone meanwhile, and its messages
+// wait in libzmq's queue as they would have behind an inline replay.
+// Dialing again (the monitor saw the connection drop) and closing a
+// socket are asked of the loop, which owns its listeners' sockets.
+
+// drainBatch is how many messages a loop takes from one listener before
+// it serves the next: a publisher that sends without pause cannot keep
+// the others waiting.
+const drainBatch = 16
+
+// loopEvents is how many ready descriptors one epoll_wait returns.
+const loopEvents = 128
+
+// bellTag is the epoll tag of a loop's doorbell; listeners' tags are
+// their slot numbers, from 0.
+const bellTag = -1
+
+// ingestLoops places listeners on loops. Its mutex also guards each
+// loop's member count, so a loop that finds none left and ends cannot
+// race a listener joining it.
+type ingestLoops struct {
+	mu    sync.Mutex
+	loops []*ingestLoop
+}
+
+// askKind is what a loop is asked to do with a listener.
+type askKind uint8
+
+const (
+	askJoin  askKind = iota // start receiving for it
+	askLeave                // close its socket (Stop)
+	askPoke                 // dial its publisher again (the monitor)
+	askBack                 // its replay is over: receive for it again
+)
+
+type loopAsk struct {
+	kind askKind
+	l    *Listener
+}
+
+// ingestLoop is one receiving goroutine and its set.
+type ingestLoop struct {
+	x    *Index
+	epfd int
+	f    *os.File // epfd on Go's poller
+	rc   syscall.RawConn
+	bell int // an eventfd in the set, written to hand the loop asks
+	rung atomic.Bool
+
+	mu    sync.Mutex
+	asks  []loopAsk // guarded by mu
+	ended bool      // guarded by mu: the doorbell is closed
+
+	// Guarded by the Index's loops.mu: the listeners placed here, and
+	// the epoll tags they may take.
+	members  int
+	nextSlot int32
+	free     []int32
+
+	// Owned by the loop's goroutine.
+	turn  ingestTurn
+	slots []*Listener // by epoll tag; nil for a free slot
+	hot   []*Listener // listeners that may have messages waiting
+	evs   [loopEvents]syscall.EpollEvent
+	taken []loopAsk
+	ready func(uintptr) bool // wait's check, made once
+}
+
+// joinLoop hands l to the index's least-loaded loop, starting one while
+// there are fewer than IngestCores, and puts l's descriptor in its set.
+// It returns false when no loop can take l (the caller runs l on a
+// goroutine of its own).
+func (x *Index) joinLoop(l *Listener) bool {
+	x.loops.mu.Lock()
+	defer x.loops.mu.Unlock()
+	var p *ingestLoop
+	for _, q := range x.loops.loops {
+		if p == nil || q.members < p.members {
+			p = q
+		}
+	}
+	if p == nil || (p.members > 0 && len(x.loops.loops) < x.ingestCores()) {
+		if q, err := newIngestLoop(x); err == nil {
+			x.loops.loops = append(x.loops.loops, q)
+			p = q
+			go p.run()
+		} else if p == nil {
+			return false
+		}
+	}
+	slot := p.nextSlot
+	if n := len(p.free); n > 0 {
+		slot, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		p.nextSlot++
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | -syscall.EPOLLET, Fd: slot}
+	if err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, l.fd, &ev); err != nil {
+		p.free = append(p.free, slot)
+		if p.members == 0 {
+			p.ask(askJoin, nil) // a loop just started for l: let it end
+		}
+		return false
+	}
+	p.members++
+	l.loop, l.slot = p, slot
+	p.ask(askJoin, l)
+	return true
+}
+
+// newIngestLoop makes a loop's epoll set, with its doorbell in it, and
+// puts the set on Go's poller.
+func newIngestLoop(x *Index) (*ingestLoop, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	fail := func(err error) (*ingestLoop, error) {
+		syscall.Close(epfd)
+		return nil, err
+	}
+	if err := syscall.SetNonblock(epfd, true); err != nil {
+		return fail(err)
+	}
+	bell, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errno != 0 {
+		return fail(os.NewSyscallError("eventfd2", errno))
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | -syscall.EPOLLET, Fd: bellTag}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, int(bell), &ev); err != nil {
+		syscall.Close(int(bell))
+		return fail(os.NewSyscallError("epoll_ctl", err))
+	}
+	f := os.NewFile(uintptr(epfd), "ingest-epoll")
+	rc, err := f.SyscallConn()
+	if err == nil {
+		err = f.SetReadDeadline(time.Time{}) // fails unless the poller took it
+	}
+	if err != nil {
+		f.Close()
+		syscall.Close(int(bell))
+		return nil, err
+	}
+	p := &ingestLoop{x: x, epfd: epfd, f: f, rc: rc, bell: int(bell)}
+	p.turn.x = x
+	p.ready = func(uintptr) bool {
+		if p.collect() > 0 {
+			return true
+		}
+		p.turn.leave() // parking: let another take the turn
+		return false
+	}
+	return p, nil
+}
+
+// ask hands the loop a request and rings its doorbell unless it is rung.
+// A loop that has ended ignores it: only a monitor's late poke can reach
+// one, for a listener already closed. The doorbell is written under the
+// mutex, so it cannot be closed meanwhile.
+func (p *ingestLoop) ask(kind askKind, l *Listener) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	p.asks = append(p.asks, loopAsk{kind, l})
+	if !p.rung.Swap(true) {
+		one := [8]byte{1}
+		_, _ = syscall.Write(p.bell, one[:])
+	}
+}
+
+// run serves the loop's listeners until the last has left.
+func (p *ingestLoop) run() {
+	defer p.close()
+	defer p.turn.leave()
+	for {
+		if !p.takeAsks() {
+			return
+		}
+		if len(p.hot) == 0 {
+			if err := p.rc.Read(p.ready); err != nil {
+				// The poller refused the set, which it took at start: wait
+				// in the kernel instead, a tick at a time.
+				p.waitInKernel()
+			}
+		} else {
+			p.collect()
+		}
+		p.serve()
+	}
+}
+
+// waitInKernel blocks in epoll_wait for up to 10 ms; only used when Go's
+// poller failed.
+func (p *ingestLoop) waitInKernel() {
+	p.turn.leave()
+	n, err := syscall.EpollWait(p.epfd, p.evs[:], 10)
+	if err == nil {
+		p.mark(n)
+	}
+}
+
+// collect takes the set's ready events without blocking and marks their
+// listeners hot; it returns how many there were.
+func (p *ingestLoop) collect() int {
+	n, err := syscall.EpollWait(p.epfd, p.evs[:], 0)
+	if err != nil {
+		return 0
+	}
+	p.mark(n)
+	return n
+}
+
+// mark notes the first n events: a listener's makes it hot, the
+// doorbell's is read so that the next ask rings it again.
+func (p *ingestLoop) mark(n int) {
+	for _, ev := range p.evs[:n] {
+		if ev.Fd == bellTag {
+			p.rung.Store(false)
+			var buf [8]byte
+			_, _ = syscall.Read(p.bell, buf[:])
+			continue
+		}
+		if int(ev.Fd) < len(p.slots) && p.slots[ev.Fd] != nil {
+			p.heat(p.slots[ev.Fd]) // a tag not yet joined: its join heats it
+		}
+	}
+}
+
+// heat puts l on the hot list once.
+func (p *ingestLoop) heat(l *Listener) {
+	if !l.hot && !l.away && !l.closed {
+		l.hot = true
+		p.hot = append(p.hot, l)
+	}
+}
+
+// serve gives every hot listener one drain, in order; those that still
+// have messages stay hot for the next round.
+func (p *ingestLoop) serve() {
+	kept := p.hot[:0]
+	for _, l := range p.hot {
+		if l.closed || l.away {
+			l.hot = false
+			continue
+		}
+		if p.drain(l) {
+			kept = append(kept, l)
+			continue
+		}
+		l.hot = false
+	}
+	clear(p.hot[len(kept):])
+	p.hot = kept
+}
+
+// drain receives and delivers up to drainBatch of l's messages. It
+// reports whether l may have more: false once its socket is empty (an
+// edge on its descriptor will tell of the next) or it was handed off for
+// a replay.
+func (p *ingestLoop) drain(l *Listener) bool {
+	for range drainBatch {
+		frames, err := l.rx.Recv(zmq.DONTWAIT)
+		if err != nil {
+			// EAGAIN: empty. ETERM: the context is ending, and waits
+			// for the socket to close. Anything else but an interrupted
+			// call is left to the next edge rather than retried in a spin.
+			if zmq.AsErrno(err) == zmq.ETERM {
+				p.shut(l)
+			}
+			return zmq.AsErrno(err) == zmq.Errno(syscall.EINTR)
+		}
+		seq, payload, ok := liveFrames(frames)
+		if !ok {
+			l.stats.Malformed.add(1)
+			continue
+		}
+		l.stats.Messages.add(1)
+		if l.needsReplay(seq) {
+			p.handOff(l, seq, payload)
+			return false
+		}
+		l.deliver(seq, payload)
+		l.rx.Release()
+	}
+	return true
+}
+
+// handOff runs l's delivery of a message that needs a replay on a
+// goroutine of its own, with an ingest turn of its own, and asks the loop
+// to take l back when it is done. The payload is copied: the receiver's
+// buffer is the loop's to reuse.
+func (p *ingestLoop) handOff(l *Listener, seq uint64, payload []byte) {
+	l.away = true
+	payload = bytes.Clone(payload)
+	l.rx.Release()
+	go func() {
+		turn := &ingestTurn{x: p.x}
+		l.turn = turn
+		l.deliver(seq, payload)
+		turn.leave()
+		l.turn = &p.turn
+		p.ask(askBack, l)
+	}()
+}
+
+// takeAsks carries out the asks made since the last call. It returns
+// false once the loop has no listener left and has ended its service.
+func (p *ingestLoop) takeAsks() bool {
+	p.mu.Lock()
+	p.taken, p.asks = p.asks, p.taken[:0]
+	p.mu.Unlock()
+	for i, a := range p.taken {
+		p.carryOut(a)
+		p.taken[i] = loopAsk{}
+	}
+	if len(p.taken) == 0 {
+		return true
+	}
+	p.x.loops.mu.Lock()
+	defer p.x.loops.mu.Unlock()
+	if p.members > 0 {
+		return true
+	}
+	loops := p.x.loops.loops
+	for i, q := range loops {
+		if q == p {
+			p.x.loops.loops = append(loops[:i], loops[i+1:]...)
+			break
+		}
+	}
+	return false
+}
+
+// carryOut does one ask.
+func (p *ingestLoop) carryOut(a loopAsk) {
+	l := a.l
+	switch a.kind {
+	case askJoin:
+		if l != nil { // nil: a join that failed, asked only to wake the loop
+			p.add(l)
+		}
+	case askLeave:
+		if l.away {
+			l.leaving = true // closed when its replay hands it back
+			return
+		}
+		p.remove(l)
+	case askPoke:
+		if l.closed || l.away {
+			l.poked = l.poked || l.away
+			return
+		}
+		l.dialAgain(l.sub)
+		p.heat(l)
+	case askBack:
+		l.away = false
+		if l.leaving {
+			p.remove(l)
+			return
+		}
+		if l.poked {
+			l.poked = false
+			l.dialAgain(l.sub)
+		}
+		p.heat(l) // its messages queued meanwhile
+	}
+}
+
+// add starts receiving for l, whose descriptor joinLoop put in the set;
+// l starts hot, since messages may have queued before the set saw an edge.
+func (p *ingestLoop) add(l *Listener) {
+	for int(l.slot) >= len(p.slots) {
+		p.slots = append(p.slots, nil)
+	}
+	p.slots[l.slot] = l
+	l.turn = &p.turn
+	p.heat(l)
+}
+
+// remove closes l's socket unless that is done, lets l go from the
+// loop's count, and tells Stop.
+func (p *ingestLoop) remove(l *Listener) {
+	p.shut(l)
+	p.slots[l.slot] = nil
+	p.x.loops.mu.Lock()
+	p.members--
+	p.free = append(p.free, l.slot)
+	p.x.loops.mu.Unlock()
+	close(l.unhooked)
+}
+
+// shut takes l's descriptor out of the set and closes its socket, once.
+// A socket whose context is ending is shut at once (terminating the
+// context waits for it); l stays a member until Stop.
+func (p *ingestLoop) shut(l *Listener) {
+	if l.closed {
+		return
+	}
+	l.closed = true
+	_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, l.fd, nil)
+	l.rx.Close()
+	l.sub.Close()
+}
+
+// close releases the loop's set and doorbell.
+func (p *ingestLoop) close() {
+	p.mu.Lock()
+	p.ended = true
+	_ = syscall.Close(p.bell)
+	p.mu.Unlock()
+	_ = p.f.Close()
+}
