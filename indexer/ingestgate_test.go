@@ -4,10 +4,6 @@ import (
 	"net"
 	"testing"
 	"time"
-
-	zmq "github.com/pebbe/zmq4"
-
-	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 // A listener applies nothing while every ingest turn is taken, and
@@ -50,11 +46,11 @@ func TestListenersTakeTurns(t *testing.T) {
 	x.IngestCores = 1
 	x.turnHold = time.Hour // only running dry gives the turn back
 	x.ConfigurePartition(part, lbs, false)
-	pubs, stats := twoListeners(t, x, nil)
+	f := newLoopFleet(t, x, 2, nil)
 	prompt := testPrompt(1)
-	for i := range pubs {
-		pubs[i].publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
-		eventually(t, "batch applied", func() bool { return stats[i].Batches.Load() == 1 })
+	for i := range f.pubs {
+		f.pubs[i].publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
+		eventually(t, "batch applied", func() bool { return f.stats[i].Batches.Load() == 1 })
 	}
 }
 
@@ -72,9 +68,12 @@ func TestReplayWaitsWithoutTheTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deaf.Close() })
-	pubs, stats := twoListeners(t, x, func(cfg *ListenerConfig) {
-		cfg.Replay, cfg.ReplayTimeout = "tcp://"+deaf.Addr().String(), 3*time.Second
+	f := newLoopFleet(t, x, 2, func(i int, cfg *ListenerConfig) {
+		if i == 0 {
+			cfg.Replay, cfg.ReplayTimeout = "tcp://"+deaf.Addr().String(), 3*time.Second
+		}
 	})
+	pubs, stats := f.pubs, f.stats
 	prompt := testPrompt(1)
 	pubs[0].publish(chunk(EncodingArray, -1, prompt, 0, 10), true)
 	eventually(t, "first batch applied", func() bool { return stats[0].Batches.Load() == 1 })
@@ -90,42 +89,4 @@ func TestReplayWaitsWithoutTheTurn(t *testing.T) {
 	if lost := stats[0].Lost.Load(); lost != 4 { // sequences 1-4
 		t.Fatalf("lost %d after the replay's timeout, want 4", lost)
 	}
-}
-
-// twoListeners starts two publishers and their listeners (ranks 1 and
-// 2) on x; first, when given, adjusts the first listener's config.
-func twoListeners(t *testing.T, x *Index, first func(*ListenerConfig)) ([2]*testPublisher, *[2]Stats) {
-	t.Helper()
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pubs [2]*testPublisher
-	stats := new([2]Stats)
-	var listeners []*Listener
-	t.Cleanup(func() {
-		for _, l := range listeners {
-			l.Stop()
-		}
-		for _, p := range pubs {
-			if p != nil {
-				p.close()
-			}
-		}
-		_ = zctx.Term()
-	})
-	for i := range pubs {
-		pubs[i] = newTestPublisherOn(t, zctx, false, "127.0.0.1")
-		cfg := ListenerConfig{Endpoint: pubs[i].pubEP, Partition: part, Rank: selection.Rank{WorkerID: uint64(i + 1)}}
-		if i == 0 && first != nil {
-			first(&cfg)
-		}
-		l, err := StartListener(zctx, x, &stats[i], nil, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		listeners = append(listeners, l)
-		pubs[i].waitSubscribed()
-	}
-	return pubs, stats
 }
