@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	zmq "github.com/pebbe/zmq4"
 )
@@ -146,29 +145,19 @@ func newIngestLoop(x *Index) (*ingestLoop, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	fail := func(err error) (*ingestLoop, error) {
-		syscall.Close(epfd)
-		return nil, err
-	}
-	if err := syscall.SetNonblock(epfd, true); err != nil {
-		return fail(err)
-	}
 	bell, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if errno != 0 {
-		return fail(os.NewSyscallError("eventfd2", errno))
+		syscall.Close(epfd)
+		return nil, os.NewSyscallError("eventfd2", errno)
 	}
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | -syscall.EPOLLET, Fd: bellTag}
 	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, int(bell), &ev); err != nil {
 		syscall.Close(int(bell))
-		return fail(os.NewSyscallError("epoll_ctl", err))
+		syscall.Close(epfd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	f := os.NewFile(uintptr(epfd), "ingest-epoll")
-	rc, err := f.SyscallConn()
-	if err == nil {
-		err = f.SetReadDeadline(time.Time{}) // fails unless the poller took it
-	}
+	f, rc, err := onPoller(epfd, "ingest-epoll")
 	if err != nil {
-		f.Close()
 		syscall.Close(int(bell))
 		return nil, err
 	}

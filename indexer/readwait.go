@@ -45,20 +45,8 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 	if err != nil {
 		return nil, err
 	}
-	// libzmq makes the eventfd non-blocking already; os.NewFile only hands
-	// non-blocking descriptors to the poller.
-	if err := syscall.SetNonblock(dup, true); err != nil {
-		syscall.Close(dup)
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), "zmq_fd")
-	rc, err := f.SyscallConn()
-	if err == nil {
-		// Deadlines work only on a descriptor the poller took.
-		err = f.SetReadDeadline(time.Time{})
-	}
+	f, rc, err := onPoller(dup, "zmq_fd")
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	w := &readWait{sock: s, f: f, rc: rc}
@@ -67,6 +55,29 @@ func newReadWait(s *zmq.Socket) (*readWait, error) {
 		return err != nil || ev&zmq.POLLIN != 0 // on an error, let the receive report it
 	}
 	return w, nil
+}
+
+// onPoller hands fd to Go's network poller, as an os.File that owns it
+// (closing the file takes fd off the poller and closes it), and returns
+// the file and its raw connection. On an error fd is closed.
+func onPoller(fd int, name string) (*os.File, syscall.RawConn, error) {
+	// os.NewFile only hands non-blocking descriptors to the poller (a
+	// ZMQ_FD is one already; an epoll set is not).
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	rc, err := f.SyscallConn()
+	if err == nil {
+		// Deadlines work only on a descriptor the poller took.
+		err = f.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, rc, nil
 }
 
 // waitFor calls try, which receives from the socket without blocking,
