@@ -237,9 +237,15 @@ func (p *ingestLoop) collect() int {
 func (p *ingestLoop) mark(n int) {
 	for _, ev := range p.evs[:n] {
 		if ev.Fd == bellTag {
-			p.rung.Store(false)
+			// Read, then clear: cleared first, an ask made between the two
+			// would ring and have its ring read here, leaving rung set
+			// with nothing to wake the loop, so no later ask would ring
+			// (Stop hung under -race). An ask whose swap still finds rung
+			// set appended its request first, and takeAsks runs before
+			// the loop parks again.
 			var buf [8]byte
 			_, _ = syscall.Read(p.bell, buf[:])
+			p.rung.Store(false)
 			continue
 		}
 		if int(ev.Fd) < len(p.slots) && p.slots[ev.Fd] != nil {

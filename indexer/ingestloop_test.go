@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,5 +205,35 @@ func TestNeedsReplayAgreesWithDeliver(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// However asks race the loop reading its doorbell, the loop hears the
+// next one: after many asks from several goroutines at once (each a
+// no-op), Stop, one more ask, still returns.
+func TestIngestLoopHearsAsksAfterARace(t *testing.T) {
+	x := New()
+	x.IngestCores = 1
+	x.ConfigurePartition(part, lbs, false)
+	f := newLoopFleet(t, x, 2, nil)
+	p := f.listeners[0].loop
+	for round := range 4 { // publishAll stores ten of a prompt's 40 blocks a round
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range 5000 {
+					p.ask(askJoin, nil) // nil: no listener, a no-op the loop takes
+				}
+			})
+		}
+		wg.Wait()
+		f.publishAll(1, 2, round) // the loop has taken the asks and parked since
+	}
+	stopped := make(chan struct{})
+	go func() { f.listeners[0].Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop's ask was not heard: the doorbell stayed rung")
 	}
 }
