@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	zmq "github.com/pebbe/zmq4"
 )
@@ -41,9 +42,14 @@ const drainBatch = 16
 // loopEvents is how many ready descriptors one epoll_wait returns.
 const loopEvents = 128
 
-// bellTag is the epoll tag of a loop's doorbell; listeners' tags are
-// their slot numbers, from 0.
-const bellTag = -1
+// A loop has two epoll sets: the inner holds its listeners' descriptors,
+// tagged with their slot numbers from 0; the outer, the one on Go's
+// poller, holds the doorbell and the inner set (ingestgather.go says why
+// the inner is apart).
+const (
+	bellTag  = -1
+	innerTag = -2
+)
 
 // ingestLoops places listeners on loops. Its mutex also guards each
 // loop's member count, so a loop that finds none left and ends cannot
@@ -68,14 +74,15 @@ type loopAsk struct {
 	l    *Listener
 }
 
-// ingestLoop is one receiving goroutine and its set.
+// ingestLoop is one receiving goroutine and its sets.
 type ingestLoop struct {
-	x    *Index
-	epfd int
-	f    *os.File // epfd on Go's poller
-	rc   syscall.RawConn
-	bell int // an eventfd in the set, written to hand the loop asks
-	rung atomic.Bool
+	x     *Index
+	inner int      // the listeners' epoll set
+	outer int      // the doorbell's and the inner set's
+	f     *os.File // outer on Go's poller
+	rc    syscall.RawConn
+	bell  int // an eventfd in the outer set, written to hand the loop asks
+	rung  atomic.Bool
 
 	mu    sync.Mutex
 	asks  []loopAsk // guarded by mu
@@ -94,6 +101,7 @@ type ingestLoop struct {
 	evs   [loopEvents]syscall.EpollEvent
 	taken []loopAsk
 	ready func(uintptr) bool // wait's check, made once
+	gather
 }
 
 // joinLoop hands l to the index's least-loaded loop, starting one while
@@ -125,7 +133,7 @@ func (x *Index) joinLoop(l *Listener) bool {
 		p.nextSlot++
 	}
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | -syscall.EPOLLET, Fd: slot}
-	if err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, l.fd, &ev); err != nil {
+	if err := syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_ADD, l.fd, &ev); err != nil {
 		p.free = append(p.free, slot)
 		if p.members == 0 {
 			p.ask(askJoin, nil) // a loop just started for l: let it end
@@ -138,33 +146,47 @@ func (x *Index) joinLoop(l *Listener) bool {
 	return true
 }
 
-// newIngestLoop makes a loop's epoll set, with its doorbell in it, and
-// puts the set on Go's poller.
+// newIngestLoop makes a loop's two sets, with the doorbell and the inner
+// set in the outer, and puts the outer on Go's poller.
 func newIngestLoop(x *Index) (*ingestLoop, error) {
-	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, os.NewSyscallError("epoll_create1", err)
+	var fds []int // closed on an error
+	fail := func(call string, err error) (*ingestLoop, error) {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		return nil, os.NewSyscallError(call, err)
 	}
+	inner, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return fail("epoll_create1", err)
+	}
+	fds = append(fds, inner)
+	outer, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return fail("epoll_create1", err)
+	}
+	fds = append(fds, outer)
 	bell, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if errno != 0 {
-		syscall.Close(epfd)
-		return nil, os.NewSyscallError("eventfd2", errno)
+		return fail("eventfd2", errno)
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | -syscall.EPOLLET, Fd: bellTag}
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, int(bell), &ev); err != nil {
-		syscall.Close(int(bell))
-		syscall.Close(epfd)
-		return nil, os.NewSyscallError("epoll_ctl", err)
+	fds = append(fds, int(bell))
+	for _, m := range []struct{ fd, tag int }{{int(bell), bellTag}, {inner, innerTag}} {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | -syscall.EPOLLET, Fd: int32(m.tag)}
+		if err := syscall.EpollCtl(outer, syscall.EPOLL_CTL_ADD, m.fd, &ev); err != nil {
+			return fail("epoll_ctl", err)
+		}
 	}
-	f, rc, err := onPoller(epfd, "ingest-epoll")
+	f, rc, err := onPoller(outer, "ingest-epoll") // closes outer on an error
 	if err != nil {
+		syscall.Close(inner)
 		syscall.Close(int(bell))
 		return nil, err
 	}
-	p := &ingestLoop{x: x, epfd: epfd, f: f, rc: rc, bell: int(bell)}
+	p := &ingestLoop{x: x, inner: inner, outer: outer, f: f, rc: rc, bell: int(bell)}
 	p.turn.x = x
 	p.ready = func(uintptr) bool {
-		if p.collect() > 0 {
+		if p.collect() > 0 || p.answerBell() {
 			return true
 		}
 		p.turn.leave() // parking: let another take the turn
@@ -198,43 +220,71 @@ func (p *ingestLoop) run() {
 		if !p.takeAsks() {
 			return
 		}
-		if len(p.hot) == 0 {
-			if err := p.rc.Read(p.ready); err != nil {
-				// The poller refused the set, which it took at start: wait
-				// in the kernel instead, a tick at a time.
-				p.waitInKernel()
-			}
-		} else {
+		switch {
+		case len(p.hot) > 0:
 			p.collect()
+		case p.gathering:
+			p.look()
+		default:
+			p.park()
 		}
 		p.serve()
 	}
 }
 
-// waitInKernel blocks in epoll_wait for up to 10 ms; only used when Go's
-// poller failed.
-func (p *ingestLoop) waitInKernel() {
-	p.turn.leave()
-	n, err := syscall.EpollWait(p.epfd, p.evs[:], 10)
-	if err == nil {
-		p.mark(n)
+// park waits on the outer set, on Go's poller, until a listener's
+// descriptor or the doorbell has an edge.
+func (p *ingestLoop) park() {
+	since := time.Now()
+	if err := p.rc.Read(p.ready); err != nil {
+		// The poller refused the set, which it took at start: wait in
+		// the kernel instead, a tick at a time.
+		p.waitInKernel()
+		return
 	}
+	p.woken(time.Since(since))
 }
 
-// collect takes the set's ready events without blocking and marks their
-// listeners hot; it returns how many there were.
+// waitInKernel blocks in epoll_wait on the outer set for up to 10 ms;
+// only used when Go's poller failed.
+func (p *ingestLoop) waitInKernel() {
+	p.turn.leave()
+	n, err := syscall.EpollWait(p.outer, p.evs[:], 10)
+	if err == nil {
+		p.markOuter(n)
+	}
+	p.collect()
+}
+
+// collect takes the inner set's ready events without blocking and marks
+// their listeners hot; it returns how many there were.
 func (p *ingestLoop) collect() int {
-	n, err := syscall.EpollWait(p.epfd, p.evs[:], 0)
+	n, err := syscall.EpollWait(p.inner, p.evs[:], 0)
 	if err != nil {
 		return 0
 	}
-	p.mark(n)
+	for _, ev := range p.evs[:n] {
+		if int(ev.Fd) < len(p.slots) && p.slots[ev.Fd] != nil {
+			p.heat(p.slots[ev.Fd]) // a tag not yet joined: its join heats it
+		}
+	}
 	return n
 }
 
-// mark notes the first n events: a listener's makes it hot, the
-// doorbell's is read so that the next ask rings it again.
-func (p *ingestLoop) mark(n int) {
+// answerBell takes the outer set's events without blocking and reports
+// whether the doorbell had rung. The inner set's edges there need no
+// answer: collect reads the inner set itself.
+func (p *ingestLoop) answerBell() bool {
+	n, err := syscall.EpollWait(p.outer, p.evs[:], 0)
+	if err != nil {
+		return false
+	}
+	return p.markOuter(n)
+}
+
+// markOuter reads the doorbell if it is among the first n events, so
+// that the next ask rings it again, and reports whether it was.
+func (p *ingestLoop) markOuter(n int) bool {
 	for _, ev := range p.evs[:n] {
 		if ev.Fd == bellTag {
 			// Read, then clear: cleared first, an ask made between the two
@@ -246,12 +296,10 @@ func (p *ingestLoop) mark(n int) {
 			var buf [8]byte
 			_, _ = syscall.Read(p.bell, buf[:])
 			p.rung.Store(false)
-			continue
-		}
-		if int(ev.Fd) < len(p.slots) && p.slots[ev.Fd] != nil {
-			p.heat(p.slots[ev.Fd]) // a tag not yet joined: its join heats it
+			return true
 		}
 	}
+	return false
 }
 
 // heat puts l on the hot list once.
@@ -425,16 +473,17 @@ func (p *ingestLoop) shut(l *Listener) {
 		return
 	}
 	l.closed = true
-	_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, l.fd, nil)
+	_ = syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_DEL, l.fd, nil)
 	l.rx.Close()
 	l.sub.Close()
 }
 
-// close releases the loop's set and doorbell.
+// close releases the loop's sets and doorbell.
 func (p *ingestLoop) close() {
 	p.mu.Lock()
 	p.ended = true
 	_ = syscall.Close(p.bell)
 	p.mu.Unlock()
 	_ = p.f.Close()
+	_ = syscall.Close(p.inner)
 }
