@@ -1,5 +1,6 @@
 // Package zmqframes receives ZMQ messages whole, with one cgo call each,
-// into a buffer it reuses. It is its own package because cgo and Go
+// into a buffer it reuses, and keeps the process id that libzmq's fork
+// checks ask for (getpid.go). It is its own package because cgo and Go
 // assembly cannot share one, and the indexer has kernels in assembly.
 package zmqframes
 
