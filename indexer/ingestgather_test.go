@@ -36,9 +36,10 @@ func TestIngestLoopGathersAndWakesAfter(t *testing.T) {
 		prompts[i] = testPrompt(uint32(i))
 	}
 
-	// Single messages, one publisher after another, at gaps of 100, 200
-	// and 400 µs in turn: whatever a message costs this machine, some
-	// gap lets the loop park and wakes it again within the window.
+	// Single messages, one publisher after another, at gaps of 0, 100,
+	// 200 and 400 µs in turn: whatever a message costs this machine (and
+	// however late a loaded one wakes a sleeper), some gap lets the loop
+	// park and wakes it again within the window.
 	sent := make([]int, n)
 	deadline := time.Now().Add(20 * time.Second)
 	for k := 0; ; k++ {
@@ -52,7 +53,9 @@ func TestIngestLoopGathersAndWakesAfter(t *testing.T) {
 		b := sent[i] % 40 // storing a held block again is a valid event
 		f.pubs[i].publish(chunk(EncodingArray, -1, prompts[i], b, b+1), true)
 		sent[i]++
-		time.Sleep(time.Duration(100<<(k%3)) * time.Microsecond)
+		if gap := k % 4; gap > 0 {
+			time.Sleep(time.Duration(50<<gap) * time.Microsecond)
+		}
 	}
 	for i := range n {
 		eventually(t, "every message applied", func() bool { return f.stats[i].Batches.Load() == uint64(sent[i]) })
