@@ -23,8 +23,9 @@ import (
 // as before. A fleet sending flat out never parks either way (some
 // listener always has messages), and one that sends rarely never gathers.
 //
-// The price is lag: an event reaches the index up to gatherWindow later
-// than it would have, against engine steps of tens of milliseconds
+// The price is lag: an event reaches the index up to a window later than
+// it would have (a window's sleep lasts 1.1 ms or more: Go's timers),
+// against engine steps of tens of milliseconds
 // between a block's store and the request that could use it. Asks (a
 // Stop, a redial) are taken once a window while gathering, since the
 // loop then does not listen to its doorbell between looks.

@@ -37,9 +37,8 @@ func TestIngestLoopGathersAndWakesAfter(t *testing.T) {
 	}
 
 	// Single messages, one publisher after another, at gaps of 0, 100,
-	// 200 and 400 µs in turn: whatever a message costs this machine (and
-	// however late a loaded one wakes a sleeper), some gap lets the loop
-	// park and wakes it again within the window.
+	// 200 and 400 µs in turn: whatever a message costs this machine, some
+	// gap lets the loop park and wakes it again within the window.
 	sent := make([]int, n)
 	deadline := time.Now().Add(20 * time.Second)
 	for k := 0; ; k++ {
@@ -54,7 +53,7 @@ func TestIngestLoopGathersAndWakesAfter(t *testing.T) {
 		f.pubs[i].publish(chunk(EncodingArray, -1, prompts[i], b, b+1), true)
 		sent[i]++
 		if gap := k % 4; gap > 0 {
-			time.Sleep(time.Duration(50<<gap) * time.Microsecond)
+			spin(time.Duration(50<<gap) * time.Microsecond)
 		}
 	}
 	for i := range n {
@@ -73,5 +72,61 @@ func TestIngestLoopGathersAndWakesAfter(t *testing.T) {
 		if d := depthAt(x, part, lbs, selection.Rank{WorkerID: uint64(i + 1)}, prompts[i]); d != uint32(min(sent[i], 40)) {
 			t.Fatalf("listener %d: depth %d after %d messages", i, d, sent[i])
 		}
+	}
+}
+
+// A listener stopped while its loop gathers is let go (a gathering loop
+// takes its asks at every look, though it does not listen to its
+// doorbell), and the loop goes on serving the other listener, whose
+// messages kept coming throughout.
+func TestStopWhileGathering(t *testing.T) {
+	x := New()
+	x.IngestCores = 1
+	x.ConfigurePartition(part, lbs, false)
+	f := newLoopFleet(t, x, 2, nil)
+	prompt := testPrompt(0)
+	stopped := make(chan struct{})
+	stopping := false
+	sent := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for done := false; !done; {
+		if stopping {
+			select {
+			case <-stopped:
+				done = true
+			default:
+			}
+		} else if started, ended := gatherCounts(t, x); started > ended {
+			stopping = true
+			deadline = time.Now().Add(10 * time.Second)
+			go func() {
+				f.listeners[1].Stop()
+				close(stopped)
+			}()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deadline passed (stopping: %v)", stopping)
+		}
+		b := sent % 40
+		f.pubs[0].publish(chunk(EncodingArray, -1, prompt, b, b+1), true)
+		sent++
+		spin(200 * time.Microsecond) // several messages a window
+	}
+	if got := loopCounts(x); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("after the stop, loops' members %v, want [1]", got)
+	}
+	for range 10 {
+		b := sent % 40
+		f.pubs[0].publish(chunk(EncodingArray, -1, prompt, b, b+1), true)
+		sent++
+	}
+	eventually(t, "the other listener's messages all applied", func() bool { return f.stats[0].Batches.Load() == uint64(sent) })
+}
+
+// spin waits d without sleeping: a sleep shorter than a millisecond
+// lasts about a millisecond on these machines (Go's timers), which
+// would make every gap the window's length.
+func spin(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
 	}
 }
