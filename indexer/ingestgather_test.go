@@ -26,9 +26,7 @@ func gatherCounts(t *testing.T, x *Index) (started, stopped uint64) {
 // not put back in the outer's interest, the last message would never be
 // applied.)
 func TestIngestLoopGathersAndWakesAfter(t *testing.T) {
-	x := New()
-	x.IngestCores = 1
-	x.ConfigurePartition(part, lbs, false)
+	x := loopIndex(1)
 	const n = 4
 	f := newLoopFleet(t, x, n, nil)
 	prompts := make([][]uint32, n)
@@ -80,9 +78,7 @@ func TestIngestLoopGathersAndWakesAfter(t *testing.T) {
 // doorbell), and the loop goes on serving the other listener, whose
 // messages kept coming throughout.
 func TestStopWhileGathering(t *testing.T) {
-	x := New()
-	x.IngestCores = 1
-	x.ConfigurePartition(part, lbs, false)
+	x := loopIndex(1)
 	f := newLoopFleet(t, x, 2, nil)
 	prompt := testPrompt(0)
 	stopped := make(chan struct{})

@@ -71,6 +71,15 @@ func (f *loopFleet) publishAll(from, to int, round int) {
 	}
 }
 
+// loopIndex returns an index whose ingest uses at most cores loops, with
+// the listener tests' partition configured.
+func loopIndex(cores int) *Index {
+	x := New()
+	x.IngestCores = cores
+	x.ConfigurePartition(part, lbs, false)
+	return x
+}
+
 // loopCounts returns the index's loops' member counts.
 func loopCounts(x *Index) []int {
 	x.loops.mu.Lock()
@@ -86,9 +95,7 @@ func loopCounts(x *Index) []int {
 // join and leave it while it runs, it ends with the last, and the next
 // listener starts a new one.
 func TestIngestLoopServesManyListeners(t *testing.T) {
-	x := New()
-	x.IngestCores = 1
-	x.ConfigurePartition(part, lbs, false)
+	x := loopIndex(1)
 	const n = 40
 	f := newLoopFleet(t, x, n, nil)
 	if got := loopCounts(x); len(got) != 1 || got[0] != n {
@@ -121,9 +128,7 @@ func TestIngestLoopServesManyListeners(t *testing.T) {
 
 // With two ingest cores, listeners are spread over two loops.
 func TestIngestLoopsShareTheListeners(t *testing.T) {
-	x := New()
-	x.IngestCores = 2
-	x.ConfigurePartition(part, lbs, false)
+	x := loopIndex(2)
 	f := newLoopFleet(t, x, 5, nil)
 	if got := loopCounts(x); len(got) != 2 || got[0]+got[1] != 5 || got[0] < 2 || got[1] < 2 {
 		t.Fatalf("loops' members %v, want 5 over two loops", got)
@@ -140,9 +145,7 @@ func TestStopDuringAReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deaf.Close() })
-	x := New()
-	x.IngestCores = 1
-	x.ConfigurePartition(part, lbs, false)
+	x := loopIndex(1)
 	f := newLoopFleet(t, x, 2, func(i int, cfg *ListenerConfig) {
 		if i == 0 {
 			cfg.Replay, cfg.ReplayTimeout = "tcp://"+deaf.Addr().String(), 30*time.Second
@@ -212,9 +215,7 @@ func TestNeedsReplayAgreesWithDeliver(t *testing.T) {
 // next one: after many asks from several goroutines at once (each a
 // no-op), Stop, one more ask, still returns.
 func TestIngestLoopHearsAsksAfterARace(t *testing.T) {
-	x := New()
-	x.IngestCores = 1
-	x.ConfigurePartition(part, lbs, false)
+	x := loopIndex(1)
 	f := newLoopFleet(t, x, 2, nil)
 	p := f.listeners[0].loop
 	for round := range 4 { // publishAll stores ten of a prompt's 40 blocks a round
