@@ -23,8 +23,10 @@ import (
 // between a request and a core. A loop instead holds an epoll set of its
 // listeners' ZMQ_FDs, itself parked on Go's poller: one wake-up serves
 // every listener that has messages, and while any has, the loop receives
-// without parking at all. There are IngestCores loops (the cores ingest
-// may use), started with the first listener and ended with the last.
+// without parking at all; when messages come steadily but apart, it
+// gathers them instead of waking for each (ingestgather.go). There are
+// IngestCores loops (the cores ingest may use), started with the first
+// listener and ended with the last.
 //
 // A loop never waits on anything but its set. A message that needs a
 // replay first (a gap, a late join) is handed with its listener to a
