@@ -107,7 +107,16 @@ func (f *fixture) depth(r selection.Rank, prompt []uint32) uint32 {
 
 func (f *fixture) waitBatches(n uint64) {
 	f.t.Helper()
-	eventually(f.t, "batches applied", func() bool { return f.stats.Batches.Load() >= n })
+	deadline := time.Now().Add(10 * time.Second)
+	for f.stats.Batches.Load() < n {
+		if time.Now().After(deadline) {
+			s := f.stats
+			f.t.Fatalf("timed out waiting for %d batches applied: batches %d, messages %d, gaps %d, replays %d, replayed %d, lost %d, stale %d, restarts %d, malformed %d, rejected %d",
+				n, s.Batches.Load(), s.Messages.Load(), s.Gaps.Load(), s.Replays.Load(), s.Replayed.Load(), s.Lost.Load(),
+				s.Stale.Load(), s.Restarts.Load(), s.Malformed.Load(), s.Rejected.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func TestListenerAppliesBothEncodingsAndRanks(t *testing.T) {
