@@ -79,6 +79,10 @@ type Index struct {
 	// lookupGap, set by tests only, runs in that moment, with no lock
 	// held: an event applied there lands in the middle of a walk.
 	lookupGap func()
+	// parkGap, set by tests only (before any listener starts), runs in an
+	// ingest loop's check before it parks, between its look at the inner
+	// set and its look at the outer one: an edge there must not be lost.
+	parkGap func()
 }
 
 // New returns an empty index.

@@ -1,6 +1,8 @@
 package indexer
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,5 +126,40 @@ func TestStopWhileGathering(t *testing.T) {
 // would make every gap the window's length.
 func spin(d time.Duration) {
 	for start := time.Now(); time.Since(start) < d; {
+	}
+}
+
+// A message that arrives while a loop about to park has looked at its
+// inner set and not yet at its outer one still wakes it. Taking the outer
+// set's events there takes the inner set's edge with it; were that edge
+// ignored, Go's poller, looking at the outer set afterwards, would find
+// nothing to report, and the loop would sleep over the message. The test
+// sends the message from inside that moment and holds the loop there
+// until it has arrived, on one P, so that no other thread of Go's polls
+// the network meanwhile and sees the edge first.
+func TestNoEdgeLostBetweenTheLooks(t *testing.T) {
+	x := loopIndex(1)
+	var armed atomic.Bool
+	var f *loopFleet
+	prompt := testPrompt(0)
+	x.parkGap = func() {
+		if armed.CompareAndSwap(true, false) {
+			f.pubs[0].publish(chunk(EncodingArray, -1, prompt, 2, 3), true)
+			spin(5 * time.Millisecond) // delivered by libzmq's threads meanwhile
+		}
+	}
+	f = newLoopFleet(t, x, 1, nil)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+
+	f.pubs[0].publish(chunk(EncodingArray, -1, prompt, 0, 1), true)
+	eventually(t, "the first message applied", func() bool { return f.stats[0].Batches.Load() == 1 })
+	armed.Store(true)
+	// The second message wakes the loop; at its next park it sends the third.
+	f.pubs[0].publish(chunk(EncodingArray, -1, prompt, 1, 2), true)
+	eventually(t, "the message sent while the loop was about to park applied", func() bool {
+		return f.stats[0].Batches.Load() == 3
+	})
+	if armed.Load() {
+		t.Fatal("the loop never went through the moment")
 	}
 }

@@ -188,7 +188,13 @@ func newIngestLoop(x *Index) (*ingestLoop, error) {
 	p := &ingestLoop{x: x, inner: inner, outer: outer, f: f, rc: rc, bell: int(bell)}
 	p.turn.x = x
 	p.ready = func(uintptr) bool {
-		if p.collect() > 0 || p.answerBell() {
+		if p.collect() > 0 {
+			return true
+		}
+		if x.parkGap != nil {
+			x.parkGap()
+		}
+		if p.answerBell() {
 			return true
 		}
 		p.turn.leave() // parking: let another take the turn
@@ -274,8 +280,11 @@ func (p *ingestLoop) collect() int {
 }
 
 // answerBell takes the outer set's events without blocking and reports
-// whether the doorbell had rung. The inner set's edges there need no
-// answer: collect reads the inner set itself.
+// whether the loop has something to do: the doorbell rang, or the inner
+// set has events. The inner set's edge counts: taken here, it is gone
+// from the outer set, so Go's poller, looking at the outer set after
+// this, would find nothing to report, and a message that arrived after
+// collect looked would wait for the next edge (TestNoEdgeLostBetweenTheLooks).
 func (p *ingestLoop) answerBell() bool {
 	n, err := syscall.EpollWait(p.outer, p.evs[:], 0)
 	if err != nil {
@@ -285,7 +294,7 @@ func (p *ingestLoop) answerBell() bool {
 }
 
 // markOuter reads the doorbell if it is among the first n events, so
-// that the next ask rings it again, and reports whether it was.
+// that the next ask rings it again, and reports whether there were any.
 func (p *ingestLoop) markOuter(n int) bool {
 	for _, ev := range p.evs[:n] {
 		if ev.Fd == bellTag {
@@ -298,10 +307,9 @@ func (p *ingestLoop) markOuter(n int) bool {
 			var buf [8]byte
 			_, _ = syscall.Read(p.bell, buf[:])
 			p.rung.Store(false)
-			return true
 		}
 	}
-	return false
+	return n > 0
 }
 
 // heat puts l on the hot list once.
