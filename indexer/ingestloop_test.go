@@ -80,6 +80,18 @@ func loopIndex(cores int) *Index {
 	return x
 }
 
+// stopsWithin stops l and fails with why unless Stop returns within d.
+func stopsWithin(t *testing.T, l *Listener, d time.Duration, why string) {
+	t.Helper()
+	stopped := make(chan struct{})
+	go func() { l.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(d):
+		t.Fatal(why)
+	}
+}
+
 // loopCounts returns the index's loops' member counts.
 func loopCounts(x *Index) []int {
 	x.loops.mu.Lock()
@@ -156,13 +168,7 @@ func TestStopDuringAReplay(t *testing.T) {
 	f.pubs[0].publish(chunk(EncodingArray, -1, testPrompt(0), 10, 20), true)
 	eventually(t, "replay under way", func() bool { return f.stats[0].Replays.Load() == 1 })
 
-	stopped := make(chan struct{})
-	go func() { f.listeners[0].Stop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Stop still waits 5 s into a 30 s replay")
-	}
+	stopsWithin(t, f.listeners[0], 5*time.Second, "Stop still waits 5 s into a 30 s replay")
 	if got := loopCounts(x); len(got) != 1 || got[0] != 1 {
 		t.Fatalf("loops' members %v after one of two stopped, want [1]", got)
 	}
@@ -230,11 +236,5 @@ func TestIngestLoopHearsAsksAfterARace(t *testing.T) {
 		wg.Wait()
 		f.publishAll(1, 2, round) // the loop has taken the asks and parked since
 	}
-	stopped := make(chan struct{})
-	go func() { f.listeners[0].Stop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Stop's ask was not heard: the doorbell stayed rung")
-	}
+	stopsWithin(t, f.listeners[0], 10*time.Second, "Stop's ask was not heard: the doorbell stayed rung")
 }
