@@ -34,19 +34,20 @@ import (
 // close together wake-ups must come for a loop to start gathering.
 const gatherWindow = time.Millisecond
 
-// gather is a loop's gathering state, owned by its goroutine.
+// gather is a loop's gathering state: how many times it started and
+// stopped gathering. Only the loop's goroutine changes them; tests read
+// them from others.
 type gather struct {
-	gathering bool
-	// gathers and ungathers count the times the loop started and stopped
-	// gathering (read by tests, from other goroutines).
 	gathers, ungathers atomic.Uint64
 }
+
+// gathering reports whether the loop is gathering.
+func (g *gather) gathering() bool { return g.gathers.Load() != g.ungathers.Load() }
 
 // woken notes that a park ended after waited: with messages ready that
 // soon, the loop starts gathering.
 func (p *ingestLoop) woken(waited time.Duration) {
 	if waited < gatherWindow && len(p.hot) > 0 && p.listen(false) {
-		p.gathering = true
 		p.gathers.Add(1)
 	}
 }
@@ -60,7 +61,6 @@ func (p *ingestLoop) look() {
 		// An edge between the collect and the listen is not lost: putting
 		// the inner set back reports it if it holds events, and the park's
 		// first check reads the inner set itself.
-		p.gathering = false
 		p.ungathers.Add(1)
 	}
 }

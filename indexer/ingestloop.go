@@ -231,7 +231,7 @@ func (p *ingestLoop) run() {
 		switch {
 		case len(p.hot) > 0:
 			p.collect()
-		case p.gathering:
+		case p.gathering():
 			p.look()
 		default:
 			p.park()
