@@ -194,7 +194,7 @@ func newIngestLoop(x *Index) (*ingestLoop, error) {
 		if x.parkGap != nil {
 			x.parkGap()
 		}
-		if p.answerBell() {
+		if p.checkOuter() {
 			return true
 		}
 		p.turn.leave() // parking: let another take the turn
@@ -279,13 +279,13 @@ func (p *ingestLoop) collect() int {
 	return n
 }
 
-// answerBell takes the outer set's events without blocking and reports
+// checkOuter takes the outer set's events without blocking and reports
 // whether the loop has something to do: the doorbell rang, or the inner
 // set has events. The inner set's edge counts: taken here, it is gone
 // from the outer set, so Go's poller, looking at the outer set after
 // this, would find nothing to report, and a message that arrived after
 // collect looked would wait for the next edge (TestNoEdgeLostBetweenTheLooks).
-func (p *ingestLoop) answerBell() bool {
+func (p *ingestLoop) checkOuter() bool {
 	n, err := syscall.EpollWait(p.outer, p.evs[:], 0)
 	if err != nil {
 		return false
