@@ -27,27 +27,69 @@ func IsJSONContentType(ct string) bool {
 }
 
 // ReadBody appends all of body to buf, failing with ErrBodyTooLarge past
-// limit bytes. A known content length sizes the buffer once.
+// limit bytes. The buffer grows with what arrives, never ahead of it: a
+// declared content length is the client's claim, and a client that
+// declares 16 MiB and sends a few bytes must not make the gateway hold
+// 16 MiB while it waits (a hundred such connections held gigabytes). A
+// known length only stops the growth at that length, so a body that
+// arrives whole is not copied past its size.
 func ReadBody(buf []byte, body io.Reader, limit, contentLength int64) ([]byte, error) {
-	if contentLength > 0 && int64(cap(buf)) < contentLength {
-		buf = make([]byte, 0, contentLength)
-	}
 	for {
+		if len(buf) == cap(buf) && contentLength > 0 && int64(len(buf)) >= contentLength {
+			// Every declared byte is in. Over HTTP/2 the end comes with a
+			// read of its own: look for it with a byte of scratch rather
+			// than with room for a body as large again.
+			var probe [1]byte
+			n, err := body.Read(probe[:])
+			buf = append(buf, probe[:n]...)
+			if done, err := bodyEnded(buf, limit, err); done {
+				return buf, err
+			}
+			continue
+		}
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			grown := make([]byte, len(buf), len(buf)+bodyGrowth(len(buf), limit, contentLength))
+			buf = grown[:copy(grown, buf)]
 		}
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if int64(len(buf)) > limit {
-			return buf, ErrBodyTooLarge
-		}
-		if errors.Is(err, io.EOF) {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, &selection.Error{Kind: selection.KindBadRequest, Msg: "reading request body: " + err.Error()}
+		if done, err := bodyEnded(buf, limit, err); done {
+			return buf, err
 		}
 	}
+}
+
+// bodyEnded reports whether ReadBody stops after a read that left buf and
+// returned err, and with what error.
+func bodyEnded(buf []byte, limit int64, err error) (bool, error) {
+	switch {
+	case int64(len(buf)) > limit:
+		return true, ErrBodyTooLarge
+	case errors.Is(err, io.EOF):
+		return true, nil
+	case err != nil:
+		return true, &selection.Error{Kind: selection.KindBadRequest, Msg: "reading request body: " + err.Error()}
+	}
+	return false, nil
+}
+
+// bodyAhead is the most ReadBody makes room for before any byte of it has
+// arrived; after that, room doubles what arrived.
+const bodyAhead = 64 << 10
+
+// bodyGrowth is how much room ReadBody adds to a full buffer holding have
+// bytes: as much again as it holds (at least bodyAhead), but no more than
+// the declared length still to come, nor than one byte past the limit
+// (which is enough to tell that the body is over it).
+func bodyGrowth(have int, limit, contentLength int64) int {
+	n := int64(max(have, bodyAhead))
+	if rest := contentLength - int64(have); rest > 0 {
+		n = min(n, rest)
+	}
+	if room := limit + 1 - int64(have); room > 0 {
+		n = min(n, room)
+	}
+	return int(max(n, 1))
 }
 
 // readBody checks the content type and reads the body within the limit
