@@ -316,6 +316,29 @@ func TestExplicitReservationValidation(t *testing.T) {
 	mustStatus(t, err, 400, "prefill_load_scale must be finite and non-negative")
 }
 
+// TestSelectionIDBound: a selection id longer than 256 bytes is refused
+// by every route that takes one, and nothing is booked or remembered for
+// it; one of 256 bytes is taken.
+func TestSelectionIDBound(t *testing.T) {
+	r := newTestRouter(t, nil)
+	addWorker(t, r, 1, nil)
+	prompt := Prompt{TokenIDs: make([]uint32, 32)}
+	long := strings.Repeat("i", 257)
+	_, err := r.SelectAndReserve(&SelectRequest{SelectionID: long, Prompt: prompt})
+	mustStatus(t, err, 400, "selection_id must be at most 256 bytes")
+	_, err = r.Select(&SelectRequest{SelectionID: long, Prompt: prompt})
+	mustStatus(t, err, 400, "selection_id must be at most 256 bytes")
+	_, err = r.CreateReservation(&ReservationRequest{SelectionID: &long, WorkerID: ptr(uint64(1)), Prompt: prompt})
+	mustStatus(t, err, 400, "selection_id must be at most 256 bytes")
+	if n := r.ActiveReservations(); n != 0 {
+		t.Fatalf("%d reservations held after the refusals", n)
+	}
+	res, err := r.SelectAndReserve(&SelectRequest{SelectionID: long[:256], Prompt: prompt})
+	if err != nil || res.SelectionID != long[:256] {
+		t.Fatalf("a 256-byte id: %+v %v", res, err)
+	}
+}
+
 func TestPlacement(t *testing.T) {
 	r := newTestRouter(t, nil)
 	addWorker(t, r, 1, func(w *WorkerRequest) { w.Taints = []string{"gpu=h100"} })
