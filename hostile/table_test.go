@@ -73,6 +73,10 @@ var attacks = []attack{
 		expected: "404 OpenAI shape, no worker hit", run: unservedModel},
 	{id: "9b_hanging_worker", name: "9. a worker hanging before headers",
 		expected: fmt.Sprintf("504 after %s", responseHeaderTimeout), run: hangingWorker},
+	{id: "10a_content_length_lies", name: fmt.Sprintf("10. %d connections to each listener declaring its body limit, sending 13 bytes", lyingConnsPerListener),
+		expected: "held, heap bounded", run: lyingLengths},
+	{id: "10b_4MB_selection_id", name: "10. select_and_reserve with a 4 MB selection_id",
+		expected: "400", run: longSelectionID},
 }
 
 func manyTaints(n int) []string {
