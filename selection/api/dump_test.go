@@ -1,12 +1,14 @@
 package api
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	json "github.com/goccy/go-json"
 
@@ -177,4 +179,51 @@ func TestDumpUsesDumpLimiter(t *testing.T) {
 	if len(idx.limits) != 2 || idx.limits[0] != 5000 || idx.limits[1] != 1 {
 		t.Fatalf("limits asked: %v", idx.limits)
 	}
+}
+
+// TestDumpsTakeTurns: while one dump runs, another waits for it, and gives
+// up with its client; once the first ends, the waiting one is served.
+func TestDumpsTakeTurns(t *testing.T) {
+	r := newTestRouter(t, nil)
+	addWorker(t, r, 1, nil)
+	h := NewHandler(r, 0)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	h.dumping <- struct{}{} // a dump is running
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/dump", nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a dump was answered (%d) while another ran", resp.StatusCode)
+	}
+
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(srv.URL + "/dump")
+		if err != nil {
+			done <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	select {
+	case code := <-done:
+		t.Fatalf("a dump was answered (%d) while another ran", code)
+	case <-time.After(100 * time.Millisecond):
+	}
+	<-h.dumping // the running dump ends
+	select {
+	case code := <-done:
+		if code != http.StatusOK {
+			t.Fatalf("the waiting dump: %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting dump was not served after the first ended")
+	}
+	// The one whose client gave up left nothing held: a third runs too.
+	getDump(t, srv)
 }

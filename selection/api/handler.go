@@ -20,6 +20,9 @@ type Handler struct {
 	writeToken *[32]byte // SHA-256 of the catalog write token, nil without one
 	bodies     sync.Pool // *[]byte read buffers
 	selects    sync.Pool // *selection.SelectRequest, reused with their token buffers
+	// dumping lets one GET /dump run at a time; the others wait their
+	// turn (dump.go says why).
+	dumping chan struct{}
 }
 
 // HandlerOption customises a Handler.
@@ -31,7 +34,7 @@ func NewHandler(r *selection.Router, maxBody int64, opts ...HandlerOption) *Hand
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBodyBytes
 	}
-	h := &Handler{router: r, maxBody: maxBody}
+	h := &Handler{router: r, maxBody: maxBody, dumping: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(h)
 	}
@@ -91,7 +94,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/overlap_scores":
 		h.method(w, r, http.MethodPost, func() { handleScore(h, w, r, h.router.Queries().OverlapScores) })
 	case path == "/dump":
-		h.method(w, r, http.MethodGet, func() { h.serveDump(w) })
+		h.method(w, r, http.MethodGet, func() { h.serveDump(w, r) })
 	case path == "/replica_sync/register_peer" || path == "/replica_sync/deregister_peer":
 		// Mounted as in Dynamo, which answers 409 while replica sync is
 		// not configured; here it is not implemented yet.
