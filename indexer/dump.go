@@ -13,8 +13,8 @@ func (x *Index) Dump(p selection.PartitionKey) []selection.RouterEvent {
 // DumpLimit is Dump with at most limit events (limit ≤ 0: no limit);
 // truncated is true when the partition held more. Parents come before
 // their children, so a truncated dump still loads whole. The tree's read
-// lock is held while collecting only, and what it builds besides the
-// events is bounded by the nodes it visits, not by the partition.
+// lock is held while collecting only; besides the events, the walk keeps
+// two bits per record of the partition.
 func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selection.RouterEvent, truncated bool) {
 	t := x.tree(p)
 	if t == nil {
@@ -22,7 +22,7 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	d := dumper{t: t, limit: limit, seen: map[uint32]bool{}}
+	d := dumper{t: t, limit: limit, seen: newRecordBits(t.recs.next), rooted: newRecordBits(t.recs.next)}
 	for rec := range t.nodes.refs() {
 		if !d.visit(rec) {
 			return d.out, true
@@ -38,9 +38,22 @@ type dumper struct {
 	t     *tree
 	limit int
 	out   []selection.RouterEvent
-	seen  map[uint32]bool // visited records: emitted (true) or not rooted (false)
-	chain []uint32
+	// seen marks the records visited, and rooted those of them whose
+	// ancestors reach a root (emitted). Bits, where a map of visited
+	// records cost about 300 ns a record: a partition whose 2M blocks
+	// none could be replayed held its read lock 0.7 s a dump.
+	seen, rooted recordBits
+	chain        []uint32
 }
+
+// recordBits is a bit per record index of a tree.
+type recordBits []uint64
+
+func newRecordBits(records uint32) recordBits { return make(recordBits, (uint64(records)+63)/64) }
+
+func (b recordBits) has(rec uint32) bool { return b[rec/64]&(1<<(rec%64)) != 0 }
+
+func (b recordBits) set(rec uint32) { b[rec/64] |= 1 << (rec % 64) }
 
 // visit emits block rec and its missing ancestors, root first; it returns
 // false once the limit stopped it. A block whose ancestors do not reach a
@@ -50,8 +63,8 @@ func (d *dumper) visit(rec uint32) bool {
 	d.chain = d.chain[:0]
 	rooted := true
 	for {
-		if ok, seen := d.seen[rec]; seen {
-			rooted = ok
+		if d.seen.has(rec) {
+			rooted = d.rooted.has(rec)
 			break
 		}
 		d.chain = append(d.chain, rec)
@@ -65,7 +78,10 @@ func (d *dumper) visit(rec uint32) bool {
 	}
 	for i := len(d.chain) - 1; i >= 0; i-- {
 		r := d.chain[i]
-		d.seen[r] = rooted
+		d.seen.set(r)
+		if rooted {
+			d.rooted.set(r)
+		}
 		if rooted && !d.emit(r) {
 			return false
 		}
