@@ -77,6 +77,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		max_ranks <count>
 //		max_reservations_per_worker <count>
 //		max_reservations_per_client <count>
+//		max_reservation_blocks_per_client <count>
 //		max_dump_events <count>
 //		index_max_memory <size>
 //		kv_events_max_message <size>

@@ -128,6 +128,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 				max_ranks 300
 				max_reservations_per_worker 100
 				max_reservations_per_client 10
+				max_reservation_blocks_per_client 4096
 				max_dump_events 5000
 				index_max_memory 64MiB
 				kv_events_max_message 1MiB
@@ -136,7 +137,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 			}`,
 			want: App{WorkerDownAfter: ptr(caddy.Duration(0)), Limits: Limits{
 				MaxRanksPerWorker: 8, MaxRanks: 300, MaxReservationsPerWorker: 100, MaxReservationsPerClient: 10,
-				MaxDumpEvents: 5000, IndexMaxMemory: 64 << 20, KVEventsMaxMessage: 1 << 20, KVEventsMaxGap: 1000,
+				MaxReservationBlocksPerClient: 4096, MaxDumpEvents: 5000, IndexMaxMemory: 64 << 20, KVEventsMaxMessage: 1 << 20, KVEventsMaxGap: 1000,
 				KVEventsCores: 3,
 			}},
 		},

@@ -338,14 +338,15 @@ func TestReloadAppliesSettings(t *testing.T) {
 		t.Fatalf("before the reload: %+v", got)
 	}
 	changed := strings.Replace(testCaddyfile(worker1), "use_kv_events off",
-		"use_kv_events off\n\t\tprefill_load_scale 4\n\t\tmax_reservations_per_client 7\n\t\tapprox_ttl 10s", 1)
+		"use_kv_events off\n\t\tprefill_load_scale 4\n\t\tmax_reservations_per_client 7\n\t\tmax_reservation_blocks_per_client 99\n\t\tapprox_ttl 10s", 1)
 	reloadFor(t, tester, changed)
 	if s := pooledState(t); s != state {
 		t.Fatal("the reload rebuilt the router")
 	}
 	got := state.router.Config()
-	if got.PrefillLoadScale != 4 || got.MaxReservationsPerClient != 7 {
-		t.Errorf("settings not applied: prefill_load_scale %v, max_reservations_per_client %d", got.PrefillLoadScale, got.MaxReservationsPerClient)
+	if got.PrefillLoadScale != 4 || got.MaxReservationsPerClient != 7 || got.MaxReservationBlocksPerClient != 99 {
+		t.Errorf("settings not applied: prefill_load_scale %v, max_reservations_per_client %d, max_reservation_blocks_per_client %d",
+			got.PrefillLoadScale, got.MaxReservationsPerClient, got.MaxReservationBlocksPerClient)
 	}
 	if got.ApproxTTL != 120*time.Second {
 		t.Errorf("approx_ttl, which the index was built with, changed to %v in place", got.ApproxTTL)

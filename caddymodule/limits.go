@@ -43,6 +43,14 @@ type Limits struct {
 	// requests in flight and not counted. Default: 1024.
 	MaxReservationsPerClient int `json:"max_reservations_per_client,omitempty"`
 
+	// MaxReservationBlocksPerClient bounds the prompt blocks the
+	// outstanding selection-API reservations of one client address cover
+	// (each block up to about 50 bytes, held until the reservation is
+	// freed or expires); past it, 429. Not counted for the proxy path, as
+	// above. Default: 4194304 (at most about 200 MB), 1,024 reservations
+	// of 64k-token prompts at 16 tokens a block.
+	MaxReservationBlocksPerClient int `json:"max_reservation_blocks_per_client,omitempty"`
+
 	// MaxDumpEvents bounds the events GET /dump answers with, over all
 	// partitions; a partition cut short is marked truncated. Default:
 	// 100000.
@@ -102,6 +110,7 @@ func (l *Limits) apply(cfg *selection.Config) error {
 		{"max_ranks", int64(l.MaxRanks), setInt(&cfg.MaxRanks)},
 		{"max_reservations_per_worker", int64(l.MaxReservationsPerWorker), setInt(&cfg.MaxReservationsPerRank)},
 		{"max_reservations_per_client", int64(l.MaxReservationsPerClient), setInt(&cfg.MaxReservationsPerClient)},
+		{"max_reservation_blocks_per_client", int64(l.MaxReservationBlocksPerClient), setInt(&cfg.MaxReservationBlocksPerClient)},
 		{"max_dump_events", int64(l.MaxDumpEvents), setInt(&cfg.MaxDumpEvents)},
 	}); err != nil {
 		return err
@@ -157,6 +166,8 @@ func (l *Limits) unmarshalCaddyfile(d *caddyfile.Dispenser) (handled bool, err e
 		l.MaxReservationsPerWorker, err = parseCount(d)
 	case "max_reservations_per_client":
 		l.MaxReservationsPerClient, err = parseCount(d)
+	case "max_reservation_blocks_per_client":
+		l.MaxReservationBlocksPerClient, err = parseCount(d)
 	case "max_dump_events":
 		l.MaxDumpEvents, err = parseCount(d)
 	case "index_max_memory":

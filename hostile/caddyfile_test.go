@@ -21,6 +21,7 @@ const (
 	// of 64 (about 650 descriptors) and refuse the third.
 	maxRanks                 = 160
 	maxReservationsPerClient = 1024
+	maxReservationBlocks     = 2_000_000 // max_reservation_blocks_per_client
 	maxDumpEvents            = 100000
 	indexBudget              = 64 << 20 // index_max_memory
 	maxGap                   = 100000   // kv_events_max_gap
@@ -48,10 +49,11 @@ func caddyfile(p ports) string {
 		max_ranks %d
 		max_reservations_per_worker 4096
 		max_reservations_per_client %d
+		max_reservation_blocks_per_client %d
 		max_dump_events %d
 		index_max_memory %dMiB
 		kv_events_max_message 4MiB
-		kv_events_max_gap %d`, maxRanksPerWorker, maxRanks, maxReservationsPerClient, maxDumpEvents, indexBudget>>20, maxGap)
+		kv_events_max_gap %d`, maxRanksPerWorker, maxRanks, maxReservationsPerClient, maxReservationBlocks, maxDumpEvents, indexBudget>>20, maxGap)
 		token = `
 		write_token {env.KVROUTER_WRITE_TOKEN}
 	`

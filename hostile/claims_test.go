@@ -91,3 +91,38 @@ func longSelectionID(r *run) result {
 	held := r.stats()["active_reservations"]
 	return result{a.code(), fmt.Sprintf("%s; %.0f reservations held", answerNote(a), held)}
 }
+
+// longPrompts books prompts of 4M tokens (the most an 8 MiB body of
+// one-digit ids carries: 250,000 blocks each) until the gateway refuses.
+// A booking keeps its prompt's blocks until it is freed or expires, about
+// 24 bytes each: the probe's 40 such bookings held 240 MB, and the 1,024
+// a client may hold would have held 6 GB.
+func longPrompts(r *run) result {
+	r.worker(1, vllm, false)
+	const ids = 4_000_000
+	body := make([]byte, 0, 2*ids+64)
+	body = append(body, `{"model_name":"`+model+`","token_ids":[`...)
+	for i := range ids {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, '0')
+	}
+	body = append(body, "]}"...)
+	perBooking := ids / blockSize
+	booked, first := 0, answer{}
+	for range maxReservationBlocks/perBooking + 2 {
+		a := call(slow, http.MethodPost, r.g.api+"/select_and_reserve", body, nil)
+		if a.status/100 != 2 {
+			first = a
+			break
+		}
+		booked++
+	}
+	detail := fmt.Sprintf("%d bookings of %d blocks accepted (bound %d blocks), then %s; %s",
+		booked, perBooking, maxReservationBlocks, answerNote(first), r.g.goMemory())
+	if first.status == http.StatusTooManyRequests && booked == maxReservationBlocks/perBooking {
+		return result{fmt.Sprintf("429 past %d blocks", maxReservationBlocks), detail}
+	}
+	return result{fmt.Sprintf("%d booked, then %s", booked, first.code()), detail}
+}

@@ -77,6 +77,8 @@ var attacks = []attack{
 		expected: "held, heap bounded", run: lyingLengths},
 	{id: "10b_4MB_selection_id", name: "10. select_and_reserve with a 4 MB selection_id",
 		expected: "400", run: longSelectionID},
+	{id: "10c_long_prompt_bookings", name: fmt.Sprintf("10. select_and_reserve of 4M-token prompts until refused, max_reservation_blocks_per_client %d", maxReservationBlocks),
+		expected: fmt.Sprintf("429 past %d blocks", maxReservationBlocks), run: longPrompts},
 }
 
 func manyTaints(n int) []string {

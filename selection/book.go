@@ -47,7 +47,7 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 		if id == "" {
 			id = newSelectionID()
 		}
-		if err := e.book.claim(id, req.Client); err != nil {
+		if err := e.book.claim(id, req.Client, len(w.tracking)); err != nil {
 			return nil, err
 		}
 	}
@@ -85,7 +85,7 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 	if err != nil {
 		t.unlock(p)
 		if book {
-			e.book.unclaim(id, req.Client)
+			e.book.unclaim(id, req.Client, len(w.tracking))
 		}
 		buf.release()
 		e.observe(&t)
@@ -114,7 +114,7 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 	b, err := e.book.bookLocked(p, sel.rs, id, session, req.Client, hashes, buf, np.isl, sel.prefill, s.trackPrefill, req.ExpectedOutputTokens)
 	if err != nil {
 		t.unlock(p)
-		e.book.unclaim(id, req.Client)
+		e.book.unclaim(id, req.Client, len(w.tracking))
 		buf.release()
 		e.observe(&t)
 		return nil, err
@@ -166,12 +166,12 @@ func (e *selector) cachedReservation(req *ReservationRequest, session string) (*
 	if session == "" {
 		session = pe.session
 	}
-	if err := e.book.claim(id, req.Client); err != nil {
+	if err := e.book.claim(id, req.Client, len(pe.hashes)); err != nil {
 		return nil, err
 	}
 	p := e.catalog.partition(key)
 	if p == nil {
-		e.book.unclaim(id, req.Client)
+		e.book.unclaim(id, req.Client, len(pe.hashes))
 		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, pe.rank.WorkerID, pe.rank.DPRank)
 	}
 	hashes := slices.Clone(pe.hashes)
@@ -179,14 +179,14 @@ func (e *selector) cachedReservation(req *ReservationRequest, session string) (*
 	rs := p.byRank[pe.rank]
 	if rs == nil {
 		p.mu.Unlock()
-		e.book.unclaim(id, req.Client)
+		e.book.unclaim(id, req.Client, len(pe.hashes))
 		return nil, errorf(KindNotFound, "pending selection %s targets worker %d dp_rank %d, which is no longer schedulable", id, pe.rank.WorkerID, pe.rank.DPRank)
 	}
 	b, err := e.book.bookLocked(p, rs, id, session, req.Client, hashes, nil, pe.isl, pe.prefill, pe.track, pe.expected)
 	endpoint := rs.endpoint
 	p.mu.Unlock()
 	if err != nil {
-		e.book.unclaim(id, req.Client)
+		e.book.unclaim(id, req.Client, len(pe.hashes))
 		if StatusOf(err) == 400 {
 			e.pending.discard(pk) // a hard-affinity refusal consumes the entry
 		}
@@ -242,7 +242,7 @@ func (e *selector) explicitReservation(req *ReservationRequest, session string) 
 			}
 		}
 	}
-	if err := e.book.claim(id, req.Client); err != nil {
+	if err := e.book.claim(id, req.Client, len(w.tracking)); err != nil {
 		return nil, err
 	}
 	e.pending.discard(pendingKey{key, id})
@@ -251,14 +251,14 @@ func (e *selector) explicitReservation(req *ReservationRequest, session string) 
 	rs := p.byRank[rank]
 	if rs == nil {
 		p.mu.Unlock()
-		e.book.unclaim(id, req.Client)
+		e.book.unclaim(id, req.Client, len(w.tracking))
 		return nil, notSchedulable
 	}
 	b, err := e.book.bookLocked(p, rs, id, session, req.Client, hashes, nil, np.isl, prefill, track, req.ExpectedOutputTokens)
 	endpoint := rs.endpoint
 	p.mu.Unlock()
 	if err != nil {
-		e.book.unclaim(id, req.Client)
+		e.book.unclaim(id, req.Client, len(w.tracking))
 		return nil, err
 	}
 	e.book.commit(id, b)

@@ -128,6 +128,17 @@ type Config struct {
 	// while a client that never frees stops there (the 3,000
 	// unfreed bookings held 6.1M prefill tokens for an hour).
 	MaxReservationsPerClient int
+	// MaxReservationBlocksPerClient bounds the prompt blocks the live
+	// bookings of one API client cover (each kept as a tracking hash and a
+	// share of its partition's load trie, up to about 50 bytes a block), so
+	// that a client's MaxReservationsPerClient bookings of the longest
+	// prompts a body allows do not hold gigabytes for the reservation TTL;
+	// past it a booking is refused with 429. The same exemption for an
+	// empty Client. 0 means no bound. Default 4,194,304 (at most about
+	// 200 MB): 1,024 bookings of 64k-token prompts at 16 tokens a block,
+	// where 1,024 bookings of the 4M-token prompts an 8 MiB body can carry
+	// held about 6 GB.
+	MaxReservationBlocksPerClient int
 	// MaxDumpEvents caps the events GET /dump (and Dump) returns over all
 	// partitions; a partition the cap cut is marked "truncated": true. 0
 	// means no cap. Default 100,000: about 25 MB of JSON, enough to look
@@ -178,9 +189,10 @@ func DefaultConfig() Config {
 		MaxRanksPerWorker: DefaultMaxRanksPerWorker,
 		MaxRanks:          4096,
 		// Outstanding bookings.
-		MaxReservationsPerRank:   4096,
-		MaxReservationsPerClient: 1024,
-		MaxDumpEvents:            100_000,
+		MaxReservationsPerRank:        4096,
+		MaxReservationsPerClient:      1024,
+		MaxReservationBlocksPerClient: 4 << 20,
+		MaxDumpEvents:                 100_000,
 	}
 }
 
@@ -217,7 +229,7 @@ func (c *Config) Validate() error {
 	}
 	if c.PendingMaxEntries < 0 || c.PendingMaxBytes < 0 || c.SessionTableCap < 0 || c.MaxWorkers < 0 ||
 		c.MaxRanksPerWorker < 0 || c.MaxRanks < 0 || c.MaxReservationsPerRank < 0 || c.MaxReservationsPerClient < 0 ||
-		c.MaxDumpEvents < 0 {
+		c.MaxReservationBlocksPerClient < 0 || c.MaxDumpEvents < 0 {
 		return errors.New("limits must be non-negative")
 	}
 	return nil

@@ -18,8 +18,10 @@
 //     the worker's own ranks (422). WithEndpointCheck lets the host refuse
 //     endpoints (422), such as the gateway's own listeners.
 //   - Bookings: Config.MaxReservationsPerRank (4096; a full rank is not a
-//     candidate, 503 when none is left) and Config.MaxReservationsPerClient
-//     (1024 per remote IP through the API, 429).
+//     candidate, 503 when none is left), Config.MaxReservationsPerClient
+//     (1024 per remote IP through the API, 429) and
+//     Config.MaxReservationBlocksPerClient (4,194,304 prompt blocks over
+//     those bookings, 429); selection ids of at most 256 bytes (400).
 //   - GET /dump: Config.MaxDumpEvents (100,000 events), streamed; a
 //     partition the cap cut is marked "truncated": true.
 //   - Request bodies: api.NewHandler's maxBody (8 MiB, 413).

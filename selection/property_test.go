@@ -278,8 +278,8 @@ func TestReservationCountsMatchModel(t *testing.T) {
 		counted := maps.Clone(r.book.clients)
 		r.book.mu.Unlock()
 		for _, c := range clients[1:] {
-			if want := count(func(l live) bool { return l.client == c }); counted[c] != want {
-				t.Fatalf("step %d: client %s counted %d, model %d", step, c, counted[c], want)
+			if want := count(func(l live) bool { return l.client == c }); counted[c].bookings != want {
+				t.Fatalf("step %d: client %s counted %d, model %d", step, c, counted[c].bookings, want)
 			}
 		}
 		if _, ok := counted[""]; ok || len(counted) > 3 {
@@ -313,7 +313,7 @@ func TestReservationCountsConcurrent(t *testing.T) {
 		r.book.mu.Lock()
 		defer r.book.mu.Unlock()
 		for c, n := range r.book.clients {
-			if n > perClient {
+			if n.bookings > perClient {
 				return c
 			}
 		}

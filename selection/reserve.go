@@ -20,13 +20,18 @@ type bookings struct {
 	replica  replicaOut     // tells the other replicas (replica.go); empty without
 
 	mu           sync.Mutex
-	reservations map[string]*booking // nil value: claimed, booking in flight
-	clients      map[string]int      // live and claimed bookings per client
+	reservations map[string]*booking    // nil value: claimed, booking in flight
+	clients      map[string]clientHolds // live and claimed bookings per client
 }
+
+// clientHolds is what one client's live and claimed bookings hold: how
+// many, and the prompt blocks they cover (each block a tracking hash the
+// booking keeps, and its share of the partition's load trie).
+type clientHolds struct{ bookings, blocks int }
 
 func newBookings(cfg *liveConfig, now func() time.Time, affinity *affinityTable) *bookings {
 	return &bookings{cfg: cfg, now: now, affinity: affinity,
-		reservations: make(map[string]*booking), clients: make(map[string]int)}
+		reservations: make(map[string]*booking), clients: make(map[string]clientHolds)}
 }
 
 // bookingSweepEvery is how often stale bookings are swept: every 30
@@ -94,19 +99,25 @@ func newSelectionID() string {
 }
 
 // claim reserves a selection id globally (ids are unique across
-// partitions) and counts it against client's bound.
-func (t *bookings) claim(id, client string) error {
+// partitions) and counts it, a booking of blocks prompt blocks, against
+// client's bounds.
+func (t *bookings) claim(id, client string, blocks int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.reservations[id]; ok {
 		return errorf(KindConflict, "selection %s is already reserved or being reserved", id)
 	}
-	if limit := t.cfg.get().MaxReservationsPerClient; client != "" && limit > 0 {
-		if t.clients[client] >= limit {
+	if client != "" {
+		cfg, h := t.cfg.get(), t.clients[client]
+		if limit := cfg.MaxReservationsPerClient; limit > 0 && h.bookings >= limit {
 			return errorf(KindOverloaded, "client %s holds %d reservations, the most max_reservations_per_client allows; free them (DELETE /reservations/{id}) or wait for them to expire",
 				client, limit)
 		}
-		t.clients[client]++
+		if limit := cfg.MaxReservationBlocksPerClient; limit > 0 && h.blocks+blocks > limit {
+			return errorf(KindOverloaded, "client %s's reservations cover %d prompt blocks, and this one's %d would pass the %d max_reservation_blocks_per_client allows; free them (DELETE /reservations/{id}) or wait for them to expire",
+				client, h.blocks, blocks, limit)
+		}
+		t.clients[client] = clientHolds{h.bookings + 1, h.blocks + blocks}
 	}
 	t.reservations[id] = nil
 	return nil
@@ -121,12 +132,13 @@ func (t *bookings) commit(id string, b *booking) {
 	t.mu.Unlock()
 }
 
-// unclaim gives back a claim whose booking failed.
-func (t *bookings) unclaim(id, client string) {
+// unclaim gives back a claim (of blocks prompt blocks) whose booking
+// failed.
+func (t *bookings) unclaim(id, client string, blocks int) {
 	t.mu.Lock()
 	if b, ok := t.reservations[id]; ok && b == nil {
 		delete(t.reservations, id)
-		t.uncountLocked(client)
+		t.uncountLocked(client, blocks)
 	}
 	t.mu.Unlock()
 }
@@ -137,18 +149,24 @@ func (t *bookings) takeLocked(id string) *booking {
 	b := t.reservations[id]
 	if b != nil {
 		delete(t.reservations, id)
-		t.uncountLocked(b.client)
+		t.uncountLocked(b.client, len(b.hashes))
 	}
 	return b
 }
 
-func (t *bookings) uncountLocked(client string) {
-	if client == "" || t.cfg.get().MaxReservationsPerClient <= 0 {
+// uncountLocked takes a booking of blocks prompt blocks off client's
+// holds. Holds are counted whatever the bounds are, so that a bound set
+// by a reload counts the bookings made before it.
+func (t *bookings) uncountLocked(client string, blocks int) {
+	if client == "" {
 		return
 	}
-	if t.clients[client]--; t.clients[client] <= 0 {
+	h := t.clients[client]
+	if h.bookings <= 1 {
 		delete(t.clients, client)
+		return
 	}
+	t.clients[client] = clientHolds{h.bookings - 1, h.blocks - blocks}
 }
 
 // lookup returns a committed booking; in-flight and unknown ids are not

@@ -125,23 +125,23 @@ func TestBookingsClaimRules(t *testing.T) {
 	r := newTestRouter(t, func(c *Config) { c.MaxReservationsPerClient = 1 })
 	addWorker(t, r, 1, nil)
 	bk := r.book
-	if err := bk.claim("a", "c"); err != nil {
+	if err := bk.claim("a", "c", 0); err != nil {
 		t.Fatal(err)
 	}
-	mustStatus(t, bk.claim("a", "d"), 409, "already reserved")
-	mustStatus(t, bk.claim("b", "c"), 429, "max_reservations_per_client")
+	mustStatus(t, bk.claim("a", "d", 0), 409, "already reserved")
+	mustStatus(t, bk.claim("b", "c", 0), 429, "max_reservations_per_client")
 	_, err := bk.lookup("a")
 	mustStatus(t, err, 404, "not found")
 	mustStatus(t, bk.free("a"), 404, "not found")
-	bk.unclaim("a", "c")
+	bk.unclaim("a", "c", 0)
 	if len(bk.reservations) != 0 || len(bk.clients) != 0 {
 		t.Fatalf("unclaim left %v %v", bk.reservations, bk.clients)
 	}
 	if _, err := r.SelectAndReserve(&SelectRequest{SelectionID: "a", Client: "c", Prompt: Prompt{TokenIDs: []uint32{1}}}); err != nil {
 		t.Fatal(err)
 	}
-	bk.unclaim("a", "c") // a committed booking is not a claim: it stays
-	if bk.active() != 1 || bk.clients["c"] != 1 {
+	bk.unclaim("a", "c", 0) // a committed booking is not a claim: it stays
+	if bk.active() != 1 || bk.clients["c"].bookings != 1 {
 		t.Fatalf("unclaim took a committed booking: %d active, %v", bk.active(), bk.clients)
 	}
 	if err := bk.free("a"); err != nil {
@@ -167,5 +167,56 @@ func TestNewSelectionIDIsUUIDv4(t *testing.T) {
 			t.Fatalf("%q twice", id)
 		}
 		seen[id] = true
+	}
+}
+
+// TestReservationBlocksPerClient: a client's live bookings cover at most
+// MaxReservationBlocksPerClient prompt blocks; past it a booking is a 429
+// that books nothing, freeing makes room again, the proxy's bookings (no
+// client) are not counted, and a client with nothing booked is forgotten.
+func TestReservationBlocksPerClient(t *testing.T) {
+	r := newTestRouter(t, func(c *Config) { c.MaxReservationBlocksPerClient = 10 })
+	addWorker(t, r, 1, nil)
+	book := func(id, client string, tokens int) error {
+		_, err := r.SelectAndReserve(&SelectRequest{SelectionID: id, Client: client, Prompt: Prompt{TokenIDs: make([]uint32, tokens)}})
+		return err
+	}
+	held := func(client string) clientHolds {
+		r.book.mu.Lock()
+		defer r.book.mu.Unlock()
+		return r.book.clients[client]
+	}
+	// 64 tokens at 16 a block: 4 blocks a booking.
+	for _, id := range []string{"a", "b"} {
+		if err := book(id, "c", 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := held("c"); h != (clientHolds{2, 8}) {
+		t.Fatalf("two bookings of 4 blocks: holds %+v", h)
+	}
+	mustStatus(t, book("x", "c", 64), 429, "max_reservation_blocks_per_client")
+	if h := held("c"); h != (clientHolds{2, 8}) || r.ActiveReservations() != 2 {
+		t.Fatalf("the refused booking left holds %+v and %d reservations", h, r.ActiveReservations())
+	}
+	if err := book("y", "c", 32); err != nil { // 2 blocks: exactly at the bound
+		t.Fatal(err)
+	}
+	if err := book("p", "", 1024); err != nil { // the proxy's: not counted
+		t.Fatal(err)
+	}
+	if err := r.Free("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := book("x", "c", 64); err != nil {
+		t.Fatalf("after a free: %v", err)
+	}
+	for _, id := range []string{"b", "x", "y"} {
+		if err := r.Free(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := held("c"); h != (clientHolds{}) {
+		t.Fatalf("everything freed: holds %+v", h)
 	}
 }
