@@ -13,12 +13,14 @@ import (
 
 // FuzzOpenAIBody checks the proxy path's body reader: a body it accepts
 // is one encoding/json accepts, with the same model and, for an
-// integer-array prompt or token_ids, the same token ids.
+// integer-array prompt or token_ids, the same token ids, each read under
+// its exact name (as the engine reads them: "MODEL" is not the model).
 func FuzzOpenAIBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"model":"m","prompt":[1,2,3]}`, `{"model":"m","prompt":"hello"}`, `{"model":"m","prompt":[[1],[2]]}`,
 		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`, `{"token_ids":[5],"prompt":[6]}`,
 		`{"prompt":["a"],"stream":true}`, `{"prompt":[1,-1]}`, `{"prompt":`, `null`,
+		`{"model":"a","MODEL":"b","Prompt":[1],"prompt":[2],"TOKEN_IDS":[3]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -30,14 +32,23 @@ func FuzzOpenAIBody(f *testing.F) {
 			}
 			return
 		}
-		var ref struct {
-			Model    string          `json:"model"`
-			Prompt   json.RawMessage `json:"prompt"`
-			TokenIDs []uint32        `json:"token_ids"`
-		}
-		if err := json.Unmarshal(body, &ref); err != nil {
+		var members map[string]json.RawMessage // exact names; the last of a repeated one
+		if err := json.Unmarshal(body, &members); err != nil {
 			t.Fatalf("accepted a body encoding/json rejects (%v): %q", err, body)
 		}
+		var ref struct {
+			Model    string
+			Prompt   json.RawMessage
+			TokenIDs []uint32
+		}
+		for name, dst := range map[string]any{"model": &ref.Model, "token_ids": &ref.TokenIDs} {
+			if raw, ok := members[name]; ok {
+				if err := json.Unmarshal(raw, dst); err != nil {
+					t.Fatalf("accepted a %s encoding/json rejects (%v): %q", name, err, body)
+				}
+			}
+		}
+		ref.Prompt = members["prompt"]
 		if o.Model != ref.Model || !slices.Equal(o.TokenIDs, ref.TokenIDs) {
 			t.Fatalf("model %q tokens %v; encoding/json %q %v", o.Model, o.TokenIDs, ref.Model, ref.TokenIDs)
 		}

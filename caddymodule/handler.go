@@ -197,6 +197,11 @@ type openAIRequest struct {
 // PromptTokens implements selection.PromptTokenCarrier.
 func (o *openAIRequest) PromptTokens() *[]uint32 { return &o.promptTokens }
 
+// ExactNames implements selection.ExactNames: the engine reads a member
+// under its exact name only ("MODEL" is not its model), and so must the
+// gateway that routes and tokenizes for it.
+func (*openAIRequest) ExactNames() {}
+
 // bodies pools request body buffers.
 var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 

@@ -126,3 +126,23 @@ func longPrompts(r *run) result {
 	}
 	return result{fmt.Sprintf("%d booked, then %s", booked, first.code()), detail}
 }
+
+// foldedModel asks for a model no worker serves under "model" and for the
+// served one under "MODEL". An engine reads the exact name only (vLLM's
+// request models), so the request is for the unserved model: a 404 that
+// reaches no worker, as attack 9 expects of any unserved model. Read with
+// case folded, the gateway routed it as the served model, to a worker
+// that then answered for the other.
+func foldedModel(r *run) result {
+	ws := []*worker{r.worker(1, vllm, false), r.worker(2, vllm, false)}
+	body := []byte(`{"model":"no-such-model","MODEL":"` + model + `","prompt":[1,2,3,4],"max_tokens":4}`)
+	a := call(slow, http.MethodPost, r.g.proxy+"/v1/completions", body, nil)
+	hits := ws[0].completions.Load() + ws[1].completions.Load()
+	ans := a.code()
+	if hits == 0 {
+		ans += ", no worker hit"
+	} else {
+		ans += fmt.Sprintf(", %d reached workers", hits)
+	}
+	return result{ans, clip(string(a.body), 120)}
+}

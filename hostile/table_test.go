@@ -79,6 +79,8 @@ var attacks = []attack{
 		expected: "400", run: longSelectionID},
 	{id: "10c_long_prompt_bookings", name: fmt.Sprintf("10. select_and_reserve of 4M-token prompts until refused, max_reservation_blocks_per_client %d", maxReservationBlocks),
 		expected: fmt.Sprintf("429 past %d blocks", maxReservationBlocks), run: longPrompts},
+	{id: "10d_model_in_other_case", name: `10. "model" unserved, "MODEL" served`,
+		expected: "404, no worker hit", run: foldedModel},
 }
 
 func manyTaints(n int) []string {

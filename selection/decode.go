@@ -52,6 +52,9 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 		st.promptDst = ptc.PromptTokens()
 		*st.promptDst = (*st.promptDst)[:0]
 	}
+	if _, ok := v.(ExactNames); ok {
+		st.exact = namesOf(v)
+	}
 	sc := scanner{b: body}
 	sc.ws()
 	if sc.i >= len(body) || body[sc.i] != '{' {
@@ -83,8 +86,15 @@ type decodeState struct {
 	seenTokens  bool      // a token_ids member was read: another is a duplicate
 	tokensFound bool      // and it was not null
 	promptFound bool      // an integer-array prompt was read into promptDst
-	cuts        [2]span   // the members parsed here, in body order
-	ncut        int
+	// exact is v's member names when v matches them exactly (ExactNames);
+	// nil when names match with case folded.
+	exact *memberNames
+	// cuts are the members goccy does not get (parsed here, or left out
+	// under exact names), in body order: the usual one or two in place,
+	// more (left out under exact names only) in extra.
+	cuts  [2]span
+	ncut  int
+	extra []span
 }
 
 // span is a member's byte range [start, end) in the body.
@@ -140,7 +150,13 @@ func (st *decodeState) scanObject(sc *scanner) error {
 // with the scanner at the value.
 func (st *decodeState) member(sc *scanner, key []byte, keyStart int) error {
 	switch {
-	case isTokenKey(key):
+	case st.exact != nil && st.exact.foldedOnly(key):
+		// A name the engine does not read: neither does the gateway.
+		if err := sc.skipValue(0); err != nil {
+			return err
+		}
+		st.cut(keyStart, sc.i)
+	case isTokenKey(key) && (st.exact == nil || string(key) == "token_ids"):
 		if st.seenTokens {
 			return sc.shape("duplicate field `token_ids`")
 		}
@@ -168,55 +184,69 @@ func (st *decodeState) member(sc *scanner, key []byte, keyStart int) error {
 	return nil
 }
 
-// cut records a member parsed here. There are at most two: a second
-// token_ids is refused, and only the first integer-array prompt is taken.
+// cut records a member goccy does not get.
 func (st *decodeState) cut(start, end int) {
-	st.cuts[st.ncut] = span{start, end}
-	st.ncut++
+	if st.ncut < len(st.cuts) {
+		st.cuts[st.ncut] = span{start, end}
+		st.ncut++
+		return
+	}
+	st.extra = append(st.extra, span{start, end})
 }
 
-// decodeRest hands goccy the body without the members parsed here.
+// decodeRest hands goccy the body without the members cut.
 func (st *decodeState) decodeRest(body []byte, v any) error {
 	if st.ncut == 0 {
 		return goccyDecode(body, v)
 	}
-	bufp := remainderPool.Get().(*[]byte)
-	rest := (*bufp)[:0]
-	if st.ncut == 1 {
-		rest = removeMember(rest, body, st.cuts[0].start, st.cuts[0].end)
-	} else {
-		// Remove the later member first, from a copy, then the earlier.
-		first, second := st.cuts[0], st.cuts[1]
-		tmp := removeMember(nil, body, second.start, second.end)
-		rest = removeMember(rest, tmp, first.start, first.end)
+	cuts := st.cuts[:st.ncut]
+	if len(st.extra) > 0 {
+		cuts = append(cuts[:st.ncut:st.ncut], st.extra...)
 	}
+	bufp := remainderPool.Get().(*[]byte)
+	rest := keepMembers((*bufp)[:0], body, cuts)
 	err := goccyDecode(rest, v)
 	*bufp = rest
 	remainderPool.Put(bufp)
 	return err
 }
 
-// removeMember appends body without the object member [start, end) to dst.
-func removeMember(dst, body []byte, start, end int) []byte {
-	// Look back for the comma before the member; if there is none, the
-	// member is first and the comma after it must go instead.
-	j := start - 1
-	for j >= 0 && isSpace(body[j]) {
-		j--
+// keepMembers appends the top-level object of body without the members
+// cut (spans from a scan that found the body well formed) to dst: the
+// members kept, comma-separated, in their order. A cut member is stepped
+// over, not scanned again: it may be a 100k-element token array.
+func keepMembers(dst, body []byte, cuts []span) []byte {
+	sc := scanner{b: body}
+	sc.ws()
+	sc.i++ // the opening brace
+	dst = append(dst, '{')
+	kept := 0
+	for {
+		sc.ws()
+		if sc.i >= len(body) || body[sc.i] == '}' {
+			break
+		}
+		start := sc.i
+		if len(cuts) > 0 && cuts[0].start == start {
+			sc.i, cuts = cuts[0].end, cuts[1:]
+		} else {
+			_, _ = sc.key()
+			sc.ws()
+			sc.i++ // the colon
+			sc.ws()
+			_ = sc.skipValue(0)
+			if kept > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, body[start:sc.i]...)
+			kept++
+		}
+		sc.ws()
+		if sc.i < len(body) && body[sc.i] == ',' {
+			sc.i++
+		}
 	}
-	if body[j] == ',' {
-		dst = append(dst, body[:j]...)
-		return append(dst, body[end:]...)
-	}
-	k := end
-	for k < len(body) && isSpace(body[k]) {
-		k++
-	}
-	if k < len(body) && body[k] == ',' {
-		k++
-	}
-	dst = append(dst, body[:start]...)
-	return append(dst, body[k:]...)
+	return append(dst, '}')
 }
 
 func isTokenKey(key []byte) bool {
