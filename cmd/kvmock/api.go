@@ -111,7 +111,7 @@ func readRequest(rw http.ResponseWriter, r *http.Request) (*apiRequest, error) {
 		return nil, badRequest("reading the body: %v", err)
 	}
 	var req apiRequest
-	if err := json.Unmarshal(body, &req); err != nil {
+	if err := json.Unmarshal(exactMembers(body), &req); err != nil {
 		return nil, badRequest("invalid JSON body: %v", err)
 	}
 	return &req, nil
