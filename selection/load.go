@@ -94,6 +94,10 @@ type booking struct {
 	expected  *uint32
 	session   string
 	client    string // for Config.MaxReservationsPerClient
+	// blocks is how many prompt blocks the booking counts against its
+	// client (Config.MaxReservationBlocksPerClient): its hashes' length
+	// when booked, kept apart since freeing the load drops the hashes.
+	blocks    int
 	createdAt time.Time
 	freed     bool
 }

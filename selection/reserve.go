@@ -149,7 +149,7 @@ func (t *bookings) takeLocked(id string) *booking {
 	b := t.reservations[id]
 	if b != nil {
 		delete(t.reservations, id)
-		t.uncountLocked(b.client, len(b.hashes))
+		t.uncountLocked(b.client, b.blocks)
 	}
 	return b
 }
@@ -281,7 +281,7 @@ func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client s
 		}
 	}
 	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: hashes, buf: buf,
-		isl: isl, expected: expected, client: client, createdAt: t.now()}
+		isl: isl, expected: expected, client: client, blocks: len(hashes), createdAt: t.now()}
 	if leased {
 		b.session = session
 	}
