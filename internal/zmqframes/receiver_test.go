@@ -64,7 +64,11 @@ func pushPull(t *testing.T) (*zmq.Socket, *Receiver) {
 // a nil frame; an empty socket reports EAGAIN as zmq4 does.
 func TestFrameReceiver(t *testing.T) {
 	push, rx := pushPull(t)
-	if _, err := rx.Recv(zmq.DONTWAIT); zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+	_, err := rx.Recv(zmq.DONTWAIT)
+	for zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
+		_, err = rx.Recv(zmq.DONTWAIT) // a preemption signal interrupted it
+	}
+	if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
 		t.Fatalf("empty socket: %v, want EAGAIN", err)
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -126,13 +130,15 @@ func TestFrameReceiver(t *testing.T) {
 	}
 }
 
-// recvWithin receives without blocking, retrying on EAGAIN until the
+// recvWithin receives without blocking, retrying on EAGAIN (and EINTR:
+// Go's preemption signal can interrupt libzmq's system calls) until the
 // message arrives or d passes.
 func recvWithin(rx *Receiver, d time.Duration) ([][]byte, error) {
 	deadline := time.Now().Add(d)
 	for {
 		frames, err := rx.Recv(zmq.DONTWAIT)
-		if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) || time.Now().After(deadline) {
+		e := zmq.AsErrno(err)
+		if e != zmq.Errno(syscall.EAGAIN) && e != zmq.Errno(syscall.EINTR) || time.Now().After(deadline) {
 			return frames, err
 		}
 		time.Sleep(time.Millisecond)
