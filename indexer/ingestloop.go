@@ -358,6 +358,7 @@ func (p *ingestLoop) drain(l *Listener) bool {
 		seq, payload, ok := liveFrames(frames)
 		if !ok {
 			l.stats.Malformed.add(1)
+			l.rx.Release() // a malformed message may have grown the buffer too
 			continue
 		}
 		l.stats.Messages.add(1)

@@ -357,6 +357,7 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 		seq, payload, ok := liveFrames(frames)
 		if !ok {
 			stats.Malformed.add(1)
+			rx.Release() // a malformed message may have grown the buffer too
 			continue
 		}
 		handle(frames[0], seq, payload)
@@ -561,6 +562,7 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64) {
 	l.turn.enter()
 	defer l.turn.pace()
+	defer dec.Shed()
 	b, err := dec.Decode(payload)
 	if err != nil {
 		l.stats.Malformed.add(1)

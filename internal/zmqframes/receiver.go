@@ -186,11 +186,13 @@ func (r *Receiver) Recv(flags zmq.Flag) ([][]byte, error) {
 	return r.frames[:kept], nil
 }
 
-// Release drops a buffer a large message grew; the frames Recv returned
-// last must no longer be in use.
+// Release drops a buffer a large message grew, and the frames that point
+// into it (else they keep it alive); the frames Recv returned last must
+// no longer be in use.
 func (r *Receiver) Release() {
 	if len(r.buf) > frameBufKeep {
 		r.buf = make([]byte, frameBufInitial)
+		r.frames = [C.KVR_FRAMES + 1][]byte{}
 	}
 }
 

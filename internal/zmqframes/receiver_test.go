@@ -122,9 +122,16 @@ func TestFrameReceiver(t *testing.T) {
 					t.Fatalf("%s: frame %d differs (%d bytes, want %d)", name, i, len(got[i]), len(want[i]))
 				}
 			}
+			grown := len(rx.buf) > frameBufKeep
 			rx.Release()
 			if len(rx.buf) > frameBufKeep {
 				t.Fatalf("%s: a %d-byte buffer kept after release", name, len(rx.buf))
+			}
+			for i, f := range rx.frames {
+				if grown && f != nil {
+					// A frame left behind keeps the dropped buffer alive.
+					t.Fatalf("%s: frame %d (%d bytes) still held after the grown buffer was dropped", name, i, cap(f))
+				}
 			}
 		}
 	}
