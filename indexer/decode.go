@@ -18,6 +18,38 @@ type Decoder struct {
 	tokens []uint32
 }
 
+// What a decoder keeps between payloads: past these, a payload's scratch
+// is dropped once its batch has been applied (Shed). An engine's step
+// needs far less (tens of events, a few thousand tokens); a publisher
+// whose 4 MiB messages carry 4M one-byte tokens or hashes left each of
+// its listeners holding about 90 MB for good.
+const (
+	keepEvents = 1 << 10
+	keepHashes = 16 << 10
+	keepTokens = 64 << 10
+)
+
+// Shed drops scratch that a large payload grew past what is kept, with
+// the batch and events that point into it. The last batch Decode returned
+// must no longer be in use.
+func (d *Decoder) Shed() {
+	if cap(d.events) <= keepEvents && cap(d.hashes) <= keepHashes && cap(d.tokens) <= keepTokens {
+		return
+	}
+	if cap(d.events) > keepEvents {
+		d.events = nil
+	} else {
+		clear(d.events[:cap(d.events)]) // their slices point into the dropped scratch
+	}
+	if cap(d.hashes) > keepHashes {
+		d.hashes = nil
+	}
+	if cap(d.tokens) > keepTokens {
+		d.tokens = nil
+	}
+	d.batch = Batch{}
+}
+
 // ErrPayload wraps every decoding failure.
 var ErrPayload = errors.New("malformed KV event payload")
 

@@ -187,3 +187,41 @@ func TestSGLangPageStream(t *testing.T) {
 }
 
 func selectionRank(w uint64) selection.Rank { return selection.Rank{WorkerID: w} }
+
+// TestDecoderShedsLargeScratch: after a payload larger than an engine's
+// step, Shed drops the scratch it grew (and the batch pointing into it);
+// after an ordinary one it keeps the scratch for the next; decoding goes
+// on either way.
+func TestDecoderShedsLargeScratch(t *testing.T) {
+	var d Decoder
+	small := AppendBatch(nil, EncodingArray, 1, 0, &StoredBlocks{BlockHashes: []uint64{1, 2}, TokenIDs: make([]uint32, 32), BlockSize: 16})
+	if _, err := d.Decode(small); err != nil {
+		t.Fatal(err)
+	}
+	d.Shed()
+	if d.tokens == nil || d.hashes == nil || d.events == nil {
+		t.Fatal("an ordinary payload's scratch was dropped")
+	}
+	const blocks = 8192 // 131,072 tokens: past keepTokens
+	hashes := make([]uint64, blocks)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	large := AppendBatch(nil, EncodingArray, 1, 0, &StoredBlocks{BlockHashes: hashes, TokenIDs: make([]uint32, 16*blocks), BlockSize: 16})
+	b, err := d.Decode(large)
+	if err != nil || len(b.Events) != 1 || len(b.Events[0].TokenIDs) != 16*blocks {
+		t.Fatalf("the large payload: %v", err)
+	}
+	d.Shed()
+	if cap(d.tokens) > keepTokens || d.batch.Events != nil {
+		t.Fatalf("after the large payload, %d tokens of scratch and the batch kept", cap(d.tokens))
+	}
+	for _, e := range d.events[:cap(d.events)] {
+		if e.TokenIDs != nil || e.BlockHashes != nil {
+			t.Fatal("a kept event still points into the dropped scratch")
+		}
+	}
+	if b, err := d.Decode(small); err != nil || len(b.Events) != 1 || len(b.Events[0].BlockHashes) != 2 {
+		t.Fatalf("after shedding: %v", err)
+	}
+}
