@@ -11,10 +11,12 @@ func (x *Index) Dump(p selection.PartitionKey) []selection.RouterEvent {
 }
 
 // DumpLimit is Dump with at most limit events (limit ≤ 0: no limit);
-// truncated is true when the partition held more. Parents come before
-// their children, so a truncated dump still loads whole. The tree's read
-// lock is held while collecting only; besides the events, the walk keeps
-// two bits per record of the partition.
+// truncated is true when the partition held more, or when the walk
+// visited dumpVisitsPerEvent records per event allowed without
+// finishing. Parents come before their children, so a truncated dump
+// still loads whole. The tree's read lock is held while collecting only;
+// besides the events, the walk keeps two bits per record of the
+// partition.
 func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selection.RouterEvent, truncated bool) {
 	t := x.tree(p)
 	if t == nil {
@@ -22,7 +24,10 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	d := dumper{t: t, limit: limit, seen: newRecordBits(t.recs.next), rooted: newRecordBits(t.recs.next)}
+	d := dumper{t: t, limit: limit, visits: -1, seen: newRecordBits(t.recs.next), rooted: newRecordBits(t.recs.next)}
+	if limit > 0 {
+		d.visits = dumpVisitsPerEvent * limit
+	}
 	for rec := range t.nodes.refs() {
 		if !d.visit(rec) {
 			return d.out, true
@@ -35,9 +40,10 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 // emitted after the chain of its ancestors not emitted yet, so no
 // parent-to-children index of the whole tree is needed.
 type dumper struct {
-	t     *tree
-	limit int
-	out   []selection.RouterEvent
+	t      *tree
+	limit  int
+	visits int // records the walk may still visit; -1: no bound
+	out    []selection.RouterEvent
 	// seen marks the records visited, and rooted those of them whose
 	// ancestors reach a root (emitted). Bits, where a map of visited
 	// records cost about 300 ns a record: a partition whose 2M blocks
@@ -45,6 +51,15 @@ type dumper struct {
 	seen, rooted recordBits
 	chain        []uint32
 }
+
+// dumpVisitsPerEvent bounds a capped dump's walk: at most this many
+// records visited per event it may emit. A healthy partition reaches its
+// event cap long before (a visited block emits an event per holder), but
+// one whose blocks no dump can replay (their parents gone) emits nothing
+// and was walked whole under the read lock: 38 ms for 2M such blocks,
+// about 150 ms at the default budget's 7.5M. Past the bound the dump
+// stops, marked truncated: at the default cap, 400,000 records.
+const dumpVisitsPerEvent = 4
 
 // recordBits is a bit per record index of a tree.
 type recordBits []uint64
@@ -68,6 +83,11 @@ func (d *dumper) visit(rec uint32) bool {
 			break
 		}
 		d.chain = append(d.chain, rec)
+		if d.visits > 0 {
+			if d.visits--; d.visits == 0 {
+				return false // the walk's bound: stop, truncated
+			}
+		}
 		if d.t.loadMeta(rec)&fRoot != 0 {
 			break
 		}

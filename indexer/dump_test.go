@@ -64,3 +64,41 @@ func TestIndexDumpLimit(t *testing.T) {
 		t.Error("a partition that does not exist was truncated")
 	}
 }
+
+// TestDumpBoundsItsWalk: a capped dump of blocks none of which can be
+// replayed (each chain's first block removed) stops after
+// dumpVisitsPerEvent records per event allowed, truncated, where it used
+// to walk them all and answer "complete, empty"; an uncapped one still
+// walks them all. A healthy partition is untouched by the bound.
+func TestDumpBoundsItsWalk(t *testing.T) {
+	const bs, chains, blocks = 2, 50, 20
+	x := New()
+	x.ConfigurePartition(part, bs, false)
+	r := selection.Rank{WorkerID: 1}
+	for c := range chains {
+		ev := &Event{Kind: Stored, BlockSize: bs}
+		for k := range blocks {
+			ev.TokenIDs = append(ev.TokenIDs, uint32(c*1000+2*k), uint32(c*1000+2*k+1))
+			ev.BlockHashes = append(ev.BlockHashes, uint64(c)<<32|uint64(k))
+		}
+		if err := x.Apply(part, r, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Healthy: every block dumps; a cap cuts by events, not by the walk.
+	if events, truncated := x.DumpLimit(part, chains*blocks); len(events) != chains*blocks || truncated {
+		t.Fatalf("healthy, capped at the total: %d events, truncated %v", len(events), truncated)
+	}
+	for c := range chains {
+		if err := x.Apply(part, r, &Event{Kind: Removed, BlockHashes: []uint64{uint64(c) << 32}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if events, truncated := x.DumpLimit(part, 0); len(events) != 0 || truncated {
+		t.Fatalf("orphans, uncapped: %d events, truncated %v; want none, complete", len(events), truncated)
+	}
+	if events, truncated := x.DumpLimit(part, 10); len(events) != 0 || !truncated {
+		t.Fatalf("orphans, capped at 10 events: %d events, truncated %v; want none, truncated after %d visits",
+			len(events), truncated, dumpVisitsPerEvent*10)
+	}
+}
