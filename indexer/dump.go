@@ -57,7 +57,7 @@ type dumper struct {
 // event cap long before (a visited block emits an event per holder), but
 // one whose blocks no dump can replay (their parents gone) emits nothing
 // and was walked whole under the read lock: 38 ms for 2M such blocks,
-// about 150 ms at the default budget's 7.5M. Past the bound the dump
+// about 150 ms (extrapolated) at the default budget's 7.5M. Past the bound the dump
 // stops, marked truncated: at the default cap, 400,000 records.
 const dumpVisitsPerEvent = 4
 
