@@ -156,7 +156,7 @@ func (st *decodeState) member(sc *scanner, key []byte, keyStart int) error {
 			return err
 		}
 		st.cut(keyStart, sc.i)
-	case isTokenKey(key) && (st.exact == nil || string(key) == "token_ids"):
+	case isTokenKey(key): // under exact names, a folded token_ids was cut above
 		if st.seenTokens {
 			return sc.shape("duplicate field `token_ids`")
 		}
