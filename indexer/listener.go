@@ -354,14 +354,12 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 			}
 			continue // the receive timeout, or a transient error
 		}
-		seq, payload, ok := liveFrames(frames)
-		if !ok {
+		if seq, payload, ok := liveFrames(frames); ok {
+			handle(frames[0], seq, payload)
+		} else {
 			stats.Malformed.add(1)
-			rx.Release() // a malformed message may have grown the buffer too
-			continue
 		}
-		handle(frames[0], seq, payload)
-		rx.Release()
+		rx.Release() // malformed or not, the message may have grown the buffer
 	}
 }
 
