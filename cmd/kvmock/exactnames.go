@@ -11,7 +11,9 @@ import (
 // only and ignore other names as extras, where goccy/go-json, like
 // encoding/json, also takes "MODEL" for "model". kvmock reads as vLLM
 // does: a top-level member whose name matches one of apiRequest's only
-// with case folded is dropped before decoding.
+// with case folded is dropped before decoding. (The gateway's decoder
+// does the same in its own way; kvmock, as the engine the gateway is
+// tested against, shares no code with it.)
 
 // apiNames are apiRequest's JSON member names.
 var apiNames = func() []string {
