@@ -12,8 +12,8 @@ func (x *Index) Dump(p selection.PartitionKey) []selection.RouterEvent {
 
 // DumpLimit is Dump with at most limit events (limit ≤ 0: no limit);
 // truncated is true when the partition held more, or when the walk
-// visited dumpVisitsPerEvent records per event allowed without
-// finishing. Parents come before their children, so a truncated dump
+// visited dumpVisitsPerEvent unreplayable records per event allowed
+// without finishing. Parents come before their children, so a truncated dump
 // still loads whole. The tree's read lock is held while collecting only;
 // besides the events, the walk keeps two bits per record of the
 // partition.
@@ -42,7 +42,7 @@ func (x *Index) DumpLimit(p selection.PartitionKey, limit int) (events []selecti
 type dumper struct {
 	t      *tree
 	limit  int
-	visits int // records the walk may still visit; -1: no bound
+	visits int // unreplayable records the walk may still visit; -1: no bound
 	out    []selection.RouterEvent
 	// seen marks the records visited, and rooted those of them whose
 	// ancestors reach a root (emitted). Bits, where a map of visited
@@ -53,12 +53,14 @@ type dumper struct {
 }
 
 // dumpVisitsPerEvent bounds a capped dump's walk: at most this many
-// records visited per event it may emit. A healthy partition reaches its
-// event cap long before (a visited block emits an event per holder), but
-// one whose blocks no dump can replay (their parents gone) emits nothing
-// and was walked whole under the read lock: 38 ms for 2M such blocks,
-// about 150 ms (extrapolated) at the default budget's 7.5M. Past the bound the dump
-// stops, marked truncated: at the default cap, 400,000 records.
+// records that cannot be replayed (their ancestors do not reach a root)
+// visited per event it may emit. Replayable records are emitted and
+// count against the event cap instead; unreplayable ones emit nothing,
+// and a partition of them was walked whole under the read lock: 38 ms
+// for 2M such blocks, about 150 ms (extrapolated) at the default budget's
+// 7.5M. Past the bound the dump stops, marked truncated: at the default
+// cap, after 400,000 such records (and the rest of the chain that passed
+// it).
 const dumpVisitsPerEvent = 4
 
 // recordBits is a bit per record index of a tree.
@@ -83,17 +85,19 @@ func (d *dumper) visit(rec uint32) bool {
 			break
 		}
 		d.chain = append(d.chain, rec)
-		if d.visits > 0 {
-			if d.visits--; d.visits == 0 {
-				return false // the walk's bound: stop, truncated
-			}
-		}
 		if d.t.loadMeta(rec)&fRoot != 0 {
 			break
 		}
 		if rec = d.t.parentOf(rec); rec == 0 {
 			rooted = false
 			break
+		}
+	}
+	if !rooted && d.visits > 0 {
+		// Blocks walked that cannot be replayed are what the bound
+		// counts: a replayable chain's blocks are emitted.
+		if d.visits -= len(d.chain); d.visits <= 0 {
+			return false // the walk's bound: stop, truncated
 		}
 	}
 	for i := len(d.chain) - 1; i >= 0; i-- {

@@ -11,7 +11,7 @@ import (
 // removed the first block of each, so every block's ancestors miss a
 // root. The dump emits nothing, but walks nodes under the tree's read
 // lock, which holds off writers and the lookups queued behind them: at the
-// default cap of 100,000 events, 400,000 of them (dumpVisitsPerEvent).
+// default cap of 100,000 events, about 400,000 of them (dumpVisitsPerEvent).
 func BenchmarkDumpOrphans(b *testing.B) {
 	const chains, blocks, bs = 2000, 1000, 4
 	x := New()

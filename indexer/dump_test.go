@@ -67,11 +67,13 @@ func TestIndexDumpLimit(t *testing.T) {
 
 // TestDumpBoundsItsWalk: a capped dump of blocks none of which can be
 // replayed (each chain's first block removed) stops after
-// dumpVisitsPerEvent records per event allowed, truncated, where it used
-// to walk them all and answer "complete, empty"; an uncapped one still
-// walks them all. A healthy partition is untouched by the bound.
+// dumpVisitsPerEvent such records per event allowed, truncated, where it
+// used to walk them all and answer "complete, empty"; an uncapped one
+// still walks them all. A healthy partition is untouched by the bound,
+// even with a cap of one event over chains of 200 blocks (the first
+// event needs its chain's ancestors walked).
 func TestDumpBoundsItsWalk(t *testing.T) {
-	const bs, chains, blocks = 2, 50, 20
+	const bs, chains, blocks = 2, 20, 200
 	x := New()
 	x.ConfigurePartition(part, bs, false)
 	r := selection.Rank{WorkerID: 1}
@@ -88,6 +90,9 @@ func TestDumpBoundsItsWalk(t *testing.T) {
 	// Healthy: every block dumps; a cap cuts by events, not by the walk.
 	if events, truncated := x.DumpLimit(part, chains*blocks); len(events) != chains*blocks || truncated {
 		t.Fatalf("healthy, capped at the total: %d events, truncated %v", len(events), truncated)
+	}
+	if events, truncated := x.DumpLimit(part, 1); len(events) != 1 || !truncated {
+		t.Fatalf("healthy, capped at one event: %d events, truncated %v", len(events), truncated)
 	}
 	for c := range chains {
 		if err := x.Apply(part, r, &Event{Kind: Removed, BlockHashes: []uint64{uint64(c) << 32}}); err != nil {
