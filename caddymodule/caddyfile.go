@@ -83,6 +83,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		kv_events_max_message <size>
 //		kv_events_max_gap <count>
 //		kv_events_cores <count>
+//		kv_events_max_peers <count>
 //
 //		engine_facts on|off
 //		engine_facts_interval <duration>

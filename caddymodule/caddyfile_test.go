@@ -134,17 +134,19 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 				kv_events_max_message 1MiB
 				kv_events_max_gap 1000
 				kv_events_cores 3
+				kv_events_max_peers 64
 			}`,
 			want: App{WorkerDownAfter: ptr(caddy.Duration(0)), Limits: Limits{
 				MaxRanksPerWorker: 8, MaxRanks: 300, MaxReservationsPerWorker: 100, MaxReservationsPerClient: 10,
 				MaxReservationBlocksPerClient: 4096, MaxDumpEvents: 5000, IndexMaxMemory: 64 << 20, KVEventsMaxMessage: 1 << 20, KVEventsMaxGap: 1000,
-				KVEventsCores: 3,
+				KVEventsCores: 3, KVEventsMaxPeers: 64,
 			}},
 		},
 		{input: "kv_router {\n max_ranks -1\n}", wantErr: "max_ranks must be a non-negative integer"},
 		{input: "kv_router {\n index_max_memory lots\n}", wantErr: "parsing index_max_memory"},
 		{input: "kv_router {\n kv_events_max_gap -5\n}", wantErr: "kv_events_max_gap must be an unsigned 64-bit integer"},
 		{input: "kv_router {\n kv_events_cores -1\n}", wantErr: "kv_events_cores must be a non-negative integer"},
+		{input: "kv_router {\n kv_events_max_peers -1\n}", wantErr: "kv_events_max_peers must be a non-negative integer"},
 		{input: `kv_router extra`, wantErr: "wrong argument count"},
 		{input: "kv_router {\n bogus 1\n}", wantErr: "unrecognized subdirective bogus"},
 		{input: "kv_router {\n block_size\n}", wantErr: "wrong argument count"},

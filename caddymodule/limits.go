@@ -71,7 +71,10 @@ type Limits struct {
 	// ZMQ_MAXMSGSIZE on every subscriber and replay socket): libzmq drops a
 	// publisher's connection when it announces a larger one, before
 	// reading it, and the listener dials again (counted in
-	// kvrouter_kv_events_disconnects_total). A subscriber queues at most
+	// kvrouter_kv_events_disconnects_total). Under kv_events_bind it bounds
+	// a whole message, all its frames, and the connection is cut at the
+	// header of the frame that passes it (kvrouter_kv_events_cut_total).
+	// A subscriber queues at most
 	// 64 messages per publisher, so this also bounds what one publisher
 	// can make the gateway hold (64 × 4 MiB). Default: 4MiB: an engine
 	// publishes a batch per scheduler step, tens of KB with chunked
@@ -84,6 +87,14 @@ type Limits struct {
 	// garbage): the rank's blocks are dropped, nothing is counted lost.
 	// Default: 100000, ten times vLLM's replay buffer.
 	KVEventsMaxGap uint64 `json:"kv_events_max_gap,omitempty"`
+
+	// KVEventsMaxPeers bounds the publishers connected at once to the
+	// kv_events_bind endpoint, which any peer that reaches it may dial; a
+	// further connection is closed at once and counted
+	// (kvrouter_kv_events_turned_away_total). Default: 4096, four times a
+	// fleet of 1,024 one-rank workers, for publishers that dial again
+	// before their old connection is seen to close.
+	KVEventsMaxPeers int `json:"kv_events_max_peers,omitempty"`
 
 	// KVEventsCores is how many cores KV-event ingest may use: the
 	// number of ingest loops (each receives for a share of the
@@ -120,8 +131,8 @@ func (l *Limits) apply(cfg *selection.Config) error {
 			cfg.MaxRanks = n
 		}
 	}
-	if l.IndexMaxMemory < 0 || l.KVEventsMaxMessage < 0 || l.KVEventsCores < 0 {
-		return fmt.Errorf("index_max_memory, kv_events_max_message and kv_events_cores must not be negative")
+	if l.IndexMaxMemory < 0 || l.KVEventsMaxMessage < 0 || l.KVEventsCores < 0 || l.KVEventsMaxPeers < 0 {
+		return fmt.Errorf("index_max_memory, kv_events_max_message, kv_events_cores and kv_events_max_peers must not be negative")
 	}
 	return nil
 }
@@ -151,6 +162,9 @@ func (l *Limits) events(maxEntries int64) eventLimits {
 	if l.KVEventsMaxGap > 0 {
 		opts = append(opts, indexer.WithMaxGap(l.KVEventsMaxGap))
 	}
+	if l.KVEventsMaxPeers > 0 {
+		opts = append(opts, indexer.WithMaxPeers(l.KVEventsMaxPeers))
+	}
 	return eventLimits{maxEntries: maxEntries, ingestCores: l.KVEventsCores, manager: opts}
 }
 
@@ -178,6 +192,8 @@ func (l *Limits) unmarshalCaddyfile(d *caddyfile.Dispenser) (handled bool, err e
 		l.KVEventsMaxGap, err = parseUint64(d)
 	case "kv_events_cores":
 		l.KVEventsCores, err = parseCount(d)
+	case "kv_events_max_peers":
+		l.KVEventsMaxPeers, err = parseCount(d)
 	default:
 		return false, nil
 	}

@@ -157,9 +157,10 @@ type eventSettings struct {
 	KVEventsMaxMessage int64
 	KVEventsMaxGap     uint64
 	KVEventsCores      int
+	KVEventsMaxPeers   int
 }
 
 // eventSettings are this config's.
 func (a *App) eventSettings() eventSettings {
-	return eventSettings{a.KVEventsBind, a.IndexMaxEntries, a.IndexMaxMemory, a.KVEventsMaxMessage, a.KVEventsMaxGap, a.KVEventsCores}
+	return eventSettings{a.KVEventsBind, a.IndexMaxEntries, a.IndexMaxMemory, a.KVEventsMaxMessage, a.KVEventsMaxGap, a.KVEventsCores, a.KVEventsMaxPeers}
 }

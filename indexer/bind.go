@@ -33,8 +33,9 @@ type BindListener struct {
 	limits   limits
 
 	stop    chan struct{}
-	wait    *readWait // nil: receives block with a timeout instead
-	mon     *monitor  // nil when the socket monitor could not start
+	wait    *readWait  // nil: receives block with a timeout instead
+	mon     *monitor   // nil when the socket monitor could not start
+	gate    *frameGate // nil for an inproc:// endpoint
 	done    chan struct{}
 	once    sync.Once
 	streams map[uint64]*stream // by worker id; owned by the goroutine
@@ -44,7 +45,9 @@ type BindListener struct {
 // StartBindListener binds endpoint and starts receiving. Its options set
 // the message size bound and the largest sequence gap (WithMaxMessageBytes,
 // WithMaxGap), for every publisher whose resolved ListenerConfig leaves
-// them 0.
+// them 0, and the bound of publishers connected at once (WithMaxPeers).
+// A tcp:// or ipc:// endpoint is served by a frame gate (framegate.go);
+// the SUB behind it is bound on a socket file of its own.
 func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logger, endpoint string, resolve Resolver, opts ...ManagerOption) (*BindListener, error) {
 	if log == nil {
 		log = zap.NewNop()
@@ -55,18 +58,36 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	if err != nil {
 		return nil, err
 	}
-	// One err for both steps: a failed bind must not go unnoticed.
-	if err = setupSub(sub, lim.maxMessageBytes); err == nil {
-		err = sub.Bind(endpoint)
+	// The gate listens where the SUB would have been bound, and the SUB
+	// is bound behind it (framegate.go).
+	var gate *frameGate
+	inner := endpoint
+	network, addr, gated, err := gateNetwork(endpoint)
+	if err == nil && gated && !lim.ungated {
+		if gate, err = openGate(network, addr, lim.maxMessageBytes, lim.maxPeers, stats, log); err == nil {
+			inner = gate.inner
+		}
+	}
+	// One err for every step: a failed bind must not go unnoticed.
+	if err == nil {
+		if err = setupSub(sub, lim.maxMessageBytes); err == nil {
+			err = sub.Bind(inner)
+		}
 	}
 	if err != nil {
 		sub.Close()
+		if gate != nil {
+			gate.stop()
+		}
 		return nil, fmt.Errorf("kv events bind %s: %w", endpoint, err)
 	}
-	if ep, err := sub.GetLastEndpoint(); err == nil {
+	if gate != nil {
+		endpoint = gate.endpoint()
+		gate.serve()
+	} else if ep, err := sub.GetLastEndpoint(); err == nil {
 		endpoint = ep
 	}
-	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim,
+	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim, gate: gate,
 		stop: make(chan struct{}), done: make(chan struct{}), streams: map[uint64]*stream{}, turn: &ingestTurn{x: index}}
 	b.wait = waitFor(sub, log)
 	// Counting only: the publishers dial, and redial, a bound SUB.
@@ -111,6 +132,7 @@ func (b *BindListener) run(sub *zmq.Socket) {
 	defer close(b.done)
 	defer b.mon.stop() // after the SUB is closed, which ends its monitoring
 	defer sub.Close()
+	defer b.gate.stop() // before the SUB closes: no publisher is passed to a closed SUB
 	defer b.wait.close()
 	receive(sub, b.wait, b.stop, nil, nil, b.stats, func(topic []byte, seq uint64, payload []byte) {
 		// Resolve every message: a worker deleted from the catalog must

@@ -54,6 +54,10 @@ var Figures = []Figure{
 		func(c *EventCounts) uint64 { return c.Disconnects }),
 	eventCounter("behind", "Live KV-event batches applied 2 s or more later than their publisher's other batches: the listener is falling behind.",
 		func(c *EventCounts) uint64 { return c.Behind }),
+	eventCounter("cut", "Publisher connections a bind-mode listener cut off: a message of more than three frames or over kv_events_max_message, or a stream that is not ZMTP 3 with NULL security.",
+		func(c *EventCounts) uint64 { return c.Cut }),
+	eventCounter("turned_away", "Publisher connections a bind-mode listener refused: it already held kv_events_max_peers publishers.",
+		func(c *EventCounts) uint64 { return c.TurnedAway }),
 
 	{SectionIndex, "entries", "index_entries", "(block, worker rank) entries in the KV index.", true,
 		func(s *Snapshot) uint64 { return uint64(max(s.Index.Entries, 0)) }},

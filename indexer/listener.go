@@ -365,7 +365,7 @@ func receive(sub *zmq.Socket, w *readWait, stop <-chan struct{}, poke <-chan str
 
 // liveFrames checks a live message: [topic, seq8, payload].
 func liveFrames(f [][]byte) (uint64, []byte, bool) {
-	if len(f) != 3 || len(f[1]) != 8 {
+	if len(f) != liveFrameCount || len(f[1]) != 8 {
 		return 0, nil, false
 	}
 	return binary.BigEndian.Uint64(f[1]), f[2], true

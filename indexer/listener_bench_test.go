@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"encoding/binary"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,4 +60,81 @@ func BenchmarkEndToEndZMQ(b *testing.B) {
 		b.Fatalf("gaps %d malformed %d", stats.Gaps.Load(), stats.Malformed.Load())
 	}
 	b.ReportMetric(float64(seq*blocksPer)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkEndToEndBind is BenchmarkEndToEndZMQ in bind mode: the PUB
+// dials the gateway's bound endpoint. "gated" passes the stream through
+// the frame gate (framegate.go), as the gateway does; "ungated" binds the
+// SUB where the publisher dials, the baseline. cpu-ns/block is the whole
+// process's CPU (the publisher's included, the same in both).
+func BenchmarkEndToEndBind(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []ManagerOption
+	}{
+		{"gated", nil},
+		{"ungated", []ManagerOption{func(l *limits) { l.ungated = true }}},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchBind(b, c.opts) })
+	}
+}
+
+func benchBind(b *testing.B, opts []ManagerOption) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	x := New()
+	x.ConfigurePartition(part, 16, false)
+	var stats Stats
+	resolve := func(uint64, string) (ListenerConfig, bool) {
+		return ListenerConfig{Partition: part, Rank: selection.Rank{WorkerID: 1}}, true
+	}
+	bl, err := StartBindListener(zctx, x, &stats, nil, "tcp://127.0.0.1:*", resolve, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bl.Stop()
+	pub, _ := zctx.NewSocket(zmq.XPUB)
+	_ = pub.SetLinger(0)
+	_ = pub.SetSndhwm(0) // never drop: this measures throughput, not loss
+	if err := pub.Connect(bl.Endpoint()); err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	_ = pub.SetRcvtimeo(5 * time.Second)
+	if _, err := pub.RecvBytes(0); err != nil {
+		b.Fatal("no subscription")
+	}
+	payloads := steadyPayloads(EncodingMap, 5, 6)
+	topic := []byte("kv@1@m")
+	var seq uint64
+	var s [8]byte
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for b.Loop() {
+		binary.BigEndian.PutUint64(s[:], seq)
+		if _, err := pub.SendMessage(topic, s[:], payloads.at(int(seq))); err != nil {
+			b.Fatal(err)
+		}
+		seq++
+	}
+	for stats.Batches.Load() < seq {
+		time.Sleep(100 * time.Microsecond)
+	}
+	b.StopTimer()
+	cpu := processCPU() - cpu0
+	if stats.Gaps.Load() != 0 || stats.Malformed.Load() != 0 || stats.Cut.Load() != 0 {
+		b.Fatalf("gaps %d malformed %d cut %d", stats.Gaps.Load(), stats.Malformed.Load(), stats.Cut.Load())
+	}
+	b.ReportMetric(float64(seq*blocksPer)/b.Elapsed().Seconds(), "blocks/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(seq*blocksPer), "cpu-ns/block")
+}
+
+// processCPU is the process's user and system CPU so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -155,7 +155,7 @@ func (m *Manager) Bind(endpoint string, resolve Resolver) (*BindListener, error)
 		return nil, fmt.Errorf("already bound to %s", m.bind.Endpoint())
 	}
 	b, err := StartBindListener(m.zctx, m.Index, &m.stats, m.log, endpoint, resolve,
-		WithMaxMessageBytes(m.limits.maxMessageBytes), WithMaxGap(m.limits.maxGap))
+		WithMaxMessageBytes(m.limits.maxMessageBytes), WithMaxGap(m.limits.maxGap), WithMaxPeers(m.limits.maxPeers))
 	if err != nil {
 		return nil, err
 	}

@@ -21,10 +21,14 @@ const DefaultMaxGap = 100_000
 type limits struct {
 	maxMessageBytes int64
 	maxGap          uint64
+	maxPeers        int
+	// ungated binds the SUB where the publishers dial, without a frame
+	// gate: a benchmark's baseline only.
+	ungated bool
 }
 
 func defaultLimits() limits {
-	return limits{maxMessageBytes: DefaultMaxMessageBytes, maxGap: DefaultMaxGap}
+	return limits{maxMessageBytes: DefaultMaxMessageBytes, maxGap: DefaultMaxGap, maxPeers: DefaultMaxPeers}
 }
 
 func (l *limits) apply(opts []ManagerOption) {
@@ -56,6 +60,17 @@ func WithMaxGap(n uint64) ManagerOption {
 	return func(l *limits) {
 		if n != 0 {
 			l.maxGap = n
+		}
+	}
+}
+
+// WithMaxPeers bounds the publishers connected to a bind-mode listener
+// at once; a further connection is closed and counted (Stats.TurnedAway).
+// 0 keeps DefaultMaxPeers.
+func WithMaxPeers(n int) ManagerOption {
+	return func(l *limits) {
+		if n > 0 {
+			l.maxPeers = n
 		}
 	}
 }

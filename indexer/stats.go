@@ -59,12 +59,19 @@ type Stats struct {
 	// their publisher's other batches (lag.go): the listener is falling
 	// behind, and its bounded queues will start to drop.
 	Behind Counter
+	// Cut counts publisher connections a bind-mode listener cut off: a
+	// message of more than three frames or over the message bound, or a
+	// stream that is not ZMTP 3 with NULL security (framegate.go).
+	Cut Counter
+	// TurnedAway counts publisher connections a bind-mode listener
+	// refused because it already held its bound of publishers.
+	TurnedAway Counter
 }
 
 // EventCounts is a copy of Stats at one moment, as plain numbers.
 type EventCounts struct {
 	Messages, Batches, Malformed, Stale, Gaps, Replays, Replayed, Lost,
-	Restarts, Rejected, Jumps, UnknownRank, Disconnects, Behind uint64
+	Restarts, Rejected, Jumps, UnknownRank, Disconnects, Behind, Cut, TurnedAway uint64
 }
 
 // Counts copies the counters. Each is read atomically, the set is not:
@@ -77,6 +84,7 @@ func (s *Stats) Counts() EventCounts {
 		Replayed: s.Replayed.Load(), Lost: s.Lost.Load(), Restarts: s.Restarts.Load(),
 		Rejected: s.Rejected.Load(), Jumps: s.Jumps.Load(), UnknownRank: s.UnknownRank.Load(),
 		Disconnects: s.Disconnects.Load(), Behind: s.Behind.Load(),
+		Cut: s.Cut.Load(), TurnedAway: s.TurnedAway.Load(),
 	}
 }
 

@@ -1,0 +1,251 @@
+package indexer
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// A frameGate stands in front of a bind-mode SUB: it listens where the
+// SUB would have been bound and passes each publisher's connection on to
+// the SUB, which is bound on a socket file in a directory only this
+// process's user can enter. On the way it scans the publisher's frames
+// (zmtpScan) and cuts a connection at the header of the first frame that
+// makes a message longer than three frames or larger than the message
+// bound, which libzmq alone cannot do (zmtpscan.go). It also bounds how
+// many publishers may be connected at once. Bind mode is the one where
+// any peer that reaches the port can publish, so it is where the gate
+// stands; in connect mode the gateway dials only the publishers the
+// operator registered.
+
+// liveFrameCount is the number of frames of a live message
+// (docs/kv-events.md §2): a fourth is past the protocol, and the gate
+// cuts the connection at its header.
+const liveFrameCount = 3
+
+// DefaultMaxPeers bounds the publishers connected to a bind-mode listener
+// at once: four times a fleet of 1,024 one-rank workers, leaving room for
+// publishers that reconnect before their old connection is seen to close.
+const DefaultMaxPeers = 4096
+
+// gateBuffer is how much of a publisher's stream the gate reads at a time.
+const gateBuffer = 32 << 10
+
+type frameGate struct {
+	ln       net.Listener
+	inner    string // the SUB's endpoint (ipc://...)
+	innerDir string // the directory holding its socket file
+	maxBytes int64  // one message, all frames; < 0 no bound
+	maxPeers int
+	stats    *Stats
+	log      *zap.Logger
+
+	mu     sync.Mutex
+	peers  map[net.Conn]struct{} // both ends of every pass, to close on stop
+	open   int                   // publishers connected
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// gateNetwork maps a bind endpoint to what Go listens on; ok is false for
+// an endpoint the gate does not stand in front of (inproc://: only this
+// process can reach it).
+func gateNetwork(endpoint string) (network, addr string, ok bool, err error) {
+	switch {
+	case strings.HasPrefix(endpoint, "tcp://"):
+		hostPort := strings.TrimPrefix(endpoint, "tcp://")
+		host, port, err := net.SplitHostPort(hostPort)
+		if err != nil {
+			return "", "", false, fmt.Errorf("kv events bind %s: %w", endpoint, err)
+		}
+		// libzmq's wildcards: "*" for every interface, and for a port
+		// the system chooses.
+		if host == "*" {
+			host = ""
+		}
+		if port == "*" {
+			port = "0"
+		}
+		return "tcp", net.JoinHostPort(host, port), true, nil
+	case strings.HasPrefix(endpoint, "ipc://"):
+		path := strings.TrimPrefix(endpoint, "ipc://")
+		if path == "" || path == "*" {
+			return "", "", false, fmt.Errorf("kv events bind %s: an ipc endpoint needs a path", endpoint)
+		}
+		return "unix", path, true, nil
+	}
+	return "", "", false, nil
+}
+
+// openGate listens on network/addr and makes the directory of the SUB's
+// socket file; the SUB is bound on g.inner before serve starts.
+func openGate(network, addr string, maxBytes int64, maxPeers int, stats *Stats, log *zap.Logger) (*frameGate, error) {
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	// MkdirTemp makes the directory 0700: no other user can reach the
+	// SUB behind the gate.
+	dir, err := os.MkdirTemp("", "kvrouter-events-")
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return &frameGate{ln: ln, inner: "ipc://" + filepath.Join(dir, "sub"), innerDir: dir, maxBytes: maxBytes,
+		maxPeers: maxPeers, stats: stats, log: log, peers: map[net.Conn]struct{}{}}, nil
+}
+
+// endpoint is the gate's address in libzmq's spelling.
+func (g *frameGate) endpoint() string {
+	a := g.ln.Addr()
+	if a.Network() == "unix" {
+		return "ipc://" + a.String()
+	}
+	return "tcp://" + a.String()
+}
+
+// serve accepts publishers until stop.
+func (g *frameGate) serve() {
+	g.wg.Go(func() {
+		for {
+			c, err := g.ln.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				// A transient failure (out of descriptors): the next
+				// Accept may do better.
+				g.log.Warn("kv events: accepting a publisher", zap.Error(err))
+				continue
+			}
+			g.admit(c)
+		}
+	})
+}
+
+// admit starts passing c's stream to the SUB, unless the gate already
+// holds maxPeers publishers or is stopping.
+func (g *frameGate) admit(c net.Conn) {
+	g.mu.Lock()
+	if g.closed || g.open >= g.maxPeers {
+		g.mu.Unlock()
+		if !g.closed {
+			g.stats.TurnedAway.add(1)
+		}
+		c.Close()
+		return
+	}
+	g.open++
+	g.peers[c] = struct{}{}
+	g.mu.Unlock()
+	g.wg.Go(func() { g.pass(c) })
+}
+
+// pass joins the publisher's connection to one of its own to the SUB.
+func (g *frameGate) pass(pubConn net.Conn) {
+	defer func() {
+		g.mu.Lock()
+		delete(g.peers, pubConn)
+		g.open--
+		g.mu.Unlock()
+		pubConn.Close()
+	}()
+	subConn, err := net.Dial("unix", strings.TrimPrefix(g.inner, "ipc://"))
+	if err != nil {
+		g.log.Warn("kv events: reaching the subscriber behind the gate", zap.Error(err))
+		return
+	}
+	if !g.track(subConn) {
+		subConn.Close()
+		return
+	}
+	defer g.untrack(subConn)
+	// The SUB's side (its greeting, READY and subscription) is passed as
+	// it is: it comes from libzmq in this process.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4<<10)
+		for {
+			n, err := subConn.Read(buf)
+			if n > 0 {
+				if _, werr := pubConn.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		// The SUB hung up (libzmq refused the publisher, or it is
+		// closing): so does the publisher's side.
+		pubConn.Close()
+	}()
+	g.forward(pubConn, subConn)
+	subConn.Close()
+	<-done
+}
+
+// forward passes what the publisher sends to the SUB, scanning it first.
+func (g *frameGate) forward(pubConn, subConn net.Conn) {
+	scan := newZMTPScan(liveFrameCount, g.maxBytes)
+	buf := make([]byte, gateBuffer)
+	for {
+		n, err := pubConn.Read(buf)
+		if n > 0 {
+			if serr := scan.scan(buf[:n]); serr != nil {
+				// Hanging up on libzmq with a message half sent makes it
+				// drop the frames it holds of that message.
+				g.stats.Cut.add(1)
+				g.log.Debug("kv events: publisher cut off", zap.String("peer", pubConn.RemoteAddr().String()), zap.Error(serr))
+				return
+			}
+			if _, werr := subConn.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// track adds the SUB's end of a pass to those closed on stop; false when
+// the gate is stopping.
+func (g *frameGate) track(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.peers[c] = struct{}{}
+	return true
+}
+
+func (g *frameGate) untrack(c net.Conn) {
+	g.mu.Lock()
+	delete(g.peers, c)
+	g.mu.Unlock()
+}
+
+// stop closes the gate and every pass, and waits for their goroutines.
+func (g *frameGate) stop() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.closed = true
+	for c := range g.peers {
+		c.Close()
+	}
+	g.mu.Unlock()
+	g.ln.Close()
+	g.wg.Wait()
+	os.RemoveAll(g.innerDir)
+}

@@ -1,0 +1,231 @@
+package indexer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// gateWorker is the one worker the gate tests publish for.
+func gateWorker() *selection.WorkerRequest {
+	return &selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
+		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))}
+}
+
+// TestBindGateCutsLongMessages: a real libzmq PUB that sends a message of
+// more frames than a live message has, or of more bytes in all than the
+// message bound while each frame is within it, is cut off; nothing of
+// that message reaches the index, and the publisher's next connection
+// (libzmq dials again) is heard as before.
+func TestBindGateCutsLongMessages(t *testing.T) {
+	const bound = 64 << 10
+	r, m := eventRouter(t, true, WithMaxMessageBytes(bound))
+	pub := bindPublisher(t, r, m, gateWorker())
+	prompt := testPrompt(21)
+	seqFrame := func(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+	eventually(t, "the first batch", func() bool {
+		_, _ = pub.SendMessage("kv@5@m", seqFrame(0), chunk(EncodingArray, -1, prompt, 0, 4))
+		return m.stats.Batches.Load() >= 1
+	})
+	messages := m.stats.Messages.Load()
+	// Four frames, each small: cut at the fourth frame's header.
+	if _, err := pub.SendMessage("kv@5@m", seqFrame(1), chunk(EncodingArray, -1, prompt, 4, 8), "extra"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a cut for four frames", func() bool { return m.stats.Cut.Load() == 1 })
+	// The publisher dials again; until it has, its messages are dropped
+	// on its side, so send until one lands, each under the next sequence
+	// (a repeated one would be taken as a restart).
+	key := selection.PartitionKey{Model: "m", Group: "default"}
+	seq := uint64(1)
+	landed := func(to int) func() bool {
+		return func() bool {
+			_, _ = pub.SendMessage("kv@5@m", seqFrame(seq), chunk(EncodingArray, -1, prompt, 0, to))
+			seq++
+			return m.Index.Blocks(key, selection.Rank{WorkerID: 5}) == to
+		}
+	}
+	eventually(t, "the next batch", landed(8))
+	// Three frames, each under the bound, over it together.
+	big := make([]byte, bound/2+1)
+	if _, err := pub.SendMessage(strings.Repeat("x", len(big)), big, big); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a cut for the bytes", func() bool { return m.stats.Cut.Load() == 2 })
+	eventually(t, "the batch after it", landed(12))
+	// Only whole, well-framed messages were received: the cut ones never
+	// reached the SUB's reader, as malformed or otherwise.
+	if got := m.stats.Malformed.Load(); got != 0 {
+		t.Fatalf("%d malformed messages: a cut message was delivered in part", got)
+	}
+	if got := m.stats.Messages.Load() - messages; got == 0 {
+		t.Fatal("no message after the cuts")
+	}
+}
+
+// TestBindGateBoundsPeers: past WithMaxPeers publishers connected at once,
+// a further connection is closed at once and counted; stopping the
+// manager closes the connections the gate holds.
+func TestBindGateBoundsPeers(t *testing.T) {
+	r, m := eventRouter(t, true, WithMaxPeers(2))
+	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(b.Endpoint(), "tcp://")
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// A held connection gets the SUB's greeting through the gate.
+	held := []net.Conn{dial(), dial()}
+	for _, c := range held {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c, make([]byte, 10)); err != nil {
+			t.Fatalf("a connection within the bound: %v", err)
+		}
+	}
+	third := dial()
+	_ = third.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := third.Read(make([]byte, 64)); err != io.EOF {
+		t.Fatalf("the third connection read %d bytes, %v; want it closed", n, err)
+	}
+	if got := m.stats.TurnedAway.Load(); got != 1 {
+		t.Fatalf("turned away %d, want 1", got)
+	}
+	// One goes; a new one is let in.
+	held[0].Close()
+	eventually(t, "a place freed", func() bool {
+		c := dial()
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := io.ReadFull(c, make([]byte, 10))
+		return err == nil
+	})
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = held[1].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(held[1]); err != nil {
+		t.Fatalf("after Close, a held connection: %v; want it closed", err)
+	}
+}
+
+// TestBindGateEndpoints: the endpoints the gate stands in front of, in
+// libzmq's spelling, and the one it leaves to libzmq.
+func TestBindGateEndpoints(t *testing.T) {
+	for _, c := range []struct{ in, network, addr string }{
+		{"tcp://*:5557", "tcp", ":5557"},
+		{"tcp://127.0.0.1:*", "tcp", "127.0.0.1:0"},
+		{"tcp://[::1]:5557", "tcp", "[::1]:5557"},
+		{"ipc:///run/kv.sock", "unix", "/run/kv.sock"},
+	} {
+		network, addr, ok, err := gateNetwork(c.in)
+		if err != nil || !ok || network != c.network || addr != c.addr {
+			t.Errorf("%s: %s %s %v %v", c.in, network, addr, ok, err)
+		}
+	}
+	if _, _, ok, err := gateNetwork("inproc://events"); ok || err != nil {
+		t.Errorf("inproc: gated %v, %v", ok, err)
+	}
+	for _, bad := range []string{"tcp://nohost", "ipc://*"} {
+		if _, _, _, err := gateNetwork(bad); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// rssBytes is the process's resident set, from /proc.
+func rssBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for line := range strings.Lines(string(b)) {
+		if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// TestBindGateHoldsNoFrameFlood: a peer that speaks ZMTP by hand and
+// sends one message of endless 1 MiB frames, each within the frame bound,
+// is cut off at its fourth frame. Without the gate, libzmq kept every
+// frame until the message's last, which never comes: 256 frames held
+// 256 MiB, in C, where no Go bound sees it.
+func TestBindGateHoldsNoFrameFlood(t *testing.T) {
+	const frames, frameSize = 256, 1 << 20
+	r, m := eventRouter(t, true)
+	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(b.Endpoint(), "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := rssBytes(t)
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(append(zmtpGreetingFor(3, "NULL"), zmtpReady()...)); err != nil {
+		t.Fatal(err)
+	}
+	// Publish once subscribed, as a PUB does: libzmq drops a peer whose
+	// first message comes with its READY.
+	var heard []byte
+	for !bytes.Contains(heard, []byte("SUBSCRIBE")) {
+		buf := make([]byte, 256)
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("no subscription: %v", err)
+		}
+		heard = append(heard, buf[:n]...)
+	}
+	go func() { _, _ = io.Copy(io.Discard, c) }()
+	if _, err := c.Write(zmtpFrame(zmtpMore, []byte("kv@5@m"), false)); err != nil {
+		t.Fatal(err)
+	}
+	header := zmtpFrame(zmtpMore|zmtpLong, nil, true)
+	binary.BigEndian.PutUint64(header[1:], frameSize)
+	body := make([]byte, frameSize)
+	sent := 0
+	for ; sent < frames; sent++ {
+		if _, err := c.Write(header); err != nil {
+			break
+		}
+		if _, err := c.Write(body); err != nil {
+			break
+		}
+	}
+	// Let libzmq take whatever reached it before measuring.
+	time.Sleep(200 * time.Millisecond)
+	grown := rssBytes(t) - before
+	t.Logf("%d frames written before the cut; resident set grew %d MiB", sent, grown>>20)
+	if sent == frames {
+		t.Fatalf("all %d frames of one message were taken", frames)
+	}
+	if grown > 64<<20 {
+		t.Fatalf("the resident set grew %d MiB", grown>>20)
+	}
+	if m.stats.Cut.Load() != 1 {
+		t.Fatalf("cut %d, want 1", m.stats.Cut.Load())
+	}
+}
