@@ -9,7 +9,7 @@ export CGO_ENABLED := 1
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
-	caddymodule:FuzzOpenAIBody caddymodule:FuzzCaddyfile
+	indexer:FuzzZMTPScan caddymodule:FuzzOpenAIBody caddymodule:FuzzCaddyfile
 FUZZTIME ?= 60s
 
 all: build

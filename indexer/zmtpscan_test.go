@@ -145,3 +145,22 @@ func TestZMTPScanUnbounded(t *testing.T) {
 		t.Fatal("a four-frame message passed")
 	}
 }
+
+// FuzzZMTPScan: whatever a publisher sends, the scan does not panic, and
+// its verdict does not depend on how the stream is split into reads.
+func FuzzZMTPScan(f *testing.F) {
+	good := append(zmtpGreetingFor(3, "NULL"), zmtpReady()...)
+	good = append(good, zmtpMessage([]byte("kv@5@m"), make([]byte, 8), bytes.Repeat([]byte{1}, 300))...)
+	f.Add(good, uint16(70))
+	f.Add(append(good, zmtpMessage(nil, nil, nil, nil)...), uint16(3))
+	f.Add(zmtpGreetingFor(1, "NULL"), uint16(11))
+	f.Fuzz(func(t *testing.T, stream []byte, at uint16) {
+		split := int(at) % (len(stream) + 1)
+		whole := newZMTPScan(liveFrameCount, 1024).scan(stream) == nil
+		s := newZMTPScan(liveFrameCount, 1024)
+		pieces := s.scan(stream[:split]) == nil && s.scan(stream[split:]) == nil
+		if whole != pieces {
+			t.Fatalf("whole %v, split at %d %v", whole, split, pieces)
+		}
+	})
+}
