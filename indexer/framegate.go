@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"go.uber.org/zap"
 )
@@ -87,6 +88,14 @@ func gateNetwork(endpoint string) (network, addr string, ok bool, err error) {
 // socket file; the SUB is bound on g.inner before serve starts.
 func openGate(network, addr string, maxBytes int64, maxPeers int, stats *Stats, log *zap.Logger) (*frameGate, error) {
 	ln, err := net.Listen(network, addr)
+	if err != nil && network == "unix" && errors.Is(err, syscall.EADDRINUSE) && staleSocket(addr) {
+		// A socket file left by a process that ended without removing it
+		// (libzmq unlinks such a file before binding an ipc endpoint, so
+		// a restart after a crash worked before the gate too).
+		if rerr := os.Remove(addr); rerr == nil {
+			ln, err = net.Listen(network, addr)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +108,19 @@ func openGate(network, addr string, maxBytes int64, maxPeers int, stats *Stats, 
 	}
 	return &frameGate{ln: ln, inner: "ipc://" + filepath.Join(dir, "sub"), innerDir: dir, maxBytes: maxBytes,
 		maxPeers: maxPeers, stats: stats, log: log, peers: map[net.Conn]struct{}{}}, nil
+}
+
+// staleSocket reports whether path is a socket file nothing listens on.
+func staleSocket(path string) bool {
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return false
+	}
+	c, err := net.Dial("unix", path)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // endpoint is the gate's address in libzmq's spelling.

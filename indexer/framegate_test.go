@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,5 +228,35 @@ func TestBindGateHoldsNoFrameFlood(t *testing.T) {
 	}
 	if m.stats.Cut.Load() != 1 {
 		t.Fatalf("cut %d, want 1", m.stats.Cut.Load())
+	}
+}
+
+// TestBindGateTakesOverAStaleSocketFile: an ipc endpoint whose socket file
+// a crashed process left behind is bound again, as libzmq would; one that
+// a live process listens on is not taken from it.
+func TestBindGateTakesOverAStaleSocketFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	_, m := eventRouter(t, true)
+	if _, err := m.Bind("ipc://"+path, func(uint64, string) (ListenerConfig, bool) { return ListenerConfig{}, false }); err == nil {
+		t.Fatal("bound over a live listener's socket file")
+	}
+	ln.Close() // the file stays, as after a crash
+	_, m = eventRouter(t, true)
+	if _, err := m.Bind("ipc://"+path, func(uint64, string) (ListenerConfig, bool) { return ListenerConfig{}, false }); err != nil {
+		t.Fatalf("a stale socket file: %v", err)
+	}
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, 10)); err != nil {
+		t.Fatalf("no greeting through the gate: %v", err)
 	}
 }
