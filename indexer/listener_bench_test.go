@@ -41,24 +41,7 @@ func BenchmarkEndToEndZMQ(b *testing.B) {
 	if _, err := pub.RecvBytes(0); err != nil {
 		b.Fatal("no subscription")
 	}
-	payloads := steadyPayloads(EncodingMap, 5, 6)
-	var seq uint64
-	var s [8]byte
-	b.ResetTimer()
-	for b.Loop() {
-		binary.BigEndian.PutUint64(s[:], seq)
-		if _, err := pub.SendMessage([]byte{}, s[:], payloads.at(int(seq))); err != nil {
-			b.Fatal(err)
-		}
-		seq++
-	}
-	for stats.Batches.Load() < seq {
-		time.Sleep(100 * time.Microsecond)
-	}
-	b.StopTimer()
-	if stats.Gaps.Load() != 0 || stats.Malformed.Load() != 0 {
-		b.Fatalf("gaps %d malformed %d", stats.Gaps.Load(), stats.Malformed.Load())
-	}
+	seq := publishSteady(b, pub, nil, &stats)
 	b.ReportMetric(float64(seq*blocksPer)/b.Elapsed().Seconds(), "blocks/s")
 }
 
@@ -107,11 +90,20 @@ func benchBind(b *testing.B, opts []ManagerOption) {
 	if _, err := pub.RecvBytes(0); err != nil {
 		b.Fatal("no subscription")
 	}
+	cpu0 := processCPU()
+	seq := publishSteady(b, pub, []byte("kv@1@m"), &stats)
+	cpu := processCPU() - cpu0
+	b.ReportMetric(float64(seq*blocksPer)/b.Elapsed().Seconds(), "blocks/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(seq*blocksPer), "cpu-ns/block")
+}
+
+// publishSteady sends b.N steady payloads under topic, numbered from 0,
+// and waits until stats counts them all applied, timing just that; it
+// returns how many it sent.
+func publishSteady(b *testing.B, pub *zmq.Socket, topic []byte, stats *Stats) uint64 {
 	payloads := steadyPayloads(EncodingMap, 5, 6)
-	topic := []byte("kv@1@m")
 	var seq uint64
 	var s [8]byte
-	cpu0 := processCPU()
 	b.ResetTimer()
 	for b.Loop() {
 		binary.BigEndian.PutUint64(s[:], seq)
@@ -124,12 +116,10 @@ func benchBind(b *testing.B, opts []ManagerOption) {
 		time.Sleep(100 * time.Microsecond)
 	}
 	b.StopTimer()
-	cpu := processCPU() - cpu0
 	if stats.Gaps.Load() != 0 || stats.Malformed.Load() != 0 || stats.Cut.Load() != 0 {
 		b.Fatalf("gaps %d malformed %d cut %d", stats.Gaps.Load(), stats.Malformed.Load(), stats.Cut.Load())
 	}
-	b.ReportMetric(float64(seq*blocksPer)/b.Elapsed().Seconds(), "blocks/s")
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(seq*blocksPer), "cpu-ns/block")
+	return seq
 }
 
 // processCPU is the process's user and system CPU so far.
