@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"encoding/binary"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,9 +89,9 @@ func benchBind(b *testing.B, opts []ManagerOption) {
 	if _, err := pub.RecvBytes(0); err != nil {
 		b.Fatal("no subscription")
 	}
-	cpu0 := processCPU()
+	cpu0 := selfCPU()
 	seq := publishSteady(b, pub, []byte("kv@1@m"), &stats)
-	cpu := processCPU() - cpu0
+	cpu := selfCPU() - cpu0
 	b.ReportMetric(float64(seq*blocksPer)/b.Elapsed().Seconds(), "blocks/s")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(seq*blocksPer), "cpu-ns/block")
 }
@@ -120,11 +119,4 @@ func publishSteady(b *testing.B, pub *zmq.Socket, topic []byte, stats *Stats) ui
 		b.Fatalf("gaps %d malformed %d cut %d", stats.Gaps.Load(), stats.Malformed.Load(), stats.Cut.Load())
 	}
 	return seq
-}
-
-// processCPU is the process's user and system CPU so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
