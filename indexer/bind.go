@@ -65,7 +65,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	network, addr, gated, err := gateNetwork(endpoint)
 	if err == nil && gated && !lim.ungated {
 		if gate, err = openGate(network, addr, lim.maxMessageBytes, lim.maxPeers, stats, log); err == nil {
-			inner = gate.inner
+			inner = gate.innerEndpoint()
 		}
 	}
 	// One err for every step: a failed bind must not go unnoticed.

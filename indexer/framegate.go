@@ -3,6 +3,7 @@ package indexer
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -40,8 +41,7 @@ const gateBuffer = 32 << 10
 
 type frameGate struct {
 	ln       net.Listener
-	inner    string // the SUB's endpoint (ipc://...)
-	innerDir string // the directory holding its socket file
+	inner    string // the SUB's socket file, alone in a private directory
 	maxBytes int64  // one message, all frames; < 0 no bound
 	maxPeers int
 	stats    *Stats
@@ -85,7 +85,7 @@ func gateNetwork(endpoint string) (network, addr string, ok bool, err error) {
 }
 
 // openGate listens on network/addr and makes the directory of the SUB's
-// socket file; the SUB is bound on g.inner before serve starts.
+// socket file; the SUB is bound on g.innerEndpoint() before serve starts.
 func openGate(network, addr string, maxBytes int64, maxPeers int, stats *Stats, log *zap.Logger) (*frameGate, error) {
 	ln, err := net.Listen(network, addr)
 	if err != nil && network == "unix" && errors.Is(err, syscall.EADDRINUSE) && staleSocket(addr) {
@@ -106,7 +106,7 @@ func openGate(network, addr string, maxBytes int64, maxPeers int, stats *Stats, 
 		ln.Close()
 		return nil, err
 	}
-	return &frameGate{ln: ln, inner: "ipc://" + filepath.Join(dir, "sub"), innerDir: dir, maxBytes: maxBytes,
+	return &frameGate{ln: ln, inner: filepath.Join(dir, "sub"), maxBytes: maxBytes,
 		maxPeers: maxPeers, stats: stats, log: log, peers: map[net.Conn]struct{}{}}, nil
 }
 
@@ -122,6 +122,9 @@ func staleSocket(path string) bool {
 	}
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
+
+// innerEndpoint is where the SUB behind the gate is bound.
+func (g *frameGate) innerEndpoint() string { return "ipc://" + g.inner }
 
 // endpoint is the gate's address in libzmq's spelling.
 func (g *frameGate) endpoint() string {
@@ -178,7 +181,7 @@ func (g *frameGate) pass(pubConn net.Conn) {
 		g.mu.Unlock()
 		pubConn.Close()
 	}()
-	subConn, err := net.Dial("unix", strings.TrimPrefix(g.inner, "ipc://"))
+	subConn, err := net.Dial("unix", g.inner)
 	if err != nil {
 		g.log.Warn("kv events: reaching the subscriber behind the gate", zap.Error(err))
 		return
@@ -193,18 +196,7 @@ func (g *frameGate) pass(pubConn net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		buf := make([]byte, 4<<10)
-		for {
-			n, err := subConn.Read(buf)
-			if n > 0 {
-				if _, werr := pubConn.Write(buf[:n]); werr != nil {
-					break
-				}
-			}
-			if err != nil {
-				break
-			}
-		}
+		_, _ = io.Copy(pubConn, subConn)
 		// The SUB hung up (libzmq refused the publisher, or it is
 		// closing): so does the publisher's side.
 		pubConn.Close()
@@ -269,5 +261,5 @@ func (g *frameGate) stop() {
 	g.mu.Unlock()
 	g.ln.Close()
 	g.wg.Wait()
-	os.RemoveAll(g.innerDir)
+	os.RemoveAll(filepath.Dir(g.inner))
 }
