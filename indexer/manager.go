@@ -154,8 +154,10 @@ func (m *Manager) Bind(endpoint string, resolve Resolver) (*BindListener, error)
 	if m.bind != nil {
 		return nil, fmt.Errorf("already bound to %s", m.bind.Endpoint())
 	}
+	// The manager's limits whole, so that a limit added later reaches the
+	// bind listener without being named here.
 	b, err := StartBindListener(m.zctx, m.Index, &m.stats, m.log, endpoint, resolve,
-		WithMaxMessageBytes(m.limits.maxMessageBytes), WithMaxGap(m.limits.maxGap), WithMaxPeers(m.limits.maxPeers))
+		func(l *limits) { *l = m.limits })
 	if err != nil {
 		return nil, err
 	}
