@@ -189,11 +189,17 @@ func (t *refTable) refAt(i int) uint32 { return t.buckets[i>>slotBits].refs[i&sl
 func (t *refTable) find(key uint64) (int, bool) { return t.findFrom(t.hashOf(key), key) }
 
 // findFrom is find with key's hash h already known; it returns -1 when the
-// key is not held.
+// key is not held. Its probe, like claimAt's and delRefFrom's, ends at the
+// first bucket no key passed, or once it has walked every bucket: a small
+// table near its load bound can have every bucket passed by some key (a
+// key homed at each overflowed into the next while that one had room, and
+// the room was taken later), and a probe for an absent key then went round
+// for ever, holding the partition's lock.
 func (t *refTable) findFrom(h uint64, key uint64) (int, bool) {
 	mask := len(t.buckets) - 1
 	bc := broadcast(tagOf(h))
-	for b := t.homeOf(h); ; b = (b + 1) & mask {
+	home := t.homeOf(h)
+	for b := home; ; b = (b + 1) & mask {
 		bk := &t.buckets[b]
 		lo, hi := bk.matches(bc)
 		for ; lo != 0; lo &= lo - 1 {
@@ -208,8 +214,8 @@ func (t *refTable) findFrom(h uint64, key uint64) (int, bool) {
 				return b<<slotBits | j, true
 			}
 		}
-		if bk.passed == 0 {
-			return -1, false
+		if bk.passed == 0 || (b+1)&mask == home {
+			return -1, false // or every bucket walked: see findFrom
 		}
 	}
 }
@@ -305,8 +311,8 @@ func (t *refTable) claimAt(h uint64, key uint64) claimed {
 				empty = b<<slotBits | 8 + bits.TrailingZeros64(hi)>>3
 			}
 		}
-		if bk.passed == 0 {
-			break
+		if bk.passed == 0 || (b+1)&mask == home {
+			break // or every bucket walked: see findFrom
 		}
 	}
 	t.n++
@@ -369,7 +375,8 @@ func (t *refTable) delRef(key uint64, ref uint32) bool {
 func (t *refTable) delRefFrom(h uint64, ref uint32) bool {
 	mask := len(t.buckets) - 1
 	bc := broadcast(tagOf(h))
-	for b := t.homeOf(h); ; b = (b + 1) & mask {
+	home := t.homeOf(h)
+	for b := home; ; b = (b + 1) & mask {
 		bk := &t.buckets[b]
 		lo, hi := bk.matches(bc)
 		for ; lo != 0; lo &= lo - 1 {
@@ -384,8 +391,8 @@ func (t *refTable) delRefFrom(h uint64, ref uint32) bool {
 				return true
 			}
 		}
-		if bk.passed == 0 {
-			return false
+		if bk.passed == 0 || (b+1)&mask == home {
+			return false // or every bucket walked: see findFrom
 		}
 	}
 }

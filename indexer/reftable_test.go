@@ -3,6 +3,7 @@ package indexer
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // keyedTable returns a node table and a function giving each key a
@@ -247,5 +248,59 @@ func TestRefTableHashesOutliveGrowth(t *testing.T) {
 	}
 	if grewPast == 0 {
 		t.Fatal("no claim ever grew the table past a miscounted room")
+	}
+}
+
+// TestRefTableEveryBucketPassed: a table of two buckets, within its load
+// bound, where a key homed at each bucket sits in the other, so no bucket
+// has a passed count of 0. A probe for an absent key (find, claim,
+// delete by ref) must still end; it used to go round for ever. Found by
+// TestIndexEvictsConcurrently, whose lookups hung on a node table of 16
+// buckets in that state.
+func TestRefTableEveryBucketPassed(t *testing.T) {
+	tab, recOf := keyedTable(0)
+	if len(tab.buckets) != 2 {
+		t.Fatalf("%d buckets", len(tab.buckets))
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	homed := func(b int) uint64 {
+		for {
+			if k := rng.Uint64(); tab.homeOf(tab.hashOf(k)) == b {
+				return k
+			}
+		}
+	}
+	add := func(k uint64) uint64 { tab.claim(k).fill(recOf(k)); return k }
+	var inOne []uint64
+	for range bucketSlots {
+		inOne = append(inOne, add(homed(1))) // bucket 1 full
+	}
+	add(homed(1)) // into bucket 0: bucket 1 is passed
+	for _, k := range inOne[:4] {
+		tab.del(k) // room in bucket 1 again
+	}
+	for range bucketSlots - 1 {
+		add(homed(0)) // bucket 0 full
+	}
+	add(homed(0)) // into bucket 1: bucket 0 is passed
+	checkPassed(t, tab)
+	if tab.buckets[0].passed == 0 || tab.buckets[1].passed == 0 || tab.Len() > capacityOf(2) {
+		t.Fatalf("set-up: passed %d and %d, %d keys", tab.buckets[0].passed, tab.buckets[1].passed, tab.Len())
+	}
+	absent := homed(0)
+	done := make(chan [3]bool, 1)
+	go func() {
+		_, found := tab.find(absent)
+		deleted := tab.delRef(absent, recOf(absent))
+		c := tab.claim(absent)
+		done <- [3]bool{found, deleted, c.held}
+	}()
+	select {
+	case got := <-done:
+		if got != [3]bool{} {
+			t.Fatalf("an absent key: found %v, deleted %v, claimed as held %v", got[0], got[1], got[2])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a probe for an absent key did not end")
 	}
 }
