@@ -191,10 +191,13 @@ type App struct {
 	MaxWorkers int `json:"max_workers,omitempty"`
 
 	// IndexMaxEntries bounds the KV index, in (block, worker rank) entries.
-	// When it is reached, the oldest entries are evicted to make room
-	// (counted in kvrouter_index_evicted_total). Workers' own cache
-	// evictions normally keep the index well below it. Default: derived
-	// from index_max_memory.
+	// When it is reached, entries are evicted to make room (counted in
+	// kvrouter_index_evicted_total): the oldest of the worker ranks holding
+	// more than their share of the bound (the bound divided by the ranks
+	// that have stored blocks and not been cleared, over all models), so
+	// one publisher's flood evicts its own entries and not the others'.
+	// Workers' own cache evictions normally keep the index well below it.
+	// Default: derived from index_max_memory.
 	IndexMaxEntries int64 `json:"index_max_entries,omitempty"`
 
 	// Limits are the bounds on what clients and publishers can make the

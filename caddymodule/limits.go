@@ -62,9 +62,10 @@ type Limits struct {
 	// grows to twice what is live between collections, and freed spans are
 	// kept for reuse: about three times the live heap in all), so 2 GiB
 	// holds about 7.5 million (block, worker rank) entries. It sets the index's entry bound
-	// (index_max_entries wins when given); when the index is full, its
-	// oldest entries are evicted so that new blocks still count, a block
-	// looked up since it was stored getting a second chance. Default: 2GiB.
+	// (index_max_entries wins when given); when the index is full, the
+	// oldest entries of the worker ranks over their share of the bound are
+	// evicted so that new blocks still count, a block looked up since it
+	// was stored getting a second chance. Default: 2GiB.
 	IndexMaxMemory int64 `json:"index_max_memory,omitempty"`
 
 	// KVEventsMaxMessage bounds one KV-event message, in bytes (libzmq's

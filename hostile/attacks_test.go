@@ -32,6 +32,7 @@ type run struct {
 type shared struct {
 	floodBase    int64 // RSS before the flood
 	floodWorkers []uint64
+	bystander    uint64 // the worker whose blocks the flood must leave alone
 }
 
 type result struct{ answer, detail string }
@@ -528,12 +529,35 @@ const (
 	floodPerBatch = 8    // BlockStored events per message
 )
 
+// Another worker's cache, stored before the flood: ten prompts of 32
+// blocks, as the probe of session 15 had them.
+const (
+	bystanderPrompts = 10
+	bystanderBlocks  = 32
+)
+
 // flood has one publisher store floodBlocks distinct blocks, far past the
 // index's memory budget: the index must evict (and count it) and the
-// process stay within its budget plus 100 MB.
+// process stay within its budget plus 100 MB. Another worker's blocks,
+// stored before the flood and well within its share of the budget, must
+// all stay indexed, and that worker's next store onto one of its prompts
+// must be taken (its parent still known): eviction takes from the ranks
+// over their share, the flooder's.
 func flood(r *run) result {
+	by := r.worker(11, vllm, true)
+	byHash := func(p, b int) uint64 { return uint64(p+1)<<32 | uint64(b+1) }
+	for p := range bystanderPrompts {
+		ev := stored(0, tokens(uint32(900_000_000+p*10_000), bystanderBlocks*blockSize))
+		for b := range ev.BlockHashes {
+			ev.BlockHashes[b] = byHash(p, b)
+		}
+		if err := by.pub.send(batch(-1, ev)); err != nil {
+			r.fatalf("publishing: %v", err)
+		}
+	}
+	r.waitIndexed(11, bystanderPrompts*bystanderBlocks)
 	w := r.worker(10, vllm, true)
-	r.sh.floodBase, r.sh.floodWorkers = r.before.rss, []uint64{10}
+	r.sh.floodBase, r.sh.floodWorkers, r.sh.bystander = r.before.rss, []uint64{10}, 11
 	s0 := r.stats()
 	start := time.Now()
 	sent := 0
@@ -579,13 +603,32 @@ func flood(r *run) result {
 			evicted += v
 		}
 	}
-	detail := fmt.Sprintf("%d blocks in %d messages, taken in %.1fs; index entries %.0f; counters: %s; then RSS %s, %s",
-		floodBlocks, sent, time.Since(start).Seconds(), s1["index.entries"], orNone(refusals(s0, s1)),
-		mb(usageOf(r.g.pid).rss), r.g.goMemory())
-	if evicted > 0 {
-		return result{"evicted and counted", detail}
+	kept, err := r.g.indexedBlocks(11)
+	if err != nil {
+		r.fatalf("reading the workers: %v", err)
 	}
-	return result{"no evictions counted", detail}
+	// The bystander's next block, onto the last of its first prompt.
+	parent := byHash(0, bystanderBlocks-1)
+	next := stored(0, tokens(950_000_000, blockSize))
+	next.BlockHashes[0], next.Parent = byHash(0, bystanderBlocks), &parent
+	if err := by.pub.send(batch(-1, next)); err != nil {
+		r.fatalf("publishing: %v", err)
+	}
+	extended := waitFor(5*time.Second, func() bool {
+		n, _ := r.g.indexedBlocks(11)
+		return n > kept
+	})
+	detail := fmt.Sprintf("%d blocks in %d messages, taken in %.1fs; index entries %.0f; counters: %s; then RSS %s, %s; "+
+		"the other worker kept %d of its %d blocks, its next store taken: %v",
+		floodBlocks, sent, time.Since(start).Seconds(), s1["index.entries"], orNone(refusals(s0, s1)),
+		mb(usageOf(r.g.pid).rss), r.g.goMemory(), kept, bystanderPrompts*bystanderBlocks, extended)
+	switch {
+	case evicted == 0:
+		return result{"no evictions counted", detail}
+	case kept < bystanderPrompts*bystanderBlocks || !extended:
+		return result{"evicted and counted, the other worker's blocks lost", detail}
+	}
+	return result{"evicted and counted, the other worker's blocks kept", detail}
 }
 
 // dump reads GET /dump of the flooded index as a client would, streaming:
@@ -655,9 +698,14 @@ func deleteFlooders(r *run) result {
 	start := time.Now()
 	rss := top
 	fell := waitFor(20*time.Second, func() bool { rss = usageOf(r.g.pid).rss; return rss <= target })
-	entries := r.stats()["index.entries"]
-	detail := fmt.Sprintf("RSS %s before the flood, %s after it, %s %.1fs after the delete (%s); index entries %.0f",
-		mb(r.sh.floodBase), mb(top), mb(rss), time.Since(start).Seconds(), r.g.goMemory(), entries)
+	// What is left must be the bystander's blocks alone.
+	kept, err := r.g.indexedBlocks(r.sh.bystander)
+	if err != nil {
+		r.fatalf("reading the workers: %v", err)
+	}
+	entries := r.stats()["index.entries"] - float64(kept)
+	detail := fmt.Sprintf("RSS %s before the flood, %s after it, %s %.1fs after the delete (%s); index entries %.0f besides the other worker's %d",
+		mb(r.sh.floodBase), mb(top), mb(rss), time.Since(start).Seconds(), r.g.goMemory(), entries, kept)
 	if top-r.sh.floodBase < 32<<20 {
 		return result{"inconclusive: the flood took little memory", detail}
 	}

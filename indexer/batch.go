@@ -77,7 +77,7 @@ func (x *Index) applyEvents(p selection.PartitionKey, r selection.Rank, events [
 		for _, h := range hs {
 			h.release()
 		}
-		x.evictOver()
+		x.evictOver(t, r)
 		x.releaseMemory()
 		events = events[n:]
 	}

@@ -147,3 +147,40 @@ func BenchmarkEvictVersusRefuse(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEvictFleet: 1,024 ranks storing 16-block prompts in turn into
+// an index at its bound (2^18 entries, a share of 256 each), so every store
+// evicts as many entries as it adds. It reports what a stored block costs,
+// its store and the eviction it causes, in ns/block.
+func BenchmarkEvictFleet(b *testing.B) {
+	const ranks, chain, bs, bound = 1024, 16, 4, 1 << 18
+	x := New()
+	x.MaxEntries = bound
+	x.ConfigurePartition(part, bs, false)
+	tokens := make([]uint32, chain*bs)
+	ev := &Event{Kind: Stored, BlockSize: bs, TokenIDs: tokens, BlockHashes: make([]uint64, chain)}
+	n := 0
+	store := func() {
+		for i := range tokens {
+			tokens[i] = uint32(n*len(tokens) + i)
+		}
+		for i := range ev.BlockHashes {
+			ev.BlockHashes[i] = uint64(n)<<8 | uint64(i)
+		}
+		if err := x.Apply(part, selection.Rank{WorkerID: uint64(n % ranks)}, ev); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	for range 2 * bound / chain {
+		store()
+	}
+	evicted := x.Counts().Evicted
+	for b.Loop() {
+		store()
+	}
+	if x.Counts().Evicted == evicted || x.Entries() > bound {
+		b.Fatalf("%d entries, %d evicted while measured: not at the bound", x.Entries(), x.Counts().Evicted-evicted)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chain), "ns/block")
+}

@@ -65,7 +65,7 @@ var Figures = []Figure{
 		func(s *Snapshot) uint64 { return uint64(max(s.Index.MaxEntries, 0)) }},
 	{SectionIndex, "full", "index_full_total", "Blocks stored while the KV index was at its bound (each evicted an older entry).", false,
 		func(s *Snapshot) uint64 { return s.Index.Full }},
-	{SectionIndex, "evicted", "index_evicted_total", "KV index entries evicted, oldest first, to keep the index within index_max_memory.", false,
+	{SectionIndex, "evicted", "index_evicted_total", "KV index entries evicted to keep the index within index_max_memory: the oldest of the ranks over their share of it.", false,
 		func(s *Snapshot) uint64 { return s.Index.Evicted }},
 	{SectionIndex, "unknown_block", "index_unknown_blocks_total", "Removals of blocks the index did not hold for that rank.", false,
 		func(s *Snapshot) uint64 { return s.Index.UnknownBlock }},

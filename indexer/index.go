@@ -34,8 +34,9 @@ import (
 // MaxEntries.
 //
 // MaxEntries caps the (block, rank) entries: a store that finds the index
-// full is still indexed, and the oldest entries (by store time, over all
-// partitions) are evicted to make room. Engines evict and report blocks
+// full is still indexed, and entries are evicted to make room: the oldest
+// (by store time, over all partitions) of the ranks holding more than
+// their share of the bound (evict.go). Engines evict and report blocks
 // as their caches fill, so the cap is a safety net against a misbehaving
 // publisher or a fleet larger than the budget, not the normal way out;
 // when it is reached, new blocks (the ones the next turn of a session
@@ -62,6 +63,11 @@ type Index struct {
 	// keep coming: turnSlice, or what a test sets before use.
 	turnHold time.Duration
 	entries  atomic.Int64
+	// rankTables counts the ranks with an engine table, over all
+	// partitions: the bound's share of each is MaxEntries over it
+	// (evict.go). victim is the rank eviction last found over its share.
+	rankTables atomic.Int64
+	victim     atomic.Pointer[victim]
 	// stamps numbers stored entries, for eviction order and to tell a
 	// queued entry from a later one under the same engine hash.
 	stamps atomic.Uint32

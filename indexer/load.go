@@ -17,7 +17,7 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		return fmt.Errorf("partition %s is not configured", p)
 	}
 	t.mu.Lock()
-	defer x.evictOver() // runs after the unlock below
+	defer x.evictOver(nil, selection.Rank{}) // runs after the unlock below
 	defer t.mu.Unlock()
 	defer t.flushEntries(x) // before the unlock
 	for _, ev := range events {
@@ -30,8 +30,7 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 		}
 		m := t.ranks[r]
 		if m == nil {
-			m = t.newRankTable(r, 0)
-			t.ranks[r] = m
+			m = t.addRank(x, r, 0)
 		}
 		id := m.rank
 		st := ev.Event.Data.Stored

@@ -73,11 +73,10 @@ const (
 // holds. It runs under the tree's write lock; its cost is paid for by the
 // removals that made it necessary.
 func (t *tree) tidy() {
-	t.compactQueue()
+	t.compactQueues()
 	switch n := t.nodes.Len(); {
 	case n == 0 && t.live == 0 && (t.nodesPeak > 0 || t.recs.pages != nil || t.exts.pages != nil):
-		t.queue.items, t.queue.first = nil, 0
-		t.setHead()
+		clear(t.queues)
 		t.recs, t.exts, t.sets = slab[record]{}, slab[ext]{}, slab[holderSet]{}
 		t.nodes = newRefTable(0, t, false)
 		t.nodesPeak = 0
@@ -120,7 +119,7 @@ func (t *tree) noteShrink(id uint32, m *refTable) {
 // holders, rank tables and the queue. Stale queue items
 // go first, so no dead record is kept for them.
 func (t *tree) rebuildRecords() {
-	t.purgeQueue()
+	t.purgeQueues()
 	old := t.recs
 	var fresh slab[record]
 	remap := make([]uint32, old.next)
@@ -158,9 +157,11 @@ func (t *tree) renumberRefs(renumber func(ref uint32) uint32) {
 	for _, m := range t.ranks {
 		m.renumber(renumber)
 	}
-	for i, e := range t.queue.items {
-		if i >= t.queue.first {
-			t.queue.items[i] = renumber(e)
+	for _, q := range t.queues {
+		for i, e := range q.items {
+			if i >= q.first {
+				q.items[i] = renumber(e)
+			}
 		}
 	}
 }
@@ -168,7 +169,7 @@ func (t *tree) renumberRefs(renumber func(ref uint32) uint32) {
 // rebuildExts moves the live further holders and entries into fresh,
 // dense pages and rewrites the holder sets, rank tables and queue.
 func (t *tree) rebuildExts() {
-	t.purgeQueue()
+	t.purgeQueues()
 	old := t.exts
 	var fresh slab[ext]
 	remap := make([]uint32, old.next)

@@ -166,9 +166,9 @@ func modelThroughRebuilds(t *testing.T, bounded bool) {
 		delete(ref.ranks, r)
 	}
 	check("cleared", x, true)
-	if x.Entries() != 0 || tr.recs.used != 0 || tr.exts.used != 0 || tr.queue.len() != 0 {
+	if x.Entries() != 0 || tr.recs.used != 0 || tr.exts.used != 0 || tr.queued() != 0 {
 		t.Fatalf("cleared: %d entries, %d records, %d further holders, %d queued",
-			x.Entries(), tr.recs.used, tr.exts.used, tr.queue.len())
+			x.Entries(), tr.recs.used, tr.exts.used, tr.queued())
 	}
 }
 

@@ -99,7 +99,7 @@ type indexCounters struct {
 	// already: each was indexed, and an older entry evicted for it.
 	full Counter
 	// evicted counts (block, rank) entries evicted to stay under
-	// MaxEntries, oldest first.
+	// MaxEntries: the oldest of the ranks over their share (evict.go).
 	evicted Counter
 }
 

@@ -101,8 +101,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		return ErrPartitionFull
 	}
 	if m == nil {
-		m = t.newRankTable(r, len(ev.BlockHashes))
-		t.ranks[r] = m
+		m = t.addRank(x, r, len(ev.BlockHashes))
 	}
 	id := m.rank
 	// The blocks' chain keys first (after the locals in the same pooled
@@ -178,7 +177,7 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine, h u
 			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
 		}
 		*t.stampOf(e) = x.stamps.Add(1)
-		t.push(e)
+		t.push(id, e)
 	}
 	t.entryDelta++
 	t.live++
@@ -281,6 +280,7 @@ func (t *tree) remove(x *Index, id uint32, m *refTable, engine uint64, a *remova
 	t.entryDelta--
 	t.live--
 	t.noteShrink(id, m)
+	t.noteStale(id, m)
 	t.dropEntryAt(e, nodeHash)
 	return true
 }
@@ -348,11 +348,13 @@ func (t *tree) clearRank(x *Index, r selection.Rank) {
 	}
 	id := t.rankIDs[r]
 	m.each(t.dropEntry) // each engine entry holds its blocks once
+	t.dropQueue(id)
 	x.entries.Add(-int64(m.Len()))
 	x.released.Add(int64(m.Len()))
 	t.live -= m.Len()
 	t.rankPeaks[id] = 0
 	delete(t.ranks, r)
+	x.rankTables.Add(-1)
 }
 
 // RemoveRank drops every block of one rank (a publisher restart).

@@ -23,13 +23,16 @@ type tree struct {
 	// lookup keeps per-rank state in a slice instead of a map.
 	rankIDs  map[selection.Rank]uint32
 	rankList []selection.Rank
-	// live counts the tree's entries; queue orders them for eviction.
+	// live counts the tree's entries; queues order each rank's entries
+	// for eviction (by rank id, evict.go), and compact lists the ranks
+	// whose queue an engine's removals left mostly stale.
 	live int
 	// entryDelta is the change in entries of the events applied under
 	// this hold of the write lock, not yet added to Index.entries
 	// (flushEntries).
 	entryDelta int64
-	queue      evictQueue
+	queues     []evictQueue
+	compact    []uint32
 	// peaks remember the largest size of the node table and of each
 	// rank's table since they were last rebuilt: tables never shrink.
 	nodesPeak int
@@ -54,11 +57,13 @@ func newTree(blockSize int, eagle bool) *tree {
 // million-block event must not leave megabytes behind.
 const hashesKeep = 1 << 14
 
-// newRankTable returns rank r's engine table, keyed by its entries'
-// engine hashes, sized for n.
-func (t *tree) newRankTable(r selection.Rank, n int) *refTable {
+// addRank gives rank r its engine table, keyed by its entries' engine
+// hashes, sized for n, and returns it.
+func (t *tree) addRank(x *Index, r selection.Rank, n int) *refTable {
 	m := newRefTable(n, t, true)
 	m.rank = t.rankID(r)
+	t.ranks[r] = m
+	x.rankTables.Add(1)
 	return m
 }
 
@@ -69,6 +74,7 @@ func (t *tree) rankID(r selection.Rank) uint32 {
 		t.rankIDs[r] = id
 		t.rankList = append(t.rankList, r)
 		t.rankPeaks = append(t.rankPeaks, 0)
+		t.queues = append(t.queues, evictQueue{})
 	}
 	return id
 }
