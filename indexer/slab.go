@@ -12,11 +12,21 @@ package indexer
 // move while it grows); callers keep indexes, not pointers, across one.
 type slab[T any] struct {
 	pages [][]T
-	free  []uint32 // freed indexes, reused first
-	next  uint32   // the lowest index never handed out
-	used  int      // indexes handed out and not freed
-	peak  int      // the largest used since the slab was last rebuilt
+	// free holds freed indexes, reused first, in pages of freePage, all
+	// full but the last. One slice that doubled copied the whole list in
+	// one go: a cleared rank of 1M blocks frees 1M records, and the
+	// copies and their page faults took 16 ms of one hold of the write
+	// lock. spare is an emptied page kept for the next, so that allocs and
+	// releases alternating at a page's edge do not allocate.
+	free  [][]uint32
+	spare []uint32
+	next  uint32 // the lowest index never handed out
+	used  int    // indexes handed out and not freed
+	peak  int    // the largest used since the slab was last rebuilt
 }
+
+// freePage is how many freed indexes one page of slab.free holds (64 KB).
+const freePage = 1 << 14
 
 // pageBits sets the page size: 64k slots (2.5 MB of 40-byte records).
 const (
@@ -34,8 +44,14 @@ func (s *slab[T]) alloc() uint32 {
 	s.used++
 	s.peak = max(s.peak, s.used)
 	if k := len(s.free); k > 0 {
-		i := s.free[k-1]
-		s.free = s.free[:k-1]
+		page := s.free[k-1]
+		n := len(page) - 1
+		i := page[n]
+		if n > 0 {
+			s.free[k-1] = page[:n]
+		} else {
+			s.spare, s.free[k-1], s.free = page[:0], nil, s.free[:k-1]
+		}
 		return i
 	}
 	if s.next == 0 {
@@ -60,12 +76,31 @@ func (s *slab[T]) alloc() uint32 {
 }
 
 // room is how many more indexes alloc can hand out (at most maxIndex in all).
-func (s *slab[T]) room() int { return len(s.free) + maxIndex + 1 - int(max(s.next, 1)) }
+func (s *slab[T]) room() int { return s.freed() + maxIndex + 1 - int(max(s.next, 1)) }
+
+// freed is how many freed indexes wait for reuse.
+func (s *slab[T]) freed() int {
+	k := len(s.free)
+	if k == 0 {
+		return 0
+	}
+	return (k-1)*freePage + len(s.free[k-1])
+}
 
 // release returns index i for reuse.
 func (s *slab[T]) release(i uint32) {
 	s.used--
-	s.free = append(s.free, i)
+	k := len(s.free)
+	if k == 0 || len(s.free[k-1]) == freePage {
+		page := s.spare
+		if page == nil {
+			page = make([]uint32, 0, freePage)
+		}
+		s.spare = nil
+		s.free = append(s.free, page)
+		k++
+	}
+	s.free[k-1] = append(s.free[k-1], i)
 }
 
 // each calls fn on every index ever handed out and its slot, freed ones
