@@ -52,6 +52,7 @@ func (x *Index) applyEvents(p selection.PartitionKey, r selection.Rank, events [
 		}
 		applied, skipped := 0, 0
 		t.mu.Lock()
+		clears := len(t.clears)
 		for i := range n {
 			ev := &events[i]
 			if ev.Skip {
@@ -66,7 +67,11 @@ func (x *Index) applyEvents(p selection.PartitionKey, r selection.Rank, events [
 		}
 		t.flushEntries(x)
 		t.tidy()
+		cleared := len(t.clears) > clears
 		t.mu.Unlock()
+		if cleared {
+			x.drainClears(t) // the entries of a rank this run cleared (clear.go)
+		}
 		// Counted once per hold: each add is an atomic read-modify-write.
 		if skipped > 0 {
 			x.counters.skipped.add(uint64(skipped))

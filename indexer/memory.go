@@ -74,6 +74,12 @@ const (
 // removals that made it necessary.
 func (t *tree) tidy() {
 	t.compactQueues()
+	if t.clears != nil {
+		// A detached rank's table and items name records and exts by
+		// index: nothing may move them until they are dropped, and
+		// drainClears tidies once they are.
+		return
+	}
 	switch n := t.nodes.Len(); {
 	case n == 0 && t.live == 0 && (t.nodesPeak > 0 || t.recs.pages != nil || t.exts.pages != nil):
 		clear(t.queues)

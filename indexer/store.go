@@ -19,7 +19,7 @@ func (t *tree) apply(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		m := t.ranks[r] // looked up once per event, not per block
 		t.removeAll(x, m, ev.BlockHashes)
 	case Cleared:
-		t.clearRank(x, r)
+		t.detachRank(x, r) // dropped after the unlock (clear.go)
 	}
 	return nil
 }
@@ -340,35 +340,19 @@ func (t *tree) dropEntryAt(e uint32, nodeHash uint64) {
 	}
 }
 
-// clearRank drops every entry of rank r and the rank's table itself.
-func (t *tree) clearRank(x *Index, r selection.Rank) {
-	m, ok := t.ranks[r]
-	if !ok {
-		return
-	}
-	id := t.rankIDs[r]
-	m.each(t.dropEntry) // each engine entry holds its blocks once
-	t.dropQueue(id)
-	x.entries.Add(-int64(m.Len()))
-	x.released.Add(int64(m.Len()))
-	t.live -= m.Len()
-	t.rankPeaks[id] = 0
-	delete(t.ranks, r)
-	x.rankTables.Add(-1)
-}
-
-// RemoveRank drops every block of one rank (a publisher restart).
+// RemoveRank drops every block of one rank (a publisher restart), a
+// chunk at a time (clear.go).
 func (x *Index) RemoveRank(p selection.PartitionKey, r selection.Rank) {
 	if t := x.tree(p); t != nil {
 		t.mu.Lock()
-		t.clearRank(x, r)
-		t.tidy()
+		t.detachRank(x, r)
 		t.mu.Unlock()
-		x.releaseMemory()
+		x.drainClears(t)
 	}
 }
 
-// RemoveWorker implements selection.Indexer.
+// RemoveWorker implements selection.Indexer, a chunk at a time
+// (clear.go).
 func (x *Index) RemoveWorker(p selection.PartitionKey, workerID uint64) {
 	t := x.tree(p)
 	if t == nil {
@@ -377,10 +361,9 @@ func (x *Index) RemoveWorker(p selection.PartitionKey, workerID uint64) {
 	t.mu.Lock()
 	for r := range t.ranks {
 		if r.WorkerID == workerID {
-			t.clearRank(x, r)
+			t.detachRank(x, r)
 		}
 	}
-	t.tidy()
 	t.mu.Unlock()
-	x.releaseMemory()
+	x.drainClears(t)
 }

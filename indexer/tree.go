@@ -33,6 +33,9 @@ type tree struct {
 	entryDelta int64
 	queues     []evictQueue
 	compact    []uint32
+	// clears are cleared ranks whose entries are still to be dropped
+	// (clear.go).
+	clears []*clearing
 	// peaks remember the largest size of the node table and of each
 	// rank's table since they were last rebuilt: tables never shrink.
 	nodesPeak int
