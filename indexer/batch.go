@@ -51,7 +51,7 @@ func (x *Index) applyEvents(p selection.PartitionKey, r selection.Rank, events [
 			n++
 		}
 		applied, skipped := 0, 0
-		t.mu.Lock()
+		t.lockWrite()
 		clears := len(t.clears)
 		for i := range n {
 			ev := &events[i]
@@ -68,7 +68,7 @@ func (x *Index) applyEvents(p selection.PartitionKey, r selection.Rank, events [
 		t.flushEntries(x)
 		t.tidy()
 		cleared := len(t.clears) > clears
-		t.mu.Unlock()
+		t.unlockWrite()
 		if cleared {
 			x.drainClears(t) // the entries of a rank this run cleared (clear.go)
 		}

@@ -50,12 +50,12 @@ func (t *tree) detachRank(x *Index, r selection.Rank) {
 // meanwhile without draining.
 func (x *Index) drainClears(t *tree) {
 	for {
-		t.mu.Lock()
+		t.lockWrite()
 		left := t.clearSome(x, clearChunk)
 		if !left {
 			t.tidy()
 		}
-		t.mu.Unlock()
+		t.unlockWrite()
 		if !left {
 			x.releaseMemory()
 			return

@@ -231,8 +231,8 @@ type victim struct {
 
 // evictRank evicts, under t's lock, from rank r if it is over share.
 func (t *tree) evictRank(x *Index, r selection.Rank, share int64) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lockWrite()
+	defer t.unlockWrite()
 	id, ok := t.rankIDs[r]
 	if !ok {
 		return 0
@@ -244,8 +244,8 @@ func (t *tree) evictRank(x *Index, r selection.Rank, share int64) int {
 
 // evictID evicts, under t's lock, from rank id if it is over share.
 func (t *tree) evictID(x *Index, id uint32, share int64) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lockWrite()
+	defer t.unlockWrite()
 	popped := t.evict(x, id, share)
 	t.tidy()
 	return popped

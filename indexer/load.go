@@ -16,9 +16,9 @@ func (x *Index) LoadDump(p selection.PartitionKey, events []selection.RouterEven
 	if t == nil {
 		return fmt.Errorf("partition %s is not configured", p)
 	}
-	t.mu.Lock()
+	t.lockWrite()
 	defer x.evictOver(nil, selection.Rank{}) // runs after the unlock below
-	defer t.mu.Unlock()
+	defer t.unlockWrite()
 	defer t.flushEntries(x) // before the unlock
 	for _, ev := range events {
 		r := selection.Rank{WorkerID: ev.WorkerID, DPRank: ev.Event.DPRank}

@@ -34,7 +34,8 @@ import (
 // cost of DecodeApply. A bucket instead counts the keys whose probe passed
 // it full (passed): a find goes on past a bucket only while that count is
 // nonzero, so deletions leave no tombstones. The load stays at most 7/8
-// (the table doubles past it). At 2/3, where a steady table sits between
+// (the table doubles past it; a large one may reach 15/16 before it does,
+// grow.go). At 2/3, where a steady table sits between
 // doublings, about 8 % of buckets were full and 30 % had been passed, so
 // most probes end in their home bucket.
 type refTable struct {
@@ -49,6 +50,9 @@ type refTable struct {
 	// rank is an engine table's rank id (tree.rankIDs), kept here so an
 	// event finds its rank's table and id in one map lookup.
 	rank uint32
+	// growing is set while the table waits to grow after the write lock
+	// is released (grow.go).
+	growing bool
 }
 
 // bucket is one cache line: twelve slots' tags, how many keys passed it
@@ -276,7 +280,7 @@ func (t *refTable) claim(key uint64) claimed { return t.claimAt(t.hashOf(key), k
 // reserve grows the table, if need be, so that n more keys fit without
 // growing.
 func (t *refTable) reserve(n int) {
-	if t.n+n > capacityOf(len(t.buckets)) {
+	if t.n+n > capacityOf(len(t.buckets)) && !t.growLater(n) {
 		t.resize(max(2*len(t.buckets), bucketsFor(t.n+n)))
 	}
 }
@@ -316,7 +320,7 @@ func (t *refTable) claimAt(h uint64, key uint64) claimed {
 		}
 	}
 	t.n++
-	if t.n > capacityOf(len(t.buckets)) {
+	if t.n > capacityOf(len(t.buckets)) && !t.growLater(0) {
 		t.resize(2 * len(t.buckets))
 		empty = -1
 	}

@@ -344,9 +344,9 @@ func (t *tree) dropEntryAt(e uint32, nodeHash uint64) {
 // chunk at a time (clear.go).
 func (x *Index) RemoveRank(p selection.PartitionKey, r selection.Rank) {
 	if t := x.tree(p); t != nil {
-		t.mu.Lock()
+		t.lockWrite()
 		t.detachRank(x, r)
-		t.mu.Unlock()
+		t.unlockWrite()
 		x.drainClears(t)
 	}
 }
@@ -358,12 +358,12 @@ func (x *Index) RemoveWorker(p selection.PartitionKey, workerID uint64) {
 	if t == nil {
 		return
 	}
-	t.mu.Lock()
+	t.lockWrite()
 	for r := range t.ranks {
 		if r.WorkerID == workerID {
 			t.detachRank(x, r)
 		}
 	}
-	t.mu.Unlock()
+	t.unlockWrite()
 	x.drainClears(t)
 }

@@ -11,6 +11,11 @@ import (
 
 // tree is one partition's index.
 type tree struct {
+	// Writers take writeMu, then mu (lockWrite); lookups take mu's read
+	// lock alone, so that a large table grows with writeMu held and mu
+	// free (grow.go). toGrow lists the tables a write left to grow.
+	writeMu   sync.Mutex
+	toGrow    []*refTable
 	mu        sync.RWMutex
 	blockSize int // fixed for the tree's life: read without the lock
 	eagle     bool
