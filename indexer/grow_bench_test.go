@@ -2,9 +2,6 @@ package indexer
 
 import (
 	"math"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,37 +26,13 @@ func BenchmarkGrowHold(b *testing.B) {
 			for b.Loop() {
 				x := New()
 				x.ConfigurePartition(part, 4, false)
-				other := selection.Rank{WorkerID: 2}
-				prompt := make([]uint32, 64*4)
-				for i := range prompt {
-					prompt[i] = 1<<31 + uint32(i)
-				}
-				ev := &Event{Kind: Stored, BlockSize: 4, TokenIDs: prompt, BlockHashes: make([]uint64, 64)}
-				for i := range ev.BlockHashes {
-					ev.BlockHashes[i] = 1<<62 + uint64(i)
-				}
-				if err := x.Apply(part, other, ev); err != nil {
-					b.Fatal(err)
-				}
-				var stop atomic.Bool
-				var waits []time.Duration
-				var wg sync.WaitGroup
-				wg.Go(func() {
-					for !stop.Load() {
-						start := time.Now()
-						depthAt(x, part, 4, other, prompt)
-						waits = append(waits, time.Since(start))
-					}
-				})
+				w := watchLookups(b, x)
 				start := time.Now()
 				storeChains(b, x, selection.Rank{WorkerID: 1}, 1_500_000/64)
 				took = time.Since(start)
-				stop.Store(true)
-				wg.Wait()
-				slices.Sort(waits)
-				worst, p99 = waits[len(waits)-1], waits[len(waits)*99/100]
-				if n := x.tree(part).nodes.Len(); n < 1_400_000 {
-					b.Fatalf("%d keys in the node table", n)
+				worst, p99 = w.end()
+				if n := x.tree(part).nodes.Len(); n < 1_400_000 || w.depth() != 64 {
+					b.Fatalf("%d keys in the node table, the other rank's prompt %d blocks", n, w.depth())
 				}
 			}
 			b.ReportMetric(float64(worst.Microseconds())/1000, "lookup_max_ms")
