@@ -174,7 +174,7 @@ func (t *tree) hold(x *Index, m *refTable, id uint32, span []uint32, engine, h u
 	c.fill(e)
 	if x.MaxEntries > 0 {
 		if x.entries.Load()+t.entryDelta >= x.MaxEntries {
-			x.counters.full.add(1) // stored all the same: Apply evicts the oldest once the lock is released
+			x.counters.full.add(1) // stored all the same: Apply evicts by share once the lock is released (evict.go)
 		}
 		*t.stampOf(e) = x.stamps.Add(1)
 		t.push(id, e)
