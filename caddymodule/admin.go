@@ -67,6 +67,29 @@ var errNoRouter = caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.Ne
 type adminWorker struct {
 	selection.WorkerRecord
 	Ranks []adminRank `json:"ranks"`
+	// KVEvents are the KV-event counters its publishers raised, the
+	// nonzero ones under /kv_router/stats' keys, so that an operator can
+	// tell which worker sends malformed payloads, falls behind or
+	// restarts; absent when all are zero.
+	KVEvents map[string]uint64 `json:"kv_events,omitempty"`
+}
+
+// nonzeroEvents returns c's nonzero counters by their stats keys, or nil.
+func nonzeroEvents(c indexer.EventCounts) map[string]uint64 {
+	var out map[string]uint64
+	s := indexer.Snapshot{Events: c}
+	for _, f := range indexer.Figures {
+		if f.Section != indexer.SectionEvents || f.Gauge {
+			continue
+		}
+		if v := f.Value(&s); v != 0 {
+			if out == nil {
+				out = map[string]uint64{}
+			}
+			out[f.Key] = v
+		}
+	}
+	return out
 }
 
 type adminRank struct {
@@ -92,9 +115,13 @@ func (Admin) workers(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	recs := state.router.Catalog().ListWorkers("", "")
+	var counts map[uint64]indexer.EventCounts
+	if state.events != nil {
+		counts = state.events.WorkerCounts()
+	}
 	out := make([]adminWorker, 0, len(recs))
 	for _, rec := range recs {
-		aw := adminWorker{WorkerRecord: rec, Ranks: []adminRank{}}
+		aw := adminWorker{WorkerRecord: rec, Ranks: []adminRank{}, KVEvents: nonzeroEvents(counts[rec.WorkerID])}
 		for _, rk := range rec.Ranks() {
 			l := loads[rk]
 			ar := adminRank{DPRank: rk.DPRank, PrefillTokens: l.PotentialPrefillTokens, DecodeBlocks: l.PotentialDecodeBlocks,

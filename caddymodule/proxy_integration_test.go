@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -180,8 +181,27 @@ func TestProxyRoutesByPrefix(t *testing.T) {
 		}
 		return string(b)
 	}
-	if workers := admin("/kv_router/workers"); !strings.Contains(workers, `"worker_id":3`) || !strings.Contains(workers, `"indexed_blocks":16`) {
+	workers := admin("/kv_router/workers")
+	if !strings.Contains(workers, `"worker_id":3`) || !strings.Contains(workers, `"indexed_blocks":16`) {
 		t.Errorf("/kv_router/workers: %s", workers)
+	}
+	// Each worker's publisher's own counts: worker 3's events were read
+	// and applied, and nothing of its was malformed.
+	var listed []struct {
+		WorkerID uint64            `json:"worker_id"`
+		KVEvents map[string]uint64 `json:"kv_events"`
+	}
+	if err := json.Unmarshal([]byte(workers), &listed); err != nil {
+		t.Fatal(err)
+	}
+	var three map[string]uint64
+	for _, w := range listed {
+		if w.WorkerID == 3 {
+			three = w.KVEvents
+		}
+	}
+	if three["messages"] == 0 || three["batches"] == 0 || three["malformed"] != 0 {
+		t.Errorf("worker 3's kv_events: %v", three)
 	}
 	if stats := admin("/kv_router/stats"); !strings.Contains(stats, `"active_reservations":0`) || !strings.Contains(stats, `"listeners":3`) {
 		t.Errorf("/kv_router/stats: %s", stats)

@@ -39,6 +39,11 @@ type BindListener struct {
 	done    chan struct{}
 	once    sync.Once
 	streams map[uint64]*stream // by worker id; owned by the goroutine
+	// counts are each worker's streams' counts, kept across a stream's
+	// replacement (its worker's record changed) and dropped with the
+	// worker; read by the admin route through Manager.WorkerCounts.
+	countsMu sync.Mutex
+	counts   map[uint64]*Stats
 	turn    *ingestTurn        // the goroutine's turn to ingest, shared by its streams
 }
 
@@ -88,7 +93,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 		endpoint = ep
 	}
 	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim, gate: gate,
-		stop: make(chan struct{}), done: make(chan struct{}), streams: map[uint64]*stream{}, turn: &ingestTurn{x: index}}
+		stop: make(chan struct{}), done: make(chan struct{}), streams: map[uint64]*stream{}, counts: map[uint64]*Stats{}, turn: &ingestTurn{x: index}}
 	b.wait = waitFor(sub, log)
 	// Counting only: the publishers dial, and redial, a bound SUB.
 	if b.mon, err = startMonitor(zctx, sub, stats, log, nil); err != nil {
@@ -128,6 +133,29 @@ func parseTopic(topic string) (uint64, string, error) {
 	return id, parts[2], nil
 }
 
+// workerStats returns worker id's counts, made when first needed.
+func (b *BindListener) workerStats(id uint64) *Stats {
+	b.countsMu.Lock()
+	defer b.countsMu.Unlock()
+	s := b.counts[id]
+	if s == nil {
+		s = b.stats.part()
+		b.counts[id] = s
+	}
+	return s
+}
+
+// workerCounts copies every worker's counts.
+func (b *BindListener) workerCounts() map[uint64]EventCounts {
+	b.countsMu.Lock()
+	defer b.countsMu.Unlock()
+	out := make(map[uint64]EventCounts, len(b.counts))
+	for id, s := range b.counts {
+		out[id] = s.Counts()
+	}
+	return out
+}
+
 func (b *BindListener) run(sub *zmq.Socket) {
 	defer close(b.done)
 	defer b.mon.stop() // after the SUB is closed, which ends its monitoring
@@ -147,6 +175,9 @@ func (b *BindListener) run(sub *zmq.Socket) {
 		if !ok {
 			b.stats.Rejected.add(1)
 			delete(b.streams, id)
+			b.countsMu.Lock()
+			delete(b.counts, id)
+			b.countsMu.Unlock()
 			return
 		}
 		if cfg.MaxGap == 0 {
@@ -159,10 +190,10 @@ func (b *BindListener) run(sub *zmq.Socket) {
 		// the catalog has workers, whatever topics publishers send.
 		st := b.streams[id]
 		if st == nil || st.cfg != cfg {
-			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.stats, log: b.log, stop: b.stop, turn: b.turn}
+			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.workerStats(id), log: b.log, stop: b.stop, turn: b.turn}
 			b.streams[id] = st
 		}
-		b.stats.Messages.add(1)
+		st.stats.Messages.add(1)
 		st.deliver(seq, payload)
 	}, b.turn.leave)
 }

@@ -127,13 +127,34 @@ func (m *Manager) OnCatalogChange(old, cur *selection.WorkerRecord) {
 		m.Index.RemoveWorker(old.Partition(), id)
 	}
 	for r, cfg := range want {
-		l, err := StartListener(m.zctx, m.Index, &m.stats, m.log, cfg)
+		// Its own counts, each also added to the manager's totals.
+		l, err := StartListener(m.zctx, m.Index, m.stats.part(), m.log, cfg)
 		if err != nil {
 			m.log.Error("starting kv event listener", zap.Uint64("worker_id", r.WorkerID), zap.Uint32("dp_rank", r.DPRank), zap.Error(err))
 			continue
 		}
 		m.listeners[r] = l
 	}
+}
+
+// WorkerCounts returns, by worker id, what each worker's publishers
+// raised: its per-rank listeners' counts summed and, in bind mode, its
+// stream's. Counts of connections a bind-mode gate refused belong to no
+// worker and show in the totals (Snapshot) only, as do those of a worker
+// since removed.
+func (m *Manager) WorkerCounts() map[uint64]EventCounts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[uint64]EventCounts{}
+	for r, l := range m.listeners {
+		out[r.WorkerID] = out[r.WorkerID].plus(l.stats.Counts())
+	}
+	if m.bind != nil {
+		for id, c := range m.bind.workerCounts() {
+			out[id] = out[id].plus(c)
+		}
+	}
+	return out
 }
 
 // Listeners returns how many per-rank listeners run.

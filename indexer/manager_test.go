@@ -100,6 +100,74 @@ func TestManagerFollowsCatalog(t *testing.T) {
 	}
 }
 
+// TestWorkerCounts: each worker's publishers' counts are kept apart and
+// add up to the totals. Worker 1 sends a payload that does not decode and
+// a good one, worker 2 a good one: worker 1 shows the malformed payload,
+// worker 2 none; in bind mode too, where every worker's publisher writes
+// to one SUB, and a topic naming no worker counts in the totals only.
+func TestWorkerCounts(t *testing.T) {
+	t.Run("connect", func(t *testing.T) {
+		r, m := eventRouter(t, false)
+		pctx, _ := zmq.NewContext()
+		pubs := []*testPublisher{newTestPublisher(t, pctx, false), newTestPublisher(t, pctx, false)}
+		t.Cleanup(func() { pubs[0].close(); pubs[1].close(); _ = pctx.Term() })
+		for i, p := range pubs {
+			if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(i + 1)), ModelName: ptr("m"),
+				Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs)), KVEventsEndpoint: ptr(p.pubEP)}); err != nil {
+				t.Fatal(err)
+			}
+			p.waitSubscribed()
+		}
+		prompt := testPrompt(13)
+		pubs[0].publish([]byte{0xc1}, true) // 0xc1 is no msgpack type
+		pubs[0].publish(chunk(EncodingArray, -1, prompt, 0, 4), true)
+		pubs[1].publish(chunk(EncodingArray, -1, prompt, 0, 4), true)
+		eventually(t, "both publishers' batches", func() bool { return m.stats.Batches.Load() >= 2 })
+		checkWorkerCounts(t, m, 1)
+	})
+	t.Run("bind", func(t *testing.T) {
+		r, m := eventRouter(t, true)
+		pub := bindPublisher(t, r, m, &selection.WorkerRequest{WorkerID: ptr(uint64(1)), ModelName: ptr("m"),
+			Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))})
+		if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(2)), ModelName: ptr("m"),
+			Endpoint: ptr("127.0.0.1:8001"), BlockSize: ptr(uint32(lbs))}); err != nil {
+			t.Fatal(err)
+		}
+		send := func(topic string, seq uint64, payload []byte) {
+			var s [8]byte
+			binary.BigEndian.PutUint64(s[:], seq)
+			if _, err := pub.SendMessage(topic, s[:], payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prompt := testPrompt(13)
+		eventually(t, "the first batch", func() bool {
+			send("kv@2@m", 0, chunk(EncodingArray, -1, prompt, 0, 4))
+			return m.stats.Batches.Load() >= 1
+		})
+		send("kv@1@m", 0, []byte{0xc1})
+		send("kv@1@m", 1, chunk(EncodingArray, -1, prompt, 0, 4))
+		send("not-a-topic", 0, chunk(EncodingArray, -1, prompt, 0, 4)) // the totals' only
+		eventually(t, "the rest", func() bool { return m.stats.Malformed.Load() >= 2 && m.WorkerCounts()[1].Batches >= 1 })
+		checkWorkerCounts(t, m, 2)
+	})
+}
+
+// checkWorkerCounts: worker 1 raised one malformed payload, worker 2
+// none, and the totals hold malformed of them all and at least the
+// workers' messages and batches.
+func checkWorkerCounts(t *testing.T, m *Manager, malformed uint64) {
+	t.Helper()
+	by := m.WorkerCounts()
+	if by[1].Malformed != 1 || by[2].Malformed != 0 || by[1].Batches != 1 || by[2].Batches < 1 {
+		t.Fatalf("by worker: %+v", by)
+	}
+	total := m.stats.Counts()
+	if total.Malformed != malformed || total.Messages < by[1].Messages+by[2].Messages || total.Batches != by[1].Batches+by[2].Batches {
+		t.Fatalf("totals %+v against workers %+v", total, by)
+	}
+}
+
 // bindPublisher binds m's listener, registers worker in r and returns a
 // PUB connected to the bound endpoint (reconnecting every 50 ms, so a
 // publisher whose connection was dropped is back soon).

@@ -7,14 +7,23 @@ import (
 
 // Counter is a count that only this package adds to and anyone may read.
 // It saturates at the largest uint64 instead of wrapping (addSat), so a
-// hostile publisher cannot turn a huge count into a small one.
-type Counter struct{ n atomic.Uint64 }
+// hostile publisher cannot turn a huge count into a small one. A count of
+// one publisher also adds to the total it is part of (up; Stats.part).
+type Counter struct {
+	n  atomic.Uint64
+	up *Counter
+}
 
 // Load returns the count.
 func (c *Counter) Load() uint64 { return c.n.Load() }
 
-// add adds n, saturating.
-func (c *Counter) add(n uint64) { addSat(&c.n, n) }
+// add adds n, saturating, here and to the total.
+func (c *Counter) add(n uint64) {
+	addSat(&c.n, n)
+	if c.up != nil {
+		addSat(&c.up.n, n)
+	}
+}
 
 // addSat adds n to c, stopping at the largest uint64 rather than wrapping.
 func addSat(c *atomic.Uint64, n uint64) {
@@ -72,6 +81,42 @@ type Stats struct {
 type EventCounts struct {
 	Messages, Batches, Malformed, Stale, Gaps, Replays, Replayed, Lost,
 	Restarts, Rejected, Jumps, UnknownRank, Disconnects, Behind, Cut, TurnedAway uint64
+}
+
+// all lists the counters, in EventCounts' order.
+func (s *Stats) all() [16]*Counter {
+	return [16]*Counter{&s.Messages, &s.Batches, &s.Malformed, &s.Stale, &s.Gaps, &s.Replays,
+		&s.Replayed, &s.Lost, &s.Restarts, &s.Rejected, &s.Jumps, &s.UnknownRank,
+		&s.Disconnects, &s.Behind, &s.Cut, &s.TurnedAway}
+}
+
+// part returns counters of one publisher whose every add also adds to
+// s, so that a count tells which publisher raised it and s the total.
+func (s *Stats) part() *Stats {
+	p := &Stats{}
+	mine, totals := p.all(), s.all()
+	for i, c := range mine {
+		c.up = totals[i]
+	}
+	return p
+}
+
+// plus returns c with o's counts added (saturating).
+func (c EventCounts) plus(o EventCounts) EventCounts {
+	add := func(a, b uint64) uint64 {
+		if a+b < a {
+			return math.MaxUint64
+		}
+		return a + b
+	}
+	return EventCounts{
+		Messages: add(c.Messages, o.Messages), Batches: add(c.Batches, o.Batches), Malformed: add(c.Malformed, o.Malformed),
+		Stale: add(c.Stale, o.Stale), Gaps: add(c.Gaps, o.Gaps), Replays: add(c.Replays, o.Replays),
+		Replayed: add(c.Replayed, o.Replayed), Lost: add(c.Lost, o.Lost), Restarts: add(c.Restarts, o.Restarts),
+		Rejected: add(c.Rejected, o.Rejected), Jumps: add(c.Jumps, o.Jumps), UnknownRank: add(c.UnknownRank, o.UnknownRank),
+		Disconnects: add(c.Disconnects, o.Disconnects), Behind: add(c.Behind, o.Behind),
+		Cut: add(c.Cut, o.Cut), TurnedAway: add(c.TurnedAway, o.TurnedAway),
+	}
 }
 
 // Counts copies the counters. Each is read atomically, the set is not:
