@@ -44,7 +44,7 @@ type BindListener struct {
 	// worker; read by the admin route through Manager.WorkerCounts.
 	countsMu sync.Mutex
 	counts   map[uint64]*Stats
-	turn    *ingestTurn        // the goroutine's turn to ingest, shared by its streams
+	turn     *ingestTurn // the goroutine's turn to ingest, shared by its streams
 }
 
 // StartBindListener binds endpoint and starts receiving. Its options set
