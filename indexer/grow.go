@@ -3,9 +3,9 @@ package indexer
 // Growing a large table beside its lookups. A table that doubles copies
 // every key into an array twice its size, and it did so under the
 // partition's write lock, in the middle of the store that took it past its
-// load bound: lookups of the model waited 0.2 s for a table of 700k keys
-// and 0.75 s for 2.75M (both tables of a rank growing in one store;
-// RELIABILITY.md). Writes are therefore taken in two locks: writeMu, which
+// load bound: lookups of the model waited 0.8–1.2 s for tables of 1M and
+// 2M keys in the probe (RELIABILITY.md), 220–260 ms for a rank's tables
+// growing to 1.4M keys in BenchmarkGrowHold. Writes are therefore taken in two locks: writeMu, which
 // only writers take, then mu, which lookups share (lockWrite). A table of
 // growAsideMin buckets or more that passes its load bound (7/8) takes its
 // next keys as it is, up to 15/16 of its slots, and is grown once the
