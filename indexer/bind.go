@@ -40,8 +40,10 @@ type BindListener struct {
 	once    sync.Once
 	streams map[uint64]*stream // by worker id; owned by the goroutine
 	// counts are each worker's streams' counts, kept across a stream's
-	// replacement (its worker's record changed) and dropped with the
-	// worker; read by the admin route through Manager.WorkerCounts.
+	// replacement (its worker's record changed) and dropped when a message
+	// finds the worker gone from the catalog (one of a few hundred bytes
+	// per worker the catalog ever held meanwhile); read by the admin route
+	// through Manager.WorkerCounts.
 	countsMu sync.Mutex
 	counts   map[uint64]*Stats
 	turn     *ingestTurn // the goroutine's turn to ingest, shared by its streams
