@@ -1,0 +1,34 @@
+package indexer
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestStatsPartCoversEveryCounter: every counter of Stats is in all(), so
+// a publisher's counts (part) reach the totals, and plus adds every field
+// of EventCounts. A counter added to Stats and not to all() fails here
+// instead of going missing from the totals.
+func TestStatsPartCoversEveryCounter(t *testing.T) {
+	var total Stats
+	p := total.part()
+	v := reflect.ValueOf(p).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		c, ok := f.Addr().Interface().(*Counter)
+		if !ok {
+			continue
+		}
+		c.add(uint64(i + 1))
+		if got := reflect.ValueOf(&total).Elem().Field(i).Addr().Interface().(*Counter).Load(); got != uint64(i+1) {
+			t.Errorf("Stats.%s: the total counts %d of a part's %d", v.Type().Field(i).Name, got, i+1)
+		}
+	}
+	one, sum := p.Counts(), p.Counts().plus(p.Counts())
+	a, b := reflect.ValueOf(one), reflect.ValueOf(sum)
+	for i := range a.NumField() {
+		if b.Field(i).Uint() != 2*a.Field(i).Uint() || a.Field(i).Uint() == 0 {
+			t.Errorf("EventCounts.%s: %d plus itself gave %d", a.Type().Field(i).Name, a.Field(i).Uint(), b.Field(i).Uint())
+		}
+	}
+}
