@@ -67,11 +67,9 @@ func (t *tree) growAside(tab *refTable) {
 	if !t.holds(tab) || tab.n <= capacityOf(len(tab.buckets)) {
 		return
 	}
-	fresh := &refTable{seed: tab.seed, tree: t, engines: tab.engines, rank: tab.rank}
-	fresh.alloc(2 * len(tab.buckets))
-	fresh.insertAll(tab.buckets)
+	buckets, shift := tab.laidOut(2 * len(tab.buckets))
 	t.mu.Lock()
-	tab.buckets, tab.shift = fresh.buckets, fresh.shift
+	tab.buckets, tab.shift = buckets, shift
 	t.mu.Unlock()
 }
 

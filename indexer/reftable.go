@@ -417,10 +417,17 @@ func (t *refTable) delAt(i int, h uint64) {
 }
 
 // resize moves every ref into an array of buckets buckets.
-func (t *refTable) resize(buckets int) {
-	old := t.buckets
-	t.alloc(buckets)
-	t.insertAll(old)
+func (t *refTable) resize(buckets int) { t.buckets, t.shift = t.laidOut(buckets) }
+
+// laidOut places t's refs in a new array of buckets buckets under t's
+// seed, so that hashes computed before stay good, and returns the array
+// and its shift; t itself is not changed (grow.go builds the array
+// beside the table's lookups).
+func (t *refTable) laidOut(buckets int) ([]bucket, uint8) {
+	fresh := refTable{seed: t.seed, tree: t.tree, engines: t.engines}
+	fresh.alloc(buckets)
+	fresh.insertAll(t.buckets)
+	return fresh.buckets, fresh.shift
 }
 
 // insertAll places the refs of old buckets (the table holding none).
