@@ -32,18 +32,22 @@ func addSat(c *atomic.Uint64, n uint64) {
 		if old == math.MaxUint64 {
 			return
 		}
-		v := old + n
-		if v < old {
-			v = math.MaxUint64
-		}
-		if c.CompareAndSwap(old, v) {
+		if c.CompareAndSwap(old, sumSat(old, n)) {
 			return
 		}
 	}
 }
 
-// Stats are the live counters of what listeners saw, shared by every
-// listener of a manager and safe to read at any time. To report them, take
+// sumSat is a + b, or the largest uint64 where that would wrap.
+func sumSat(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// Stats are the live counters of what listeners saw, safe to read at any
+// time: a manager's totals, or one publisher's counts (part). To report them, take
 // a Snapshot (Manager.Snapshot), which also holds the index's figures.
 type Stats struct {
 	Messages    Counter // well-framed messages received live
@@ -101,36 +105,32 @@ func (s *Stats) part() *Stats {
 	return p
 }
 
+// fields lists c's counts, in the order of Stats.all.
+func (c *EventCounts) fields() [16]*uint64 {
+	return [16]*uint64{&c.Messages, &c.Batches, &c.Malformed, &c.Stale, &c.Gaps, &c.Replays,
+		&c.Replayed, &c.Lost, &c.Restarts, &c.Rejected, &c.Jumps, &c.UnknownRank,
+		&c.Disconnects, &c.Behind, &c.Cut, &c.TurnedAway}
+}
+
 // plus returns c with o's counts added (saturating).
 func (c EventCounts) plus(o EventCounts) EventCounts {
-	add := func(a, b uint64) uint64 {
-		if a+b < a {
-			return math.MaxUint64
-		}
-		return a + b
+	sum, add := c.fields(), o.fields()
+	for i, p := range sum {
+		*p = sumSat(*p, *add[i])
 	}
-	return EventCounts{
-		Messages: add(c.Messages, o.Messages), Batches: add(c.Batches, o.Batches), Malformed: add(c.Malformed, o.Malformed),
-		Stale: add(c.Stale, o.Stale), Gaps: add(c.Gaps, o.Gaps), Replays: add(c.Replays, o.Replays),
-		Replayed: add(c.Replayed, o.Replayed), Lost: add(c.Lost, o.Lost), Restarts: add(c.Restarts, o.Restarts),
-		Rejected: add(c.Rejected, o.Rejected), Jumps: add(c.Jumps, o.Jumps), UnknownRank: add(c.UnknownRank, o.UnknownRank),
-		Disconnects: add(c.Disconnects, o.Disconnects), Behind: add(c.Behind, o.Behind),
-		Cut: add(c.Cut, o.Cut), TurnedAway: add(c.TurnedAway, o.TurnedAway),
-	}
+	return c
 }
 
 // Counts copies the counters. Each is read atomically, the set is not:
 // a batch applied during the copy may show in one counter and not yet in
 // another, which a report of monotonic counters can live with.
 func (s *Stats) Counts() EventCounts {
-	return EventCounts{
-		Messages: s.Messages.Load(), Batches: s.Batches.Load(), Malformed: s.Malformed.Load(),
-		Stale: s.Stale.Load(), Gaps: s.Gaps.Load(), Replays: s.Replays.Load(),
-		Replayed: s.Replayed.Load(), Lost: s.Lost.Load(), Restarts: s.Restarts.Load(),
-		Rejected: s.Rejected.Load(), Jumps: s.Jumps.Load(), UnknownRank: s.UnknownRank.Load(),
-		Disconnects: s.Disconnects.Load(), Behind: s.Behind.Load(),
-		Cut: s.Cut.Load(), TurnedAway: s.TurnedAway.Load(),
+	var c EventCounts
+	to := c.fields()
+	for i, counter := range s.all() {
+		*to[i] = counter.Load()
 	}
+	return c
 }
 
 // indexCounters are the index's own counters; IndexCounts copies them.

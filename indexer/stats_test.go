@@ -8,7 +8,8 @@ import (
 // TestStatsPartCoversEveryCounter: every counter of Stats is in all(), so
 // a publisher's counts (part) reach the totals, and plus adds every field
 // of EventCounts. A counter added to Stats and not to all() fails here
-// instead of going missing from the totals.
+// instead of going missing from the totals, and Counts copies each
+// counter to the field of its name.
 func TestStatsPartCoversEveryCounter(t *testing.T) {
 	var total Stats
 	p := total.part()
@@ -27,6 +28,10 @@ func TestStatsPartCoversEveryCounter(t *testing.T) {
 	one, sum := p.Counts(), p.Counts().plus(p.Counts())
 	a, b := reflect.ValueOf(one), reflect.ValueOf(sum)
 	for i := range a.NumField() {
+		name := a.Type().Field(i).Name
+		if c := v.FieldByName(name).Addr().Interface().(*Counter); a.Field(i).Uint() != c.Load() {
+			t.Errorf("EventCounts.%s reads %d, Stats.%s holds %d", name, a.Field(i).Uint(), name, c.Load())
+		}
 		if b.Field(i).Uint() != 2*a.Field(i).Uint() || a.Field(i).Uint() == 0 {
 			t.Errorf("EventCounts.%s: %d plus itself gave %d", a.Type().Field(i).Name, a.Field(i).Uint(), b.Field(i).Uint())
 		}
