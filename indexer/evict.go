@@ -58,15 +58,6 @@ func (t *tree) push(id uint32, e uint32) {
 	t.queues[id].items = append(t.queues[id].items, e)
 }
 
-// queued is how many items the tree's queues hold, stale ones included.
-func (t *tree) queued() int {
-	n := 0
-	for i := range t.queues {
-		n += t.queues[i].len()
-	}
-	return n
-}
-
 // unqueue clears e's queue mark as its item leaves the queue; it reports
 // whether e still holds an entry (the item was live), and frees e's slot
 // when it holds nothing.

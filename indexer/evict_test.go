@@ -9,6 +9,15 @@ import (
 
 const ebs = 2 // block size of the eviction tests
 
+// queued is how many items the tree's queues hold, stale ones included.
+func (t *tree) queued() int {
+	n := 0
+	for i := range t.queues {
+		n += t.queues[i].len()
+	}
+	return n
+}
+
 // evictPrompt is a prompt of n blocks unique to salt.
 func evictPrompt(salt uint32, n int) []uint32 {
 	p := make([]uint32, n*ebs)
