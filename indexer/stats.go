@@ -17,8 +17,12 @@ type Counter struct {
 // Load returns the count.
 func (c *Counter) Load() uint64 { return c.n.Load() }
 
-// add adds n, saturating, here and to the total.
+// add adds n, saturating, here and to the total. Adding 0 (a batch the
+// index refused nothing of) touches neither.
 func (c *Counter) add(n uint64) {
+	if n == 0 {
+		return
+	}
 	addSat(&c.n, n)
 	if c.up != nil {
 		addSat(&c.up.n, n)

@@ -37,3 +37,20 @@ func TestStatsPartCoversEveryCounter(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCounterAdd: what an add costs to a manager's totals alone (as
+// before per-publisher counts) and to a publisher's counts that add to
+// the totals as well (part), from one goroutine.
+func BenchmarkCounterAdd(b *testing.B) {
+	var total Stats
+	for _, c := range []struct {
+		name    string
+		counter *Counter
+	}{{"total_only", &total.Messages}, {"part_and_total", &total.part().Messages}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				c.counter.add(1)
+			}
+		})
+	}
+}
