@@ -58,6 +58,19 @@ type App struct {
 	// kv_events endpoint of their own. Default: unset (the gateway connects).
 	KVEventsBind string `json:"kv_events_bind,omitempty"`
 
+	// KVEventsBindPeers says which publishers may send under a worker's
+	// topic to kv_events_bind. "worker_host": a TCP connection may send
+	// under one topic only, that of a worker in the catalog whose
+	// endpoint's host (resolved, when a name) is the connection's source
+	// address; a connection that breaks this is cut off and counted
+	// (kvrouter_kv_events_wrong_topic_total). "any": every peer that
+	// reaches the endpoint may send under any worker's topic. A socket
+	// file (ipc://) is not checked: its permissions say who may dial it.
+	// Publishers whose connections come from another address than their
+	// worker's endpoint (behind NAT, or a worker registered under a
+	// service address) need "any". Default: worker_host.
+	KVEventsBindPeers string `json:"kv_events_bind_peers,omitempty"`
+
 	// OverlapScoreCredit is the cost credit, in blocks of prefill load, for
 	// each prompt block already cached on a worker's device. It must be
 	// finite and non-negative. Default: 8 (Dynamo's is 1.0): a worker that

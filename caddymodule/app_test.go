@@ -131,6 +131,8 @@ func TestAppBuildErrors(t *testing.T) {
 	}{
 		{App{UseKVEvents: ptr(false), KVEventsBind: "tcp://*:5557"}, "kv_events_bind needs use_kv_events on"},
 		{App{KVEventsBind: "http://x"}, "is not a tcp://, ipc:// or inproc:// endpoint"},
+		{App{KVEventsBind: "tcp://*:5557", KVEventsBindPeers: "nobody"}, `kv_events_bind_peers "nobody": worker_host or any`},
+		{App{KVEventsBindPeers: "any"}, "kv_events_bind_peers needs kv_events_bind"},
 		{App{RouterTemperature: ptr(-1.0)}, "router_temperature must be finite and non-negative"},
 		{App{DecodeBusyThreshold: ptr(-0.5)}, "decode_busy_threshold must be finite and non-negative"},
 		{App{SessionAffinityTTL: caddy.Duration(time.Millisecond)}, "session affinity ttl must be between"},

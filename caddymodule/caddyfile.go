@@ -43,6 +43,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		block_size <tokens>
 //		use_kv_events on|off
 //		kv_events_bind <zmq endpoint>
+//		kv_events_bind_peers worker_host|any
 //		index_max_entries <entries>
 //
 //		overlap_score_credit <float>
@@ -141,6 +142,14 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			a.KVEventsBind = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "kv_events_bind_peers":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			a.KVEventsBindPeers = d.Val()
 			if d.NextArg() {
 				return d.ArgErr()
 			}

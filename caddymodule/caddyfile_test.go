@@ -30,9 +30,10 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		{
 			input: `kv_router {
 				kv_events_bind tcp://*:5557
+				kv_events_bind_peers any
 				index_max_entries 1000000
 			}`,
-			want: App{KVEventsBind: "tcp://*:5557", IndexMaxEntries: 1000000},
+			want: App{KVEventsBind: "tcp://*:5557", KVEventsBindPeers: "any", IndexMaxEntries: 1000000},
 		},
 		{
 			input: `kv_router {
@@ -162,6 +163,7 @@ func TestAppUnmarshalCaddyfile(t *testing.T) {
 		{input: "kv_router {\n max_workers -3\n}", wantErr: "max_workers must be a non-negative integer"},
 		{input: "kv_router {\n index_max_entries 1.5\n}", wantErr: "index_max_entries must be a whole number"},
 		{input: "kv_router {\n kv_events_bind\n}", wantErr: "wrong argument count"},
+		{input: "kv_router {\n kv_events_bind_peers\n}", wantErr: "wrong argument count"},
 		{input: "kv_router {\n pending_max_bytes lots\n}", wantErr: "parsing pending_max_bytes"},
 		{input: "kv_router {\n worker {\n endpoint a:1\n }\n}", wantErr: "wrong argument count"},
 		{input: "kv_router {\n worker x {\n endpoint a:1\n }\n}", wantErr: `worker id "x" must be an unsigned integer`},

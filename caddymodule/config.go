@@ -78,6 +78,12 @@ func (a *App) build() (selection.Config, []*selection.WorkerRequest, error) {
 		}
 		cfg.KVEventsBound = true
 	}
+	if _, err := bindPeers(a.KVEventsBindPeers); err != nil {
+		return cfg, nil, err
+	}
+	if a.KVEventsBindPeers != "" && a.KVEventsBind == "" {
+		return cfg, nil, errors.New("kv_events_bind_peers needs kv_events_bind")
+	}
 	cfg.DefaultBlockSize = a.BlockSize
 	if a.IndexMaxEntries < 0 {
 		return cfg, nil, errors.New("index_max_entries must not be negative")

@@ -84,7 +84,11 @@ func newRouterState(cfg selection.Config, created eventSettings, limits eventLim
 		idx := indexer.New()
 		idx.MaxEntries = limits.maxEntries
 		idx.IngestCores = limits.ingestCores
-		m, err := indexer.NewManager(idx, logger.Named("kv_events"), limits.manager...)
+		peers, err := bindPeers(created.KVEventsBindPeers)
+		if err != nil {
+			return nil, err
+		}
+		m, err := indexer.NewManager(idx, logger.Named("kv_events"), append(limits.manager, indexer.WithBindPeers(peers))...)
 		if err != nil {
 			return nil, fmt.Errorf("kv events: %v", err)
 		}
@@ -152,6 +156,7 @@ var _ caddy.Destructor = (*routerState)(nil)
 // kv_router option.
 type eventSettings struct {
 	KVEventsBind       string
+	KVEventsBindPeers  string
 	IndexMaxEntries    int64
 	IndexMaxMemory     int64
 	KVEventsMaxMessage int64
@@ -162,5 +167,16 @@ type eventSettings struct {
 
 // eventSettings are this config's.
 func (a *App) eventSettings() eventSettings {
-	return eventSettings{a.KVEventsBind, a.IndexMaxEntries, a.IndexMaxMemory, a.KVEventsMaxMessage, a.KVEventsMaxGap, a.KVEventsCores, a.KVEventsMaxPeers}
+	return eventSettings{a.KVEventsBind, a.KVEventsBindPeers, a.IndexMaxEntries, a.IndexMaxMemory, a.KVEventsMaxMessage, a.KVEventsMaxGap, a.KVEventsCores, a.KVEventsMaxPeers}
+}
+
+// bindPeers reads kv_events_bind_peers ("" is its default, worker_host).
+func bindPeers(s string) (indexer.BindPeers, error) {
+	switch s {
+	case "", "worker_host":
+		return indexer.PeersWorkerHost, nil
+	case "any":
+		return indexer.PeersAny, nil
+	}
+	return 0, fmt.Errorf("kv_events_bind_peers %q: worker_host or any", s)
 }

@@ -71,7 +71,11 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	inner := endpoint
 	network, addr, gated, err := gateNetwork(endpoint)
 	if err == nil && gated && !lim.ungated {
-		if gate, err = openGate(network, addr, lim.maxMessageBytes, lim.maxPeers, stats, log); err == nil {
+		var hosts *workerHosts
+		if lim.bindPeers == PeersWorkerHost {
+			hosts = newWorkerHosts(resolve)
+		}
+		if gate, err = openGate(network, addr, lim.maxMessageBytes, lim.maxPeers, hosts, stats, log); err == nil {
 			inner = gate.innerEndpoint()
 		}
 	}

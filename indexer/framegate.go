@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -21,7 +23,8 @@ import (
 // (zmtpScan) and cuts a connection at the header of the first frame that
 // makes a message longer than three frames or larger than the message
 // bound, which libzmq alone cannot do (zmtpscan.go). It also bounds how
-// many publishers may be connected at once. Bind mode is the one where
+// many publishers may be connected at once, and which topics a TCP
+// connection may send under (topicguard.go). Bind mode is the one where
 // any peer that reaches the port can publish, so it is where the gate
 // stands; in connect mode the gateway dials only the publishers the
 // operator registered.
@@ -44,6 +47,7 @@ type frameGate struct {
 	inner    string // the SUB's socket file, alone in a private directory
 	maxBytes int64  // one message, all frames; < 0 no bound
 	maxPeers int
+	hosts    *workerHosts // nil: any peer may send under any topic
 	stats    *Stats
 	log      *zap.Logger
 
@@ -52,7 +56,13 @@ type frameGate struct {
 	open   int                   // publishers connected
 	closed bool
 	wg     sync.WaitGroup
+	// warned is when a refused topic was last logged as a warning: a
+	// misconfigured fleet is told, a flood does not fill the log.
+	warned atomic.Int64
 }
+
+// topicWarnEvery spaces the warnings for refused topics.
+const topicWarnEvery = 10 * time.Second
 
 // gateNetwork maps a bind endpoint to what Go listens on; ok is false for
 // an endpoint the gate does not stand in front of (inproc://: only this
@@ -86,7 +96,7 @@ func gateNetwork(endpoint string) (network, addr string, ok bool, err error) {
 
 // openGate listens on network/addr and makes the directory of the SUB's
 // socket file; the SUB is bound on g.innerEndpoint() before serve starts.
-func openGate(network, addr string, maxBytes int64, maxPeers int, stats *Stats, log *zap.Logger) (*frameGate, error) {
+func openGate(network, addr string, maxBytes int64, maxPeers int, hosts *workerHosts, stats *Stats, log *zap.Logger) (*frameGate, error) {
 	ln, err := net.Listen(network, addr)
 	if err != nil && network == "unix" && errors.Is(err, syscall.EADDRINUSE) && staleSocket(addr) {
 		// A socket file left by a process that ended without removing it
@@ -107,7 +117,7 @@ func openGate(network, addr string, maxBytes int64, maxPeers int, stats *Stats, 
 		return nil, err
 	}
 	return &frameGate{ln: ln, inner: filepath.Join(dir, "sub"), maxBytes: maxBytes,
-		maxPeers: maxPeers, stats: stats, log: log, peers: map[net.Conn]struct{}{}}, nil
+		maxPeers: maxPeers, hosts: hosts, stats: stats, log: log, peers: map[net.Conn]struct{}{}}, nil
 }
 
 // staleSocket reports whether path is a socket file nothing listens on.
@@ -209,15 +219,18 @@ func (g *frameGate) pass(pubConn net.Conn) {
 // forward passes what the publisher sends to the SUB, scanning it first.
 func (g *frameGate) forward(pubConn, subConn net.Conn) {
 	scan := newZMTPScan(liveFrameCount, g.maxBytes)
+	if guard := g.guard(pubConn); guard != nil {
+		scan.onTopic = guard.check
+	}
 	buf := make([]byte, gateBuffer)
 	for {
 		n, err := pubConn.Read(buf)
 		if n > 0 {
 			if serr := scan.scan(buf[:n]); serr != nil {
 				// Hanging up on libzmq with a message half sent makes it
-				// drop the frames it holds of that message.
-				g.stats.Cut.add(1)
-				g.log.Debug("kv events: publisher cut off", zap.String("peer", pubConn.RemoteAddr().String()), zap.Error(serr))
+				// drop the frames it holds of that message (a topic is
+				// its first frame).
+				g.cutOff(pubConn, serr)
 				return
 			}
 			if _, werr := subConn.Write(buf[:n]); werr != nil {
@@ -228,6 +241,39 @@ func (g *frameGate) forward(pubConn, subConn net.Conn) {
 			return
 		}
 	}
+}
+
+// guard returns the topic check of a publisher's connection: nil when any
+// peer may send under any topic, or for a socket-file peer, which has no
+// address to check (the file's permissions say who may dial it).
+func (g *frameGate) guard(c net.Conn) *topicGuard {
+	if g.hosts == nil {
+		return nil
+	}
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return nil
+	}
+	return &topicGuard{peer: a.AddrPort().Addr().Unmap(), hosts: g.hosts}
+}
+
+// cutOff counts a connection cut for err and logs it: a refused topic as a
+// warning (spaced by topicWarnEvery), since an honest fleet whose events
+// come from other addresses than its workers' endpoints lands there.
+func (g *frameGate) cutOff(c net.Conn, err error) {
+	peer := zap.String("peer", c.RemoteAddr().String())
+	if !errors.Is(err, errTopic) {
+		g.stats.Cut.add(1)
+		g.log.Debug("kv events: publisher cut off", peer, zap.Error(err))
+		return
+	}
+	g.stats.WrongTopic.add(1)
+	now, last := time.Now().UnixNano(), g.warned.Load()
+	if now-last >= int64(topicWarnEvery) && g.warned.CompareAndSwap(last, now) {
+		g.log.Warn("kv events: publisher cut off for its topic (kv_events_bind_peers any lets every peer send under any topic)", peer, zap.Error(err))
+		return
+	}
+	g.log.Debug("kv events: publisher cut off for its topic", peer, zap.Error(err))
 }
 
 // track adds the SUB's end of a pass to those closed on stop; false when

@@ -57,7 +57,7 @@ func TestBindGateCutsLongMessages(t *testing.T) {
 	eventually(t, "the next batch", landed(8))
 	// Three frames, each under the bound, over it together.
 	big := make([]byte, bound/2+1)
-	if _, err := pub.SendMessage(strings.Repeat("x", len(big)), big, big); err != nil {
+	if _, err := pub.SendMessage("kv@5@m", big, big); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a cut for the bytes", func() bool { return m.stats.Cut.Load() == 2 })
@@ -177,6 +177,9 @@ func TestBindGateHoldsNoFrameFlood(t *testing.T) {
 	r, m := eventRouter(t, true)
 	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Catalog().UpsertWorker(gateWorker()); err != nil {
 		t.Fatal(err)
 	}
 	c, err := net.Dial("tcp", strings.TrimPrefix(b.Endpoint(), "tcp://"))

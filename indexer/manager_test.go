@@ -126,7 +126,9 @@ func TestWorkerCounts(t *testing.T) {
 		checkWorkerCounts(t, m, 1)
 	})
 	t.Run("bind", func(t *testing.T) {
-		r, m := eventRouter(t, true)
+		// One connection speaks for both workers: the gate must let
+		// every topic through (PeersAny).
+		r, m := eventRouter(t, true, WithBindPeers(PeersAny))
 		pub := bindPublisher(t, r, m, &selection.WorkerRequest{WorkerID: ptr(uint64(1)), ModelName: ptr("m"),
 			Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))})
 		if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(2)), ModelName: ptr("m"),
@@ -195,7 +197,10 @@ func bindPublisher(t *testing.T, r *selection.Router, m *Manager, worker *select
 // topic kv@<worker>@<model>; events of a worker not in the catalog are
 // rejected.
 func TestBindMode(t *testing.T) {
-	r, m := eventRouter(t, true)
+	// Every topic passes the gate (PeersAny), so that one connection
+	// reaches the listener's own resolution with each of them;
+	// TestBindGateChecksTopics has the gate's checks.
+	r, m := eventRouter(t, true, WithBindPeers(PeersAny))
 	pub := bindPublisher(t, r, m, &selection.WorkerRequest{WorkerID: ptr(uint64(5)), ModelName: ptr("m"),
 		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))})
 	prompt := testPrompt(12)

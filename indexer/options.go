@@ -25,6 +25,7 @@ type limits struct {
 	maxMessageBytes int64
 	maxGap          uint64
 	maxPeers        int
+	bindPeers       BindPeers
 	// ungated binds the SUB where the publishers dial, without a frame
 	// gate: a benchmark's baseline only.
 	ungated bool
@@ -76,6 +77,13 @@ func WithMaxPeers(n int) ManagerOption {
 			l.maxPeers = n
 		}
 	}
+}
+
+// WithBindPeers says which publishers may send under a worker's topic
+// to a bind-mode listener (topicguard.go); PeersWorkerHost, the zero
+// value, is the default.
+func WithBindPeers(p BindPeers) ManagerOption {
+	return func(l *limits) { l.bindPeers = p }
 }
 
 // maxMsgSize is the ZMQ_MAXMSGSIZE value for n (ListenerConfig's

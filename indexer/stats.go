@@ -83,19 +83,24 @@ type Stats struct {
 	// TurnedAway counts publisher connections a bind-mode listener
 	// refused because it already held its bound of publishers.
 	TurnedAway Counter
+	// WrongTopic counts publisher connections a bind-mode listener cut
+	// off for a topic they may not send under: a worker the catalog does
+	// not know, a worker on another host, or a second topic on one
+	// connection (topicguard.go).
+	WrongTopic Counter
 }
 
 // EventCounts is a copy of Stats at one moment, as plain numbers.
 type EventCounts struct {
 	Messages, Batches, Malformed, Stale, Gaps, Replays, Replayed, Lost,
-	Restarts, Rejected, Jumps, UnknownRank, Disconnects, Behind, Cut, TurnedAway uint64
+	Restarts, Rejected, Jumps, UnknownRank, Disconnects, Behind, Cut, TurnedAway, WrongTopic uint64
 }
 
 // all lists the counters, in EventCounts' order.
-func (s *Stats) all() [16]*Counter {
-	return [16]*Counter{&s.Messages, &s.Batches, &s.Malformed, &s.Stale, &s.Gaps, &s.Replays,
+func (s *Stats) all() [17]*Counter {
+	return [17]*Counter{&s.Messages, &s.Batches, &s.Malformed, &s.Stale, &s.Gaps, &s.Replays,
 		&s.Replayed, &s.Lost, &s.Restarts, &s.Rejected, &s.Jumps, &s.UnknownRank,
-		&s.Disconnects, &s.Behind, &s.Cut, &s.TurnedAway}
+		&s.Disconnects, &s.Behind, &s.Cut, &s.TurnedAway, &s.WrongTopic}
 }
 
 // part returns counters of one publisher whose every add also adds to
@@ -110,10 +115,10 @@ func (s *Stats) part() *Stats {
 }
 
 // fields lists c's counts, in the order of Stats.all.
-func (c *EventCounts) fields() [16]*uint64 {
-	return [16]*uint64{&c.Messages, &c.Batches, &c.Malformed, &c.Stale, &c.Gaps, &c.Replays,
+func (c *EventCounts) fields() [17]*uint64 {
+	return [17]*uint64{&c.Messages, &c.Batches, &c.Malformed, &c.Stale, &c.Gaps, &c.Replays,
 		&c.Replayed, &c.Lost, &c.Restarts, &c.Rejected, &c.Jumps, &c.UnknownRank,
-		&c.Disconnects, &c.Behind, &c.Cut, &c.TurnedAway}
+		&c.Disconnects, &c.Behind, &c.Cut, &c.TurnedAway, &c.WrongTopic}
 }
 
 // plus returns c with o's counts added (saturating).

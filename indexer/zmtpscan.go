@@ -48,7 +48,21 @@ type zmtpScan struct {
 	body     int64   // body bytes of the current frame still to pass
 	frames   int     // frames of the current message so far
 	bytes    int64   // its bytes so far
+
+	// onTopic, when set, is shown each message's first frame (its topic,
+	// docs/kv-events.md §2) once the frame is whole, and an error from it
+	// cuts the connection; a topic longer than maxTopicBytes is cut at its
+	// header. topic gathers the frame's body meanwhile; inTopic is set
+	// while the current frame is a topic.
+	onTopic func(topic []byte) error
+	topic   []byte
+	inTopic bool
 }
+
+// maxTopicBytes bounds a message's topic frame when the gate reads topics
+// (topicguard.go): kv@<worker_id>@<model> with a model name of up to
+// about a thousand bytes, where Hugging Face's names are under a hundred.
+const maxTopicBytes = 1024
 
 func newZMTPScan(maxFrames int, maxBytes int64) *zmtpScan {
 	return &zmtpScan{maxFrames: maxFrames, maxBytes: maxBytes}
@@ -72,6 +86,12 @@ func (s *zmtpScan) scan(p []byte) error {
 				n = s.body
 			}
 			s.body -= n
+			if s.inTopic {
+				s.topic = append(s.topic, p[:n]...)
+				if err := s.topicDone(); err != nil {
+					return err
+				}
+			}
 			p = p[n:]
 		default:
 			s.header[s.headerAt] = p[0]
@@ -149,8 +169,24 @@ func (s *zmtpScan) frameHeader() error {
 	}
 	s.bytes += int64(size)
 	s.body = int64(size)
+	if s.onTopic != nil && s.frames == 1 {
+		if size > maxTopicBytes {
+			return fmt.Errorf("%w: a topic of %d bytes", errZMTP, size)
+		}
+		s.inTopic, s.topic = true, s.topic[:0]
+	}
 	if flags&zmtpMore == 0 {
 		s.frames, s.bytes = 0, 0
 	}
-	return nil
+	return s.topicDone()
+}
+
+// topicDone shows the topic to onTopic once its frame's body has all come
+// (at once for an empty topic).
+func (s *zmtpScan) topicDone() error {
+	if !s.inTopic || s.body > 0 {
+		return nil
+	}
+	s.inTopic = false
+	return s.onTopic(s.topic)
 }

@@ -3,6 +3,8 @@ package indexer
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -146,8 +148,69 @@ func TestZMTPScanUnbounded(t *testing.T) {
 	}
 }
 
+// topicScan is a scan that records the topics it is shown.
+func topicScan(seen *[]string) *zmtpScan {
+	s := newZMTPScan(liveFrameCount, 1<<20)
+	s.onTopic = func(topic []byte) error {
+		*seen = append(*seen, string(topic))
+		return nil
+	}
+	return s
+}
+
+// TestZMTPScanShowsTopics: each message's first frame, and only it, is
+// shown whole once it has all come, whatever the pieces the stream comes
+// in; an empty topic too; a command between a message's frames is not a
+// topic; a topic over maxTopicBytes is refused at its header, and an
+// error from onTopic refuses the piece that completed the topic.
+func TestZMTPScanShowsTopics(t *testing.T) {
+	long := bytes.Repeat([]byte{'t'}, maxTopicBytes) // the longest allowed, with a long size
+	ping := zmtpFrame(zmtpCommand, append([]byte{4}, "PING\x00\x10"...), false)
+	stream := append(zmtpGreetingFor(3, "NULL"), zmtpReady()...)
+	msg := zmtpMessage([]byte("kv@5@m"), make([]byte, 8), []byte("kv@6@m"))
+	first := len(zmtpFrame(zmtpMore, []byte("kv@5@m"), false))
+	stream = append(append(append(stream, msg[:first]...), ping...), msg[first:]...)
+	stream = append(stream, zmtpMessage(nil, make([]byte, 8), []byte{1})...)
+	stream = append(stream, zmtpMessage(long, make([]byte, 8), []byte{1})...)
+	stream = append(stream, zmtpFrame(0, []byte("alone"), false)...) // a message of one frame
+	want := []string{"kv@5@m", "", string(long), "alone"}
+	for piece := 1; piece <= len(stream); piece++ {
+		var seen []string
+		s := topicScan(&seen)
+		for at := 0; at < len(stream); at += piece {
+			if err := s.scan(stream[at:min(at+piece, len(stream))]); err != nil {
+				t.Fatalf("pieces of %d: refused at %d: %v", piece, at, err)
+			}
+		}
+		if !slices.Equal(seen, want) {
+			t.Fatalf("pieces of %d: topics %q, want %q", piece, seen, want)
+		}
+	}
+
+	var seen []string
+	s := topicScan(&seen)
+	tooLong := zmtpFrame(zmtpMore, make([]byte, maxTopicBytes+1), false)
+	if err := s.scan(append(zmtpGreetingFor(3, "NULL"), tooLong[:8]...)); err != nil {
+		t.Fatalf("refused before the header was whole: %v", err)
+	}
+	if err := s.scan(tooLong[8:9]); err == nil || !strings.Contains(err.Error(), "a topic of 1025 bytes") {
+		t.Fatalf("a topic over the bound: %v", err)
+	}
+
+	s = newZMTPScan(liveFrameCount, 1<<20)
+	s.onTopic = func(topic []byte) error { return fmt.Errorf("no %s", topic) }
+	frame := zmtpFrame(zmtpMore, []byte("kv@5@m"), false)
+	if err := s.scan(append(zmtpGreetingFor(3, "NULL"), frame[:len(frame)-1]...)); err != nil {
+		t.Fatalf("refused before the topic was whole: %v", err)
+	}
+	if err := s.scan(frame[len(frame)-1:]); err == nil || err.Error() != "no kv@5@m" {
+		t.Fatalf("the topic's last byte: %v", err)
+	}
+}
+
 // FuzzZMTPScan: whatever a publisher sends, the scan does not panic, and
-// its verdict does not depend on how the stream is split into reads.
+// its verdict, and the topics it shows, do not depend on how the stream
+// is split into reads.
 func FuzzZMTPScan(f *testing.F) {
 	good := append(zmtpGreetingFor(3, "NULL"), zmtpReady()...)
 	good = append(good, zmtpMessage([]byte("kv@5@m"), make([]byte, 8), bytes.Repeat([]byte{1}, 300))...)
@@ -161,6 +224,13 @@ func FuzzZMTPScan(f *testing.F) {
 		pieces := s.scan(stream[:split]) == nil && s.scan(stream[split:]) == nil
 		if whole != pieces {
 			t.Fatalf("whole %v, split at %d %v", whole, split, pieces)
+		}
+		var wholeTopics, splitTopics []string
+		wholeOK := topicScan(&wholeTopics).scan(stream) == nil
+		ts := topicScan(&splitTopics)
+		splitOK := ts.scan(stream[:split]) == nil && ts.scan(stream[split:]) == nil
+		if wholeOK != splitOK || !slices.Equal(wholeTopics, splitTopics) {
+			t.Fatalf("topics: whole %v %q, split at %d %v %q", wholeOK, wholeTopics, split, splitOK, splitTopics)
 		}
 	})
 }

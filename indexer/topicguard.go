@@ -1,0 +1,157 @@
+package indexer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// Who may publish under a worker's topic in bind mode. A topic names the
+// worker whose index the events change, and any peer that reaches the
+// bound endpoint can dial it: without a check, one publisher could write
+// blocks into every worker's cache, or remove them. ZMTP's NULL mechanism,
+// the one engines speak, carries no identity, so the gate ties what it
+// can see to what the catalog says: a connection's source address to the
+// host of the worker its topic names, and the connection to that one
+// topic (docs/kv-events.md §1).
+
+// BindPeers says which bind-mode publishers may send under a worker's
+// topic.
+type BindPeers uint8
+
+const (
+	// PeersWorkerHost lets a TCP connection send under one topic only,
+	// that of a worker in the catalog whose endpoint's host is the
+	// connection's source address (a host name is resolved). The default.
+	PeersWorkerHost BindPeers = iota
+	// PeersAny lets any connection send under any topic; the listener
+	// still drops the messages of workers the catalog does not know.
+	PeersAny
+)
+
+// errTopic marks a connection cut for its topic (Stats.WrongTopic).
+var errTopic = errors.New("kv events publisher topic")
+
+// topicGuard checks one connection's topics.
+type topicGuard struct {
+	peer   netip.Addr
+	hosts  *workerHosts
+	pinned []byte // the topic the connection was let send; nil before its first
+}
+
+// check lets topic pass or says why the connection is cut. The first
+// topic is checked against the catalog; every later one must be the same.
+func (g *topicGuard) check(topic []byte) error {
+	if g.pinned != nil {
+		if bytes.Equal(topic, g.pinned) {
+			return nil
+		}
+		return fmt.Errorf("%w: %q after %q on one connection", errTopic, topic, g.pinned)
+	}
+	if err := g.hosts.allow(string(topic), g.peer); err != nil {
+		return err
+	}
+	g.pinned = bytes.Clone(topic)
+	return nil
+}
+
+// hostLookupTimeout bounds one resolution of a worker's host name; the
+// connection's stream waits for it.
+const hostLookupTimeout = 2 * time.Second
+
+// hostAnswerTTL is how long a host name's addresses are kept: a peer
+// that dials again and again costs one lookup per name in that time.
+const hostAnswerTTL = 30 * time.Second
+
+// hostAnswersKept bounds the cache; names come from the catalog, which
+// the control plane writes, so this is a backstop.
+const hostAnswersKept = 4096
+
+// workerHosts decides whether a peer may send under a topic, from the
+// catalog (resolve) and the worker's host's addresses (lookup, cached).
+type workerHosts struct {
+	resolve Resolver
+	lookup  func(ctx context.Context, host string) ([]netip.Addr, error)
+
+	mu      sync.Mutex
+	answers map[string]hostAnswer
+}
+
+type hostAnswer struct {
+	addrs []netip.Addr
+	err   error
+	until time.Time
+}
+
+func newWorkerHosts(resolve Resolver) *workerHosts {
+	return &workerHosts{resolve: resolve, answers: map[string]hostAnswer{},
+		lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}}
+}
+
+// allow returns nil when a peer at address peer may send under topic.
+func (w *workerHosts) allow(topic string, peer netip.Addr) error {
+	id, model, err := parseTopic(topic)
+	if err != nil {
+		return fmt.Errorf("%w %q: %v", errTopic, topic, err)
+	}
+	cfg, ok := w.resolve(id, model)
+	if !ok {
+		return fmt.Errorf("%w %q: no worker %d of model %q in the catalog", errTopic, topic, id, model)
+	}
+	host := workerHost(cfg.WorkerEndpoint)
+	addrs, err := w.addrsOf(host)
+	if err != nil {
+		return fmt.Errorf("%w %q: worker %d's host %q: %v", errTopic, topic, id, host, err)
+	}
+	for _, a := range addrs {
+		if a.Unmap() == peer {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w %q: sent from %s, not from worker %d's host %q", errTopic, topic, peer, id, host)
+}
+
+// workerHost is the host of a worker's HTTP endpoint (host:port, with or
+// without a scheme).
+func workerHost(endpoint string) string {
+	hp := selection.HostPort(endpoint)
+	if host, _, err := net.SplitHostPort(hp); err == nil {
+		return host
+	}
+	return hp
+}
+
+// addrsOf returns host's addresses: itself when it is an address, else
+// the resolver's answer, kept for hostAnswerTTL (a failure too, so that
+// a peer cannot make the gateway ask again at every dial).
+func (w *workerHosts) addrsOf(host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a.Unmap()}, nil
+	}
+	now := time.Now()
+	w.mu.Lock()
+	ans, ok := w.answers[host]
+	w.mu.Unlock()
+	if ok && now.Before(ans.until) {
+		return ans.addrs, ans.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hostLookupTimeout)
+	addrs, err := w.lookup(ctx, host)
+	cancel()
+	w.mu.Lock()
+	if len(w.answers) >= hostAnswersKept {
+		clear(w.answers)
+	}
+	w.answers[host] = hostAnswer{addrs: addrs, err: err, until: now.Add(hostAnswerTTL)}
+	w.mu.Unlock()
+	return addrs, err
+}
