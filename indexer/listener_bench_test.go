@@ -46,15 +46,18 @@ func BenchmarkEndToEndZMQ(b *testing.B) {
 
 // BenchmarkEndToEndBind is BenchmarkEndToEndZMQ in bind mode: the PUB
 // dials the gateway's bound endpoint. "gated" passes the stream through
-// the frame gate (framegate.go), as the gateway does; "ungated" binds the
-// SUB where the publisher dials, the baseline. cpu-ns/block is the whole
-// process's CPU (the publisher's included, the same in both).
+// the frame gate (framegate.go) and its topic check (topicguard.go), as
+// the gateway does by default; "gated_any_topic" through the gate alone
+// (kv_events_bind_peers any); "ungated" binds the SUB where the publisher
+// dials, the baseline. cpu-ns/block is the whole process's CPU (the
+// publisher's included, the same in all).
 func BenchmarkEndToEndBind(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		opts []ManagerOption
 	}{
 		{"gated", nil},
+		{"gated_any_topic", []ManagerOption{WithBindPeers(PeersAny)}},
 		{"ungated", []ManagerOption{func(l *limits) { l.ungated = true }}},
 	} {
 		b.Run(c.name, func(b *testing.B) { benchBind(b, c.opts) })
@@ -71,7 +74,7 @@ func benchBind(b *testing.B, opts []ManagerOption) {
 	x.ConfigurePartition(part, 16, false)
 	var stats Stats
 	resolve := func(uint64, string) (ListenerConfig, bool) {
-		return ListenerConfig{Partition: part, Rank: selection.Rank{WorkerID: 1}}, true
+		return ListenerConfig{Partition: part, Rank: selection.Rank{WorkerID: 1}, WorkerEndpoint: "127.0.0.1:8000"}, true
 	}
 	bl, err := StartBindListener(zctx, x, &stats, nil, "tcp://127.0.0.1:*", resolve, opts...)
 	if err != nil {
@@ -115,8 +118,8 @@ func publishSteady(b *testing.B, pub *zmq.Socket, topic []byte, stats *Stats) ui
 		time.Sleep(100 * time.Microsecond)
 	}
 	b.StopTimer()
-	if stats.Gaps.Load() != 0 || stats.Malformed.Load() != 0 || stats.Cut.Load() != 0 {
-		b.Fatalf("gaps %d malformed %d cut %d", stats.Gaps.Load(), stats.Malformed.Load(), stats.Cut.Load())
+	if c := stats.Counts(); c.Gaps != 0 || c.Malformed != 0 || c.Cut != 0 || c.WrongTopic != 0 {
+		b.Fatalf("gaps %d malformed %d cut %d wrong topic %d", c.Gaps, c.Malformed, c.Cut, c.WrongTopic)
 	}
 	return seq
 }
