@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/caddy-kvrouter/indexer"
 )
 
 // The attacks of issue 10. Each returns the answer it observed, reduced to
@@ -814,6 +816,60 @@ func unknownRank(r *run) result {
 		return result{"dropped, not counted", detail}
 	}
 	return result{"dropped and counted, no entries", detail}
+}
+
+// foreignTopic plays a publisher that dials the gateway's bound endpoint
+// from 127.0.0.1 and sends under the topic of worker 1, registered on
+// 127.0.0.2 (another loopback address: another host, to the gateway),
+// while worker 1's own publisher dials from 127.0.0.2: the forger removes
+// worker 1's blocks and stores 1,000 of its own. Then worker 1's publisher
+// stores four more blocks, which must still land.
+func foreignTopic(r *run) result {
+	const honestBlocks, forgedBlocks, moreBlocks = 32, 1000, 4
+	rec := map[string]any{"worker_id": 1, "model_name": model, "endpoint": "127.0.0.2:9", "block_size": blockSize}
+	if err := r.g.register(rec); err != nil {
+		r.fatalf("%v", err)
+	}
+	topic := "kv@1@" + model
+	honest := newDialer(r.t, "127.0.0.2", r.g.ports.events, topic)
+	ev := stored(1<<40, tokens(1000, honestBlocks*blockSize))
+	// A PUB drops what it sends until it is connected and subscribed:
+	// send until it lands (the same blocks again count once).
+	if !waitFor(10*time.Second, func() bool {
+		_ = honest.send(batch(-1, ev))
+		n, _ := r.g.indexedBlocks(1)
+		return n == honestBlocks
+	}) {
+		r.fatalf("worker 1's own publisher never reached the index")
+	}
+	s0 := r.stats()
+	forger := newDialer(r.t, "127.0.0.1", r.g.ports.events, topic)
+	forged := batch(-1, indexer.Removal{BlockHashes: ev.BlockHashes}, stored(1<<41, tokens(500000, forgedBlocks*blockSize)))
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err := forger.send(forged); err != nil {
+			r.fatalf("publishing: %v", err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // what reached the gateway is applied by now
+	after, _ := r.g.indexedBlocks(1)
+	s1 := r.stats()
+	more := stored(1<<42, tokens(900000, moreBlocks*blockSize))
+	heard := waitFor(5*time.Second, func() bool {
+		_ = honest.send(batch(-1, more))
+		n, _ := r.g.indexedBlocks(1)
+		return n == after+moreBlocks
+	})
+	counted := refusals(s0, s1)
+	detail := fmt.Sprintf("worker 1's blocks %d → %d; its own publisher heard after: %v; counted: %s", honestBlocks, after, heard, orNone(counted))
+	switch {
+	case after != honestBlocks:
+		return result{fmt.Sprintf("the forged events applied (%d blocks)", after), detail}
+	case !heard:
+		return result{"the worker's own publisher no longer heard", detail}
+	case counted == "":
+		return result{"refused, not counted", detail}
+	}
+	return result{"cut and counted, the worker's blocks unchanged", detail}
 }
 
 // --- 9. Requests that go nowhere ---

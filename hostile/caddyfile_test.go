@@ -35,16 +35,22 @@ const (
 // what it does with the same attacks (the "fails today" column).
 var baseline = os.Getenv("KVROUTER_HOSTILE_BASELINE") == "1"
 
-// ports are the gateway's three listeners.
-type ports struct{ admin, proxy, api int }
+// ports are the gateway's three listeners, and the KV-event endpoint it
+// binds when an attack needs bind mode.
+type ports struct{ admin, proxy, api, events int }
 
 // caddyfile is the gateway's config: Caddy's admin listener, the proxy
-// site and the selection API site, all on 127.0.0.1. The catalog's write
-// token comes from the environment, as Caddyfile.example shows it.
-func caddyfile(p ports) string {
+// site and the selection API site, all on 127.0.0.1, and with bind a
+// KV-event endpoint that publishers dial (kv_events_bind). The catalog's
+// write token comes from the environment, as Caddyfile.example shows it.
+func caddyfile(p ports, bind bool) string {
 	var limits, token, policy string
-	if !baseline {
+	if bind {
 		limits = fmt.Sprintf(`
+		kv_events_bind tcp://127.0.0.1:%d`, p.events)
+	}
+	if !baseline {
+		limits += fmt.Sprintf(`
 		max_ranks_per_worker %d
 		max_ranks %d
 		max_reservations_per_worker 4096

@@ -27,16 +27,18 @@ type gateway struct {
 // by owner's cleanup (owner also holds its temporary directory), and by
 // the kernel if the test binary dies first. It reports errors rather than
 // failing owner, which may be a parent test.
-func startGateway(owner *testing.T) (*gateway, error) {
+// With bind it binds a KV-event endpoint for publishers to dial
+// (g.ports.events).
+func startGateway(owner *testing.T, bind bool) (*gateway, error) {
 	g := &gateway{token: randomToken()}
 	urls := func(pp []int) {
-		g.ports = ports{admin: pp[0], proxy: pp[1], api: pp[2]}
+		g.ports = ports{admin: pp[0], proxy: pp[1], api: pp[2], events: pp[3]}
 		g.admin = fmt.Sprintf("http://127.0.0.1:%d", g.ports.admin)
 		g.proxy = fmt.Sprintf("http://127.0.0.1:%d", g.ports.proxy)
 		g.api = fmt.Sprintf("http://127.0.0.1:%d", g.ports.api)
 	}
-	p, _, err := proctest.StartCaddy(owner, 3,
-		func(pp []int) string { urls(pp); return caddyfile(g.ports) },
+	p, _, err := proctest.StartCaddy(owner, 4,
+		func(pp []int) string { urls(pp); return caddyfile(g.ports, bind) },
 		[]string{"KVROUTER_WRITE_TOKEN=" + g.token},
 		func([]int) bool { return g.ready() })
 	if err != nil {

@@ -3,6 +3,7 @@ package hostile
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -124,4 +125,39 @@ func stored(base uint64, toks []uint32) *indexer.StoredBlocks {
 		ev.BlockHashes = append(ev.BlockHashes, base+uint64(i)+1)
 	}
 	return ev
+}
+
+// dialer is a PUB that dials the gateway's bound KV-event endpoint from
+// source address src, as an engine whose publisher connects does, and
+// publishes under topic (kv@<worker_id>@<model> in bind mode).
+type dialer struct {
+	sock  *zmq.Socket
+	topic string
+	seq   uint64
+}
+
+func newDialer(t *testing.T, src string, port int, topic string) *dialer {
+	t.Helper()
+	s, err := zmqContext(t).NewSocket(zmq.PUB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, err := range []error{s.SetLinger(0), s.SetReconnectIvl(50 * time.Millisecond),
+		s.Connect(fmt.Sprintf("tcp://%s:0;127.0.0.1:%d", src, port))} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &dialer{sock: s, topic: topic}
+}
+
+// send publishes one payload under the next sequence; a PUB drops it
+// while it is not connected and subscribed.
+func (d *dialer) send(payload []byte) error {
+	var s [8]byte
+	binary.BigEndian.PutUint64(s[:], d.seq)
+	d.seq++
+	_, err := d.sock.SendMessage(d.topic, s[:], payload)
+	return err
 }

@@ -21,6 +21,9 @@ type attack struct {
 	same bool
 	// rss is the RSS bound, when not rssLimit.
 	rss int64
+	// bind starts the attack's gateway with a KV-event endpoint that
+	// publishers dial (kv_events_bind); it is never the previous one's.
+	bind bool
 	run func(*run) result
 }
 
@@ -69,6 +72,8 @@ var attacks = []attack{
 		expected: "lost_total bounded, counted as jump/restart", run: seqJump},
 	{id: "8b_unknown_dp_rank", name: "8. batches naming a dp_rank the worker lacks",
 		expected: "dropped and counted, no entries", run: unknownRank},
+	{id: "8c_bind_foreign_topic", name: "8. in bind mode, a publisher on another host sends under worker 1's topic: removes its blocks, stores 1,000", bind: true,
+		expected: "cut and counted, the worker's blocks unchanged", run: foreignTopic},
 	{id: "9a_unserved_model", name: "9. completion for a model no worker serves",
 		expected: "404 OpenAI shape, no worker hit", run: unservedModel},
 	{id: "9b_hanging_worker", name: "9. a worker hanging before headers",
@@ -124,12 +129,12 @@ func TestHostile(t *testing.T) {
 			// The gateway starts here, not before t.Run, so that a -run
 			// filter skips the gateways of the attacks it leaves out. It
 			// belongs to the parent test: the next attack may need it.
-			if !a.same || g == nil || !g.Alive() {
+			if !a.same || a.bind || g == nil || !g.Alive() {
 				if g != nil {
 					g.Stop()
 				}
 				var err error
-				if g, err = startGateway(t); err != nil {
+				if g, err = startGateway(t, a.bind); err != nil {
 					g = nil
 					rw.observed, rw.failed = "the gateway did not start", true
 					st.Fatal(err)
