@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -79,6 +81,9 @@ const hostAnswersKept = 4096
 type workerHosts struct {
 	resolve Resolver
 	lookup  func(ctx context.Context, host string) ([]netip.Addr, error)
+	// flight makes the peers that dial at once for one name wait for one
+	// lookup, where each would have sent its own.
+	flight singleflight.Group
 
 	mu      sync.Mutex
 	answers map[string]hostAnswer
@@ -137,21 +142,24 @@ func (w *workerHosts) addrsOf(host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return []netip.Addr{a.Unmap()}, nil
 	}
-	now := time.Now()
 	w.mu.Lock()
 	ans, ok := w.answers[host]
 	w.mu.Unlock()
-	if ok && now.Before(ans.until) {
-		return ans.addrs, ans.err
+	if !ok || !time.Now().Before(ans.until) {
+		v, _, _ := w.flight.Do(host, func() (any, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), hostLookupTimeout)
+			addrs, err := w.lookup(ctx, host)
+			cancel()
+			ans := hostAnswer{addrs: addrs, err: err, until: time.Now().Add(hostAnswerTTL)}
+			w.mu.Lock()
+			if len(w.answers) >= hostAnswersKept {
+				clear(w.answers)
+			}
+			w.answers[host] = ans
+			w.mu.Unlock()
+			return ans, nil
+		})
+		ans = v.(hostAnswer)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), hostLookupTimeout)
-	addrs, err := w.lookup(ctx, host)
-	cancel()
-	w.mu.Lock()
-	if len(w.answers) >= hostAnswersKept {
-		clear(w.answers)
-	}
-	w.answers[host] = hostAnswer{addrs: addrs, err: err, until: now.Add(hostAnswerTTL)}
-	w.mu.Unlock()
-	return addrs, err
+	return ans.addrs, ans.err
 }

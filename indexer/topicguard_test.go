@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,8 +133,9 @@ func TestBindGateChecksTopics(t *testing.T) {
 
 // TestWorkerHostsKeepsAnswers: a worker's host name is looked up once
 // for any number of dials while its answer is kept, a failed lookup too
-// (a peer that dials again and again costs no more lookups); an address
-// is not looked up; IPv4 answers match a peer's IPv4 address.
+// (a peer that dials again and again costs no more lookups), and once for
+// peers that dial at the same time; an address is not looked up; IPv4
+// answers match a peer's IPv4 address.
 func TestWorkerHostsKeepsAnswers(t *testing.T) {
 	endpoints := map[uint64]string{1: "w1.example:8000", 2: "nx.example:8000", 3: "10.0.0.3:8000"}
 	w := newWorkerHosts(func(id uint64, model string) (ListenerConfig, bool) {
@@ -143,12 +145,25 @@ func TestWorkerHostsKeepsAnswers(t *testing.T) {
 	var lookups atomic.Int32
 	w.lookup = func(_ context.Context, host string) ([]netip.Addr, error) {
 		lookups.Add(1)
+		time.Sleep(50 * time.Millisecond) // long enough for the peers below to meet in it
 		if host == "w1.example" {
 			return []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.1")}, nil
 		}
 		return nil, errors.New("no such host")
 	}
 	peer := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if err := w.allow("kv@1@m", peer("10.0.0.1")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := lookups.Load(); got != 1 {
+		t.Fatalf("%d lookups for 50 peers dialing at once, want 1", got)
+	}
 	for range 3 {
 		if err := w.allow("kv@1@m", peer("10.0.0.1")); err != nil {
 			t.Fatal(err)
