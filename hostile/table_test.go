@@ -24,7 +24,7 @@ type attack struct {
 	// bind starts the attack's gateway with a KV-event endpoint that
 	// publishers dial (kv_events_bind); it is never the previous one's.
 	bind bool
-	run func(*run) result
+	run  func(*run) result
 }
 
 var attacks = []attack{
