@@ -138,21 +138,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.IndexMaxEntries = int64(*v)
 			}
 		case "kv_events_bind":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			a.KVEventsBind = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
+			a.KVEventsBind, err = singleArg(d)
 		case "kv_events_bind_peers":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			a.KVEventsBindPeers = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
+			a.KVEventsBindPeers, err = singleArg(d)
 		case "overlap_score_credit":
 			a.OverlapScoreCredit, err = parseFloat(d)
 		case "overlap_score_credit_decay":
