@@ -46,7 +46,8 @@ import (
 // and removes (fleetBlocksFromEnv); FLEET_RATE paces the fleet to that
 // many blocks a second in all (fleetRateFromEnv), so that the lookups'
 // latency can be read at an ingest rate a fleet sends rather than at the
-// most the gateway takes.
+// most the gateway takes. FLEET_RECEIVER=libzmq receives through libzmq
+// SUBs, the baseline of the native receiver (nativelistener.go).
 func BenchmarkIngestFleetProcess(b *testing.B) {
 	publishers := fleetPublishersFromEnv(b)
 	blocks, err := fleetBlocksFromEnv() // the fleet process reads it too
@@ -55,6 +56,10 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	}
 	if _, err := fleetRateFromEnv(); err != nil {
 		b.Fatal(err) // read by the fleet process; refused here first
+	}
+	viaLibzmq, err := fleetReceiverFromEnv()
+	if err != nil {
+		b.Fatal(err)
 	}
 	x, prompt := findMatchesFleet(b)
 	fleet := startFleetChild(b, publishers, blocks)
@@ -65,7 +70,7 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	stats := make([]Stats, publishers)
 	for i, ep := range fleet.endpoints {
 		rank := selection.Rank{WorkerID: uint64(100_000 + i)}
-		l, err := StartListener(zctx, x, &stats[i], nil, ListenerConfig{Endpoint: ep, Partition: part, Rank: rank})
+		l, err := StartListener(zctx, x, &stats[i], nil, ListenerConfig{Endpoint: ep, Partition: part, Rank: rank, viaLibzmq: viaLibzmq})
 		if err != nil {
 			b.Fatalf("listener %d: %v", i, err)
 		}
@@ -260,4 +265,17 @@ func startSelf(env string, wrapper ...string) (*exec.Cmd, io.WriteCloser, *bufio
 func (c *fleetChild) stop() {
 	_ = c.in.Close() // the fleet stops at the end of its input
 	_ = c.cmd.Wait()
+}
+
+// fleetReceiverFromEnv reads FLEET_RECEIVER: "native" (or unset), or
+// "libzmq" for the baseline.
+func fleetReceiverFromEnv() (viaLibzmq bool, err error) {
+	switch v := os.Getenv("FLEET_RECEIVER"); v {
+	case "", "native":
+		return false, nil
+	case "libzmq":
+		return true, nil
+	default:
+		return false, fmt.Errorf("FLEET_RECEIVER=%q: native or libzmq", v)
+	}
 }

@@ -65,10 +65,11 @@ type ingestLoops struct {
 type askKind uint8
 
 const (
-	askJoin  askKind = iota // start receiving for it
-	askLeave                // close its socket (Stop)
-	askPoke                 // dial its publisher again (the monitor)
-	askBack                 // its replay is over: receive for it again
+	askJoin   askKind = iota // start receiving for it
+	askLeave                 // close its socket (Stop)
+	askPoke                  // dial its publisher again (the monitor)
+	askBack                  // its replay is over: receive for it again
+	askAttach                // its publisher is dialed: receive from the connection (native)
 )
 
 type loopAsk struct {
@@ -135,7 +136,8 @@ func (x *Index) joinLoop(l *Listener) bool {
 		p.nextSlot++
 	}
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | -syscall.EPOLLET, Fd: slot}
-	if err := syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_ADD, l.fd, &ev); err != nil {
+	// A native listener's descriptor comes once it is dialed (attach).
+	if err := l.watch(p.inner, &ev); err != nil {
 		p.free = append(p.free, slot)
 		if p.members == 0 {
 			p.ask(askJoin, nil) // a loop just started for l: let it end
@@ -146,6 +148,15 @@ func (x *Index) joinLoop(l *Listener) bool {
 	l.loop, l.slot = p, slot
 	p.ask(askJoin, l)
 	return true
+}
+
+// watch puts a SUB's descriptor in the loop's set; a native listener has
+// none yet.
+func (l *Listener) watch(set int, ev *syscall.EpollEvent) error {
+	if l.native != nil {
+		return nil
+	}
+	return syscall.EpollCtl(set, syscall.EPOLL_CTL_ADD, l.fd, ev)
 }
 
 // newIngestLoop makes a loop's two sets, with the doorbell and the inner
@@ -344,6 +355,9 @@ func (p *ingestLoop) serve() {
 // edge on its descriptor will tell of the next) or it was handed off for
 // a replay.
 func (p *ingestLoop) drain(l *Listener) bool {
+	if l.native != nil {
+		return p.drainNative(l)
+	}
 	for range drainBatch {
 		frames, err := l.rx.Recv(zmq.DONTWAIT)
 		if err != nil {
@@ -372,6 +386,36 @@ func (p *ingestLoop) drain(l *Listener) bool {
 	return true
 }
 
+// drainNative is drain for a listener whose connection the loop reads: a
+// broken connection is dialed again (detach).
+func (p *ingestLoop) drainNative(l *Listener) bool {
+	for range drainBatch {
+		conn := l.native.conn
+		if conn == nil {
+			return false // dialing: attach heats it
+		}
+		frames, err := conn.next()
+		if err != nil {
+			if !isAgain(err) {
+				p.detach(l, err)
+			}
+			return false
+		}
+		seq, payload, ok := liveFrames(frames)
+		if !ok {
+			l.stats.Malformed.add(1)
+			continue
+		}
+		l.stats.Messages.add(1)
+		if l.needsReplay(seq) {
+			p.handOff(l, seq, payload)
+			return false
+		}
+		l.deliver(seq, payload)
+	}
+	return true
+}
+
 // handOff runs l's delivery of a message that needs a replay on a
 // goroutine of its own, with an ingest turn of its own, and asks the loop
 // to take l back when it is done. The payload is copied: the receiver's
@@ -379,7 +423,9 @@ func (p *ingestLoop) drain(l *Listener) bool {
 func (p *ingestLoop) handOff(l *Listener, seq uint64, payload []byte) {
 	l.away = true
 	payload = bytes.Clone(payload)
-	l.rx.Release()
+	if l.rx != nil {
+		l.rx.Release()
+	}
 	go func() {
 		turn := &ingestTurn{x: p.x}
 		l.turn = turn
@@ -439,6 +485,8 @@ func (p *ingestLoop) carryOut(a loopAsk) {
 		}
 		l.dialAgain(l.sub)
 		p.heat(l)
+	case askAttach:
+		p.attach(l)
 	case askBack:
 		l.away = false
 		if l.leaving {
@@ -484,6 +532,10 @@ func (p *ingestLoop) shut(l *Listener) {
 		return
 	}
 	l.closed = true
+	if l.native != nil {
+		l.shutNative(p)
+		return
+	}
 	_ = syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_DEL, l.fd, nil)
 	l.rx.Close()
 	l.sub.Close()

@@ -54,6 +54,10 @@ type ListenerConfig struct {
 	// endpoint changed is a different server: its config no longer
 	// equals the old one, so its listeners and sequence state start anew.
 	WorkerEndpoint string
+	// viaLibzmq receives through a libzmq SUB even where the ingest loop
+	// could read the publisher itself (nativelistener.go): a benchmark's
+	// baseline.
+	viaLibzmq bool
 }
 
 func (c *ListenerConfig) maxGap() uint64 {
@@ -79,14 +83,17 @@ func (c *ListenerConfig) replayTimeout() time.Duration {
 }
 
 // Listener follows one publisher. An ingest loop receives for it
-// (ingestloop.go) and owns its SUB; one the loops cannot take has a
-// goroutine of its own (run).
+// (ingestloop.go): from the publisher's connection, which the loop reads
+// itself (native, nativelistener.go), or from a libzmq SUB the loop owns
+// (an endpoint the native dial does not speak). One the loops cannot take
+// has a SUB and a goroutine of its own (run).
 type Listener struct {
 	stream
-	sub  *zmq.Socket
-	mon  *monitor // nil when the socket monitor could not start
-	done chan struct{}
-	once sync.Once
+	native *nativeDial // nil for a listener on a SUB
+	sub    *zmq.Socket
+	mon    *monitor // nil when the socket monitor could not start
+	done   chan struct{}
+	once   sync.Once
 
 	// loop receives for the listener; nil when it runs alone.
 	loop     *ingestLoop
@@ -138,6 +145,12 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 	if log == nil {
 		log = zap.NewNop()
 	}
+	l := &Listener{stream: stream{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log, stop: make(chan struct{}),
+		turn: &ingestTurn{x: index}},
+		redial: make(chan struct{}, 1), done: make(chan struct{}), unhooked: make(chan struct{})}
+	if l.startNative() {
+		return l, nil
+	}
 	sub, err := zctx.NewSocket(zmq.SUB)
 	if err != nil {
 		return nil, err
@@ -150,9 +163,7 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 		sub.Close()
 		return nil, fmt.Errorf("kv events %s: %w", cfg.Endpoint, err)
 	}
-	l := &Listener{stream: stream{cfg: cfg, zctx: zctx, index: index, stats: stats, log: log, stop: make(chan struct{}),
-		turn: &ingestTurn{x: index}},
-		sub: sub, redial: make(chan struct{}, 1), done: make(chan struct{}), unhooked: make(chan struct{})}
+	l.sub = sub
 	// Placed before the monitor starts: its redials go where l receives.
 	alone := !l.joinLoop()
 	if l.mon, err = startMonitor(zctx, sub, stats, log, l.askRedial); err != nil {
@@ -268,6 +279,9 @@ func (l *Listener) Config() ListenerConfig { return l.cfg }
 func (l *Listener) Stop() {
 	l.once.Do(func() {
 		close(l.stop) // ends a replay under way
+		if l.native != nil {
+			l.native.cancel() // ends a dial under way
+		}
 		if l.loop == nil {
 			l.wait.interrupt()
 			return

@@ -13,8 +13,20 @@ import (
 // BenchmarkEndToEndZMQ publishes vLLM-framed payloads of 16 BlockStored
 // blocks (plus the removal of older ones) over a real tcp PUB socket to a
 // Listener and waits until the index has applied them all; it reports
-// blocks per second through the whole path.
+// blocks per second through the whole path, and the process's CPU per
+// block (the publisher's share, the same in both, included). "native" is
+// the listener as it runs, reading the publisher itself; "libzmq"
+// receives through a libzmq SUB, the baseline.
 func BenchmarkEndToEndZMQ(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		viaLibzmq bool
+	}{{"native", false}, {"libzmq", true}} {
+		b.Run(c.name, func(b *testing.B) { benchEndToEnd(b, c.viaLibzmq) })
+	}
+}
+
+func benchEndToEnd(b *testing.B, viaLibzmq bool) {
 	zctx, err := zmq.NewContext()
 	if err != nil {
 		b.Fatal(err)
@@ -31,7 +43,7 @@ func BenchmarkEndToEndZMQ(b *testing.B) {
 	x := New()
 	x.ConfigurePartition(part, 16, false)
 	var stats Stats
-	l, err := StartListener(zctx, x, &stats, nil, ListenerConfig{Endpoint: ep, Partition: part, Rank: selection.Rank{WorkerID: 1}})
+	l, err := StartListener(zctx, x, &stats, nil, ListenerConfig{Endpoint: ep, Partition: part, Rank: selection.Rank{WorkerID: 1}, viaLibzmq: viaLibzmq})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,8 +52,11 @@ func BenchmarkEndToEndZMQ(b *testing.B) {
 	if _, err := pub.RecvBytes(0); err != nil {
 		b.Fatal("no subscription")
 	}
+	cpu0 := selfCPU()
 	seq := publishSteady(b, pub, nil, &stats)
+	cpu := selfCPU() - cpu0
 	b.ReportMetric(float64(seq*blocksPer)/b.Elapsed().Seconds(), "blocks/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(seq*blocksPer), "cpu-ns/block")
 }
 
 // BenchmarkEndToEndBind is BenchmarkEndToEndZMQ in bind mode: the PUB

@@ -1,0 +1,159 @@
+package indexer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// handPublisher is a publisher written by hand over TCP: it greets each
+// subscriber that dials as a PUB would, and then sends what a test tells
+// it, frames without end included, which a libzmq PUB cannot.
+type handPublisher struct {
+	ln net.Listener
+	ep string
+}
+
+func newHandPublisher(t *testing.T) *handPublisher {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return &handPublisher{ln: ln, ep: "tcp://" + ln.Addr().String()}
+}
+
+// accept takes the next subscriber and completes its handshake, checking
+// the subscription to every topic (a ZMTP 3.0 message from the native
+// dial, a 3.1 SUBSCRIBE command from libzmq).
+func (p *handPublisher) accept(t *testing.T) net.Conn {
+	t.Helper()
+	_ = p.ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
+	c, err := p.ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(append(zmtpGreetingFor(3, "NULL"), readyCommand("PUB")...)); err != nil {
+		t.Fatal(err)
+	}
+	in := make([]byte, zmtpGreeting+len(readyCommand("SUB"))+2)
+	if _, err := io.ReadFull(c, in); err != nil {
+		t.Fatal(err)
+	}
+	sub := make([]byte, in[len(in)-1])
+	if _, err := io.ReadFull(c, sub); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(sub, []byte{1}) && !bytes.Equal(sub, []byte("\x09SUBSCRIBE")) {
+		t.Fatalf("subscription % x", sub)
+	}
+	return c
+}
+
+// TestListenerHoldsNoFrameFlood: a registered publisher that sends one
+// message of endless 1 MiB frames is cut at the fourth frame's header,
+// with the process's resident set all but unmoved (libzmq held every
+// frame until the message's last, which never comes: 2 GB for 500), and
+// dialed again; the new connection's batch is applied.
+func TestListenerHoldsNoFrameFlood(t *testing.T) {
+	const frames, frameSize = 256, 1 << 20
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	pub := newHandPublisher(t)
+	x, stats := New(), new(Stats)
+	x.ConfigurePartition(part, lbs, false)
+	l, err := StartListener(zctx, x, stats, nil, ListenerConfig{Endpoint: pub.ep, Partition: part, Rank: selection.Rank{WorkerID: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop()
+	c := pub.accept(t)
+	go func() { _, _ = io.Copy(io.Discard, c) }()
+	before := rssBytes(t)
+	if _, err := c.Write(zmtpFrame(zmtpMore, []byte("kv@3@m"), false)); err != nil {
+		t.Fatal(err)
+	}
+	header := zmtpFrame(zmtpMore|zmtpLong, nil, true)
+	binary.BigEndian.PutUint64(header[1:], frameSize)
+	body := make([]byte, frameSize)
+	sent := 0
+	for ; sent < frames; sent++ {
+		if _, err := c.Write(header); err != nil {
+			break
+		}
+		if _, err := c.Write(body); err != nil {
+			break
+		}
+	}
+	grown := rssBytes(t) - before
+	t.Logf("%d frames written before the cut; resident set grew %d MiB", sent, grown>>20)
+	if sent == frames {
+		t.Fatalf("all %d frames of one message were taken", frames)
+	}
+	if grown > 64<<20 {
+		t.Fatalf("the resident set grew %d MiB", grown>>20)
+	}
+	if stats.Cut.Load() != 1 {
+		t.Fatalf("cut %d, want 1", stats.Cut.Load())
+	}
+	// Dialed again: the next connection is heard.
+	c = pub.accept(t)
+	prompt := testPrompt(61)
+	msg := zmtpMessage([]byte("kv@3@m"), binary.BigEndian.AppendUint64(nil, 0), chunk(EncodingArray, -1, prompt, 0, 4))
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the batch after the cut", func() bool { return x.Blocks(part, selection.Rank{WorkerID: 3}) == 4 })
+}
+
+// TestListenerStopsWhileDialing: a listener stops at once, without a
+// goroutine left (TestMain checks), whether its publisher refuses
+// connections (it dials again and again), or accepts and never greets
+// (the handshake waits).
+func TestListenerStopsWhileDialing(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := "tcp://" + ln.Addr().String()
+	defer ln.Close()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing := "tcp://" + closed.Addr().String()
+	closed.Close()
+	for _, ep := range []string{refusing, silent} {
+		l, err := StartListener(zctx, New(), new(Stats), nil, ListenerConfig{Endpoint: ep, Partition: part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.native == nil {
+			t.Fatalf("%s: not dialed natively", ep)
+		}
+		time.Sleep(300 * time.Millisecond) // a few redials, or a handshake under way
+		start := time.Now()
+		l.Stop()
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("%s: Stop took %v", ep, took)
+		}
+	}
+}

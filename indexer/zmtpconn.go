@@ -1,0 +1,203 @@
+package indexer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"syscall"
+)
+
+// zmtpConn reads a publisher's messages from a connection dialed by
+// dialSub, without blocking: whole messages are taken from a buffer that
+// reads fill, several messages a read when they wait. The bounds are the
+// frame gate's (zmtpscan.go): a message of more than three frames, or of
+// more than maxBytes in all, breaks the connection at that frame's header,
+// before its body is read. libzmq bounded each frame but held the frames
+// of an unfinished message without end (docs/kv-events.md §9).
+//
+// Commands between messages are read and dropped, but for PING, which
+// gets its PONG (a publisher with ZMTP heartbeats on would otherwise take
+// the connection for dead).
+type zmtpConn struct {
+	fd       int
+	maxBytes int64 // one message, all frames; < 0 no bound
+	buf      []byte
+	off, n   int // buf[off:n] is read and not yet taken
+	frames   [3][]byte
+}
+
+// Buffer sizes: a connection starts with zmtpBufStart, grows to hold the
+// message it reads, and after a message larger than zmtpBufKeep goes back
+// to zmtpBufStart (1,024 publishers keep 16 MiB between them).
+const (
+	zmtpBufStart = 16 << 10
+	zmtpBufKeep  = 64 << 10
+)
+
+// maxFrameSize is the largest frame read even without a message bound
+// (kv_events_max_message negative): past it, the size could not be held.
+const maxFrameSize = math.MaxInt32
+
+// errAgain says the socket has nothing more to read for now.
+var errAgain = syscall.EAGAIN
+
+func newZMTPConn(fd int, maxBytes int64) *zmtpConn {
+	return &zmtpConn{fd: fd, maxBytes: maxBytes, buf: make([]byte, zmtpBufStart)}
+}
+
+// next returns the next message's frames, valid until the next call;
+// errAgain once the socket is empty (an edge on its descriptor tells of
+// more), any other error when the connection is over: io.EOF when the
+// publisher closed it, errZMTP when it broke the protocol or a bound.
+func (z *zmtpConn) next() ([][]byte, error) {
+	for {
+		frames, need, err := z.parse()
+		if err != nil || frames != nil {
+			return frames, err
+		}
+		if err := z.fill(need); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// fill reads once, with room for at least need bytes past what is held.
+func (z *zmtpConn) fill(need int) error {
+	if z.off > 0 {
+		z.n = copy(z.buf, z.buf[z.off:z.n])
+		z.off = 0
+	}
+	if want := z.n + need; want > len(z.buf) {
+		grown := make([]byte, max(want, 2*len(z.buf)))
+		copy(grown, z.buf[:z.n])
+		z.buf = grown
+	}
+	for {
+		m, err := syscall.Read(z.fd, z.buf[z.n:])
+		switch {
+		case m > 0:
+			z.n += m
+			return nil
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return err
+		}
+		return io.EOF
+	}
+}
+
+// parse takes one whole message from buf[off:n]. When the message is not
+// all there it takes nothing and says how many more bytes it needs at
+// least; commands before the message are taken (and a PING answered), and
+// those between its frames are answered once the message is whole.
+func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
+	at, count := z.off, 0
+	var total int64
+	var within int // commands between this message's frames
+	for {
+		p := z.buf[at:z.n]
+		if len(p) < 2 {
+			return nil, 2 - len(p), nil
+		}
+		flags := p[0]
+		if flags&^(zmtpMore|zmtpLong|zmtpCommand) != 0 || flags&(zmtpCommand|zmtpMore) == zmtpCommand|zmtpMore {
+			return nil, 0, fmt.Errorf("%w: frame flags %#x", errZMTP, flags)
+		}
+		head, size := 2, uint64(p[1])
+		if flags&zmtpLong != 0 {
+			if len(p) < 9 {
+				return nil, 9 - len(p), nil
+			}
+			head, size = 9, binary.BigEndian.Uint64(p[1:9])
+		}
+		command := flags&zmtpCommand != 0
+		// The bounds, from the header alone.
+		switch {
+		case size > maxFrameSize:
+			return nil, 0, fmt.Errorf("%w: frame size %d", errZMTP, size)
+		case !command && count == liveFrameCount:
+			return nil, 0, fmt.Errorf("%w: a message of more than %d frames", errZMTP, liveFrameCount)
+		case z.maxBytes >= 0 && size > uint64(z.maxBytes-total):
+			return nil, 0, fmt.Errorf("%w: a message or command of more than %d bytes", errZMTP, z.maxBytes)
+		}
+		if uint64(len(p)-head) < size {
+			return nil, head + int(size) - len(p), nil
+		}
+		body := p[head : head+int(size)]
+		at += head + int(size)
+		if command {
+			if count == 0 { // between messages: taken now
+				z.off = at
+				z.command(body)
+			} else {
+				within++
+			}
+			continue
+		}
+		z.frames[count] = body
+		count++
+		total += int64(size)
+		if flags&zmtpMore == 0 {
+			if within > 0 {
+				z.commandsWithin(z.off, at)
+			}
+			z.off = at
+			z.shrink()
+			return z.frames[:count], 0, nil
+		}
+	}
+}
+
+// commandsWithin answers the commands among the frames of the message in
+// buf[from:to], which parse has checked.
+func (z *zmtpConn) commandsWithin(from, to int) {
+	for at := from; at < to; {
+		flags, head, size := z.buf[at], 2, int(z.buf[at+1])
+		if flags&zmtpLong != 0 {
+			head, size = 9, int(binary.BigEndian.Uint64(z.buf[at+1:at+9]))
+		}
+		if flags&zmtpCommand != 0 {
+			z.command(z.buf[at+head : at+head+size])
+		}
+		at += head + size
+	}
+}
+
+// shrink lets a buffer grown past zmtpBufKeep go once it holds nothing
+// more; the frames just taken stay valid, in the old buffer.
+func (z *zmtpConn) shrink() {
+	if len(z.buf) > zmtpBufKeep && z.off == z.n {
+		z.buf, z.off, z.n = make([]byte, zmtpBufStart), 0, 0
+	}
+}
+
+// command answers a PING with a PONG carrying its context; other
+// commands a publisher may send (ERROR, a late READY) need nothing.
+func (z *zmtpConn) command(body []byte) {
+	// PING: name "PING", a two-byte TTL, then a context of up to 16 bytes.
+	if len(body) < 7 || string(body[:5]) != "\x04PING" {
+		return
+	}
+	ctx := body[7:]
+	if len(ctx) > 16 {
+		ctx = ctx[:16]
+	}
+	pong := append([]byte{zmtpCommand, byte(5 + len(ctx)), 4, 'P', 'O', 'N', 'G'}, ctx...)
+	// A full socket buffer drops the PONG: the publisher's next PING
+	// asks again.
+	_, _ = syscall.Write(z.fd, pong)
+}
+
+// close closes the connection's descriptor.
+func (z *zmtpConn) close() {
+	if z.fd >= 0 {
+		_ = syscall.Close(z.fd)
+		z.fd = -1
+	}
+}
+
+// isAgain reports whether err from next only means "nothing yet".
+func isAgain(err error) bool { return errors.Is(err, syscall.EAGAIN) }

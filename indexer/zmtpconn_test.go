@@ -1,0 +1,213 @@
+package indexer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// connPair is a zmtpConn reading one end of a socket pair, and the other
+// end, which the test writes as the publisher.
+func connPair(t *testing.T, maxBytes int64) (*zmtpConn, int) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		t.Fatal(err)
+	}
+	z := newZMTPConn(fds[0], maxBytes)
+	t.Cleanup(func() { z.close(); syscall.Close(fds[1]) })
+	return z, fds[1]
+}
+
+func writeAll(t *testing.T, fd int, b []byte) {
+	t.Helper()
+	for len(b) > 0 {
+		n, err := syscall.Write(fd, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = b[n:]
+	}
+}
+
+// TestZMTPConnReadsMessages: whole messages come out of a stream written
+// in pieces of any size (a PING between messages, and one between a
+// message's frames, answered with a PONG of its context each), and
+// errAgain whenever what was written is taken; a message bigger than the
+// starting buffer grows it, and the buffer shrinks after.
+func TestZMTPConnReadsMessages(t *testing.T) {
+	ping := zmtpFrame(zmtpCommand, append([]byte{4}, "PING\x00\x10ctx"...), false)
+	big := bytes.Repeat([]byte{7}, 3*zmtpBufKeep)
+	msgs := [][][]byte{
+		{[]byte("kv@5@m"), binary.BigEndian.AppendUint64(nil, 1), []byte("one")},
+		{nil, make([]byte, 8), nil},
+		{[]byte("t"), binary.BigEndian.AppendUint64(nil, 3), big},
+		{[]byte("short")}, // a message of one frame: the listener counts it malformed
+	}
+	var stream []byte
+	for i, m := range msgs {
+		enc := zmtpMessage(m...)
+		if i == 1 { // a PING between the first and second frames
+			first := len(zmtpFrame(zmtpMore, m[0], false))
+			enc = append(append(append([]byte(nil), enc[:first]...), ping...), enc[first:]...)
+		}
+		stream = append(append(stream, ping...), enc...)
+	}
+	for _, piece := range []int{1, 7, 100, 4096, len(stream)} {
+		z, peer := connPair(t, 1<<20)
+		var got [][][]byte
+		for at := 0; at < len(stream); at += piece {
+			writeAll(t, peer, stream[at:min(at+piece, len(stream))])
+			for {
+				frames, err := z.next()
+				if isAgain(err) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("pieces of %d: %v", piece, err)
+				}
+				var copied [][]byte
+				for _, f := range frames {
+					copied = append(copied, bytes.Clone(f))
+				}
+				got = append(got, copied)
+			}
+		}
+		if len(got) != len(msgs) {
+			t.Fatalf("pieces of %d: %d messages, want %d", piece, len(got), len(msgs))
+		}
+		for i := range msgs {
+			for j := range msgs[i] {
+				if !bytes.Equal(got[i][j], msgs[i][j]) {
+					t.Fatalf("pieces of %d: message %d frame %d differs", piece, i, j)
+				}
+			}
+		}
+		if len(z.buf) != zmtpBufStart {
+			t.Fatalf("pieces of %d: the buffer kept %d bytes", piece, len(z.buf))
+		}
+		pongs := make([]byte, 1024)
+		n, _ := syscall.Read(peer, pongs)
+		pong := append([]byte{zmtpCommand, 8, 4}, "PONGctx"...)
+		if want := bytes.Repeat(pong, len(msgs)+1); !bytes.Equal(pongs[:n], want) {
+			t.Fatalf("pieces of %d: pongs % x, want % x", piece, pongs[:n], want)
+		}
+	}
+}
+
+// TestZMTPConnRefuses: a fourth frame, a message over the byte bound, a
+// command over it and bad flags break the connection at their header,
+// before the body is read; a closed connection is io.EOF.
+func TestZMTPConnRefuses(t *testing.T) {
+	one := []byte("kv@5@m")
+	for _, c := range []struct {
+		name, want string
+		stream     []byte
+	}{
+		{"a fourth frame", "more than 3 frames",
+			append(append(append(zmtpFrame(zmtpMore, one, false), zmtpFrame(zmtpMore, make([]byte, 8), false)...), zmtpFrame(zmtpMore, one, false)...), 0, 0)},
+		{"over the byte bound", "more than 300 bytes",
+			append(zmtpFrame(zmtpMore, one, false), zmtpLong|zmtpMore, 0, 0, 0, 0, 0, 0, 1, 0x27)}, // 6 + 295
+		{"a command over the bound", "more than 300 bytes", []byte{zmtpCommand | zmtpLong, 0, 0, 0, 0, 0, 0, 1, 0x2d}},
+		{"a command with more", "frame flags", []byte{zmtpCommand | zmtpMore, 0}},
+		{"reserved flags", "frame flags", []byte{0x08, 0}},
+	} {
+		z, peer := connPair(t, 300)
+		writeAll(t, peer, c.stream)
+		_, err := z.next()
+		if !errors.Is(err, errZMTP) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	z, peer := connPair(t, 300)
+	writeAll(t, peer, zmtpFrame(zmtpMore, one, false))
+	syscall.Close(peer)
+	if _, err := z.next(); err != io.EOF {
+		t.Fatalf("a closed connection: %v, want EOF", err)
+	}
+}
+
+// handshakePeer plays a publisher's side of the handshake on a pipe:
+// it reads the subscriber's greeting and READY, sends greeting and
+// command, and, when the handshake went on, returns the subscription.
+func handshakePeer(t *testing.T, greeting, command []byte) (error, []byte) {
+	t.Helper()
+	sub, pub := net.Pipe()
+	defer sub.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		defer pub.Close()
+		_ = pub.SetDeadline(time.Now().Add(5 * time.Second))
+		in := make([]byte, zmtpGreeting+len(readyCommand("SUB")))
+		if _, err := io.ReadFull(pub, in); err != nil {
+			got <- nil
+			return
+		}
+		_, _ = pub.Write(append(append([]byte(nil), greeting...), command...))
+		sub := make([]byte, 3)
+		if _, err := io.ReadFull(pub, sub); err != nil {
+			got <- nil
+			return
+		}
+		got <- sub
+	}()
+	_ = sub.SetDeadline(time.Now().Add(5 * time.Second))
+	err := subHandshake(sub)
+	if err != nil {
+		sub.Close()
+	}
+	return err, <-got
+}
+
+// TestSubHandshake: a PUB's or an XPUB's greeting and READY (with more
+// properties, in another case) get the subscription to every topic; a
+// greeting of another revision or mechanism, a first command other than
+// READY, a peer of another socket type and an oversized READY are
+// refused.
+func TestSubHandshake(t *testing.T) {
+	ready := func(typ string, more ...string) []byte {
+		body := append([]byte{5}, "READY"...)
+		for i := 0; i+1 < len(more); i += 2 {
+			body = append(append(body, byte(len(more[i]))), more[i]...)
+			body = binary.BigEndian.AppendUint32(body, uint32(len(more[i+1])))
+			body = append(body, more[i+1]...)
+		}
+		body = append(append(body, 11), "socket-type"...)
+		body = binary.BigEndian.AppendUint32(body, uint32(len(typ)))
+		return zmtpFrame(zmtpCommand, append(body, typ...), false)
+	}
+	good := zmtpGreetingFor(3, "NULL")
+	for _, typ := range []string{"PUB", "XPUB"} {
+		err, sub := handshakePeer(t, good, ready(typ, "Identity", "engine-0"))
+		if err != nil || !bytes.Equal(sub, []byte{0, 1, 1}) {
+			t.Fatalf("%s: %v, subscription % x", typ, err, sub)
+		}
+	}
+	for _, c := range []struct {
+		name, want        string
+		greeting, command []byte
+	}{
+		{"ZMTP 2.0", "revision 1", zmtpGreetingFor(1, "NULL"), ready("PUB")},
+		{"CURVE", "not NULL", zmtpGreetingFor(3, "CURVE"), ready("PUB")},
+		{"not ZMTP 3", "not a ZMTP 3 greeting", make([]byte, zmtpGreeting), ready("PUB")},
+		{"a ROUTER", "not a publisher", good, ready("ROUTER")},
+		{"no socket type", "not a publisher", good, zmtpFrame(zmtpCommand, []byte("\x05READY"), false)},
+		{"a PING first", "not READY", good, zmtpFrame(zmtpCommand, []byte("\x04PING\x00\x00"), false)},
+		{"a message first", "where READY was due", good, zmtpFrame(0, []byte("x"), false)},
+		{"a huge READY", "a READY of", good, zmtpFrame(zmtpCommand, make([]byte, maxReadyBytes+1), false)},
+	} {
+		err, _ := handshakePeer(t, c.greeting, c.command)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}

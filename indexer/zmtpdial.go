@@ -1,0 +1,196 @@
+package indexer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dialing a publisher as a ZMTP 3 subscriber, without libzmq (connect
+// mode; zmtpconn.go reads what it sends). libzmq's receive path cost two
+// thirds of a fleet's ingest CPU: its I/O thread's reads, the wake-up of
+// the Go thread that takes each message from its queue, and the copy out
+// of its buffer. Read by the ingest loop itself, a publisher's messages
+// are taken straight from the socket, several per read (BENCHMARKS.md,
+// "Receiving without libzmq").
+//
+// What is spoken (ZMTP 3.0, rfc.zeromq.org spec 23, and the NULL
+// mechanism, spec 37; docs/kv-events.md §1): both sides send a 64-byte
+// greeting and a READY command naming their socket type; once the
+// publisher's READY has come (libzmq drops a peer whose message comes
+// before its own READY went out), the subscriber subscribes to every
+// topic with a one-byte message, 0x01. The gateway announces 3.0, the
+// revision in which a subscription is such a message, which libzmq's
+// publishers of every 4.x release take.
+
+// zmtpDialTimeout bounds a dial and its handshake.
+const zmtpDialTimeout = 2 * time.Second
+
+// dialNetwork maps a connect-mode endpoint to what Go dials; ok is false
+// for one the native subscriber does not dial, which is left to libzmq
+// (and its errors: a malformed endpoint is refused when the listener
+// starts).
+func dialNetwork(endpoint string) (network, addr string, ok bool) {
+	switch {
+	case strings.HasPrefix(endpoint, "tcp://"):
+		addr = strings.TrimPrefix(endpoint, "tcp://")
+		// libzmq's "source;destination" form picks the local address.
+		if strings.Contains(addr, ";") {
+			return "", "", false
+		}
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return "", "", false
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return "", "", false
+		}
+		return "tcp", addr, true
+	case strings.HasPrefix(endpoint, "ipc://"):
+		path := strings.TrimPrefix(endpoint, "ipc://")
+		return "unix", path, path != ""
+	}
+	return "", "", false
+}
+
+// dialSub dials a publisher, subscribes to every topic and returns the
+// connection's descriptor, non-blocking and this process's alone (the Go
+// connection it was dialed with is closed). ctx ends a dial under way.
+func dialSub(ctx context.Context, network, addr string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, zmtpDialTimeout)
+	defer cancel()
+	d := net.Dialer{KeepAlive: 15 * time.Second}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return -1, err
+	}
+	defer c.Close()
+	deadline, _ := ctx.Deadline()
+	_ = c.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := subHandshake(c); err != nil {
+		return -1, err
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1, errors.New("no descriptor")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, ferr := -1, error(nil)
+	// A duplicate, so that closing c leaves the socket open; it shares c's
+	// O_NONBLOCK.
+	if err := rc.Control(func(f uintptr) { fd, ferr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	return fd, ferr
+}
+
+// subHandshake greets a publisher, exchanges READY commands and
+// subscribes to every topic.
+func subHandshake(c net.Conn) error {
+	var out [zmtpGreeting]byte
+	out[0], out[9], out[10], out[11] = 0xff, 0x7f, 3, 0 // signature, ZMTP 3.0
+	copy(out[12:32], "NULL")
+	ready := readyCommand("SUB")
+	if _, err := c.Write(append(out[:], ready...)); err != nil {
+		return err
+	}
+	var in [zmtpGreeting]byte
+	if _, err := io.ReadFull(c, in[:]); err != nil {
+		return err
+	}
+	s := newZMTPScan(0, -1)
+	copy(s.greeting[:], in[:])
+	if err := s.checkGreeting(0, zmtpGreeting); err != nil {
+		return err
+	}
+	if err := readReady(c); err != nil {
+		return err
+	}
+	_, err := c.Write([]byte{0, 1, 1}) // a message of one frame: subscribe to ""
+	return err
+}
+
+// readyCommand is a READY command frame naming socket type typ.
+func readyCommand(typ string) []byte {
+	body := append([]byte{5}, "READY"...)
+	body = append(body, byte(len("Socket-Type")))
+	body = append(body, "Socket-Type"...)
+	body = binary.BigEndian.AppendUint32(body, uint32(len(typ)))
+	body = append(body, typ...)
+	return append([]byte{zmtpCommand, byte(len(body))}, body...)
+}
+
+// maxReadyBytes bounds the publisher's READY command: its socket type and
+// an identity of up to 255 bytes, with room to spare.
+const maxReadyBytes = 1024
+
+// readReady reads the publisher's READY command and checks that it names
+// a socket a subscriber may talk to.
+func readReady(c net.Conn) error {
+	var h [9]byte
+	if _, err := io.ReadFull(c, h[:2]); err != nil {
+		return err
+	}
+	if h[0]&^zmtpLong != zmtpCommand {
+		return fmt.Errorf("%w: a frame of flags %#x where READY was due", errZMTP, h[0])
+	}
+	size := uint64(h[1])
+	if h[0]&zmtpLong != 0 {
+		if _, err := io.ReadFull(c, h[2:]); err != nil {
+			return err
+		}
+		size = binary.BigEndian.Uint64(h[1:])
+	}
+	if size > maxReadyBytes {
+		return fmt.Errorf("%w: a READY of %d bytes", errZMTP, size)
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return err
+	}
+	if len(body) < 6 || string(body[:6]) != "\x05READY" {
+		return fmt.Errorf("%w: the publisher's first command is not READY", errZMTP)
+	}
+	typ, ok := readyProperty(body[6:], "Socket-Type")
+	if !ok || (typ != "PUB" && typ != "XPUB") {
+		return fmt.Errorf("%w: the peer is a %q socket, not a publisher", errZMTP, typ)
+	}
+	return nil
+}
+
+// readyProperty finds a property of a READY command's metadata: entries
+// of a one-byte name length, the name, a four-byte value length and the
+// value. Names compare without regard to case, as ZMTP says.
+func readyProperty(meta []byte, name string) (string, bool) {
+	for len(meta) > 0 {
+		n := int(meta[0])
+		if len(meta) < 1+n+4 {
+			return "", false
+		}
+		key := string(meta[1 : 1+n])
+		v := binary.BigEndian.Uint32(meta[1+n:])
+		meta = meta[1+n+4:]
+		if uint64(v) > uint64(len(meta)) {
+			return "", false
+		}
+		if strings.EqualFold(key, name) {
+			return string(meta[:v]), true
+		}
+		meta = meta[v:]
+	}
+	return "", false
+}
