@@ -68,16 +68,14 @@ type Limits struct {
 	// was stored getting a second chance. Default: 2GiB.
 	IndexMaxMemory int64 `json:"index_max_memory,omitempty"`
 
-	// KVEventsMaxMessage bounds one KV-event message, in bytes (libzmq's
-	// ZMQ_MAXMSGSIZE on every subscriber and replay socket): libzmq drops a
-	// publisher's connection when it announces a larger one, before
-	// reading it, and the listener dials again (counted in
-	// kvrouter_kv_events_disconnects_total). Under kv_events_bind it bounds
-	// a whole message, all its frames, and the connection is cut at the
-	// header of the frame that passes it (kvrouter_kv_events_cut_total).
-	// A subscriber queues at most
-	// 64 messages per publisher, so this also bounds what one publisher
-	// can make the gateway hold (64 × 4 MiB). Default: 4MiB: an engine
+	// KVEventsMaxMessage bounds one KV-event message, in bytes, all its
+	// frames together: a publisher's connection is cut at the header of the
+	// frame that passes it, before that frame is read, and dialed again
+	// (kvrouter_kv_events_cut_total); a replay reply's frames are bounded
+	// one by one (libzmq's ZMQ_MAXMSGSIZE). A connect-mode listener holds
+	// one message of its publisher at a time, a bind-mode one at most 64
+	// (64 × 4 MiB), so this also bounds what one publisher can make the
+	// gateway hold. Default: 4MiB: an engine
 	// publishes a batch per scheduler step, tens of KB with chunked
 	// prefill, and 4 MiB holds a whole prompt of several hundred thousand
 	// tokens stored in one step.

@@ -10,7 +10,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// A socket monitor per SUB, for the connections libzmq drops.
+// A socket monitor per libzmq SUB, for the connections libzmq drops (a
+// connect-mode listener the ingest loop reads itself has no SUB and needs
+// none: nativelistener.go dials again).
 //
 // ZMQ_MAXMSGSIZE makes libzmq refuse an oversized frame from its size
 // header, but it does so by treating the connection as a protocol error:

@@ -3,16 +3,17 @@ package indexer
 // The limits a Manager puts on what publishers send it (docs/kv-events.md
 // §9 lists them all).
 
-// DefaultMaxMessageBytes bounds one ZMQ message a listener accepts: libzmq
-// refuses a larger frame from its size header, before allocating it, and
-// drops the connection; in bind mode the frame gate bounds the message's
-// frames together (framegate.go). An engine publishes one batch per
+// DefaultMaxMessageBytes bounds one ZMQ message a listener accepts, all
+// its frames together, from the frame headers, before a larger frame is
+// read: a connect-mode connection is cut by its reader (zmtpconn.go), a
+// bind-mode one by the frame gate (framegate.go), and libzmq bounds each
+// frame of a replay reply. An engine publishes one batch per
 // scheduler step, and a step prefills at most its token budget (vLLM's
 // chunked prefill: 8–16k tokens, about 60 KB of events); 4 MiB holds the
 // blocks of a whole prompt of several hundred thousand tokens stored in
 // one step. With the SUB's queue of subQueue messages, a bind-mode
-// publisher can make the gateway hold at most 256 MiB; in connect mode a
-// message's frames are bounded one by one only (docs/kv-events.md §9).
+// publisher can make the gateway hold at most 256 MiB; a connect-mode one,
+// one message (docs/kv-events.md §9).
 const DefaultMaxMessageBytes = 4 << 20
 
 // DefaultMaxGap is the largest live sequence jump taken as lost events: ten

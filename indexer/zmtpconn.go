@@ -40,15 +40,12 @@ const (
 // (kv_events_max_message negative): past it, the size could not be held.
 const maxFrameSize = math.MaxInt32
 
-// errAgain says the socket has nothing more to read for now.
-var errAgain = syscall.EAGAIN
-
 func newZMTPConn(fd int, maxBytes int64) *zmtpConn {
 	return &zmtpConn{fd: fd, maxBytes: maxBytes, buf: make([]byte, zmtpBufStart)}
 }
 
 // next returns the next message's frames, valid until the next call;
-// errAgain once the socket is empty (an edge on its descriptor tells of
+// EAGAIN once the socket is empty (an edge on its descriptor tells of
 // more), any other error when the connection is over: io.EOF when the
 // publisher closed it, errZMTP when it broke the protocol or a bound.
 func (z *zmtpConn) next() ([][]byte, error) {

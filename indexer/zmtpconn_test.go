@@ -42,7 +42,7 @@ func writeAll(t *testing.T, fd int, b []byte) {
 // TestZMTPConnReadsMessages: whole messages come out of a stream written
 // in pieces of any size (a PING between messages, and one between a
 // message's frames, answered with a PONG of its context each), and
-// errAgain whenever what was written is taken; a message bigger than the
+// EAGAIN whenever what was written is taken; a message bigger than the
 // starting buffer grows it, and the buffer shrinks after.
 func TestZMTPConnReadsMessages(t *testing.T) {
 	ping := zmtpFrame(zmtpCommand, append([]byte{4}, "PING\x00\x10ctx"...), false)
@@ -139,7 +139,7 @@ func TestZMTPConnRefuses(t *testing.T) {
 // handshakePeer plays a publisher's side of the handshake on a pipe:
 // it reads the subscriber's greeting and READY, sends greeting and
 // command, and, when the handshake went on, returns the subscription.
-func handshakePeer(t *testing.T, greeting, command []byte) (error, []byte) {
+func handshakePeer(t *testing.T, greeting, command []byte) ([]byte, error) {
 	t.Helper()
 	sub, pub := net.Pipe()
 	defer sub.Close()
@@ -165,7 +165,7 @@ func handshakePeer(t *testing.T, greeting, command []byte) (error, []byte) {
 	if err != nil {
 		sub.Close()
 	}
-	return err, <-got
+	return <-got, err
 }
 
 // TestSubHandshake: a PUB's or an XPUB's greeting and READY (with more
@@ -187,7 +187,7 @@ func TestSubHandshake(t *testing.T) {
 	}
 	good := zmtpGreetingFor(3, "NULL")
 	for _, typ := range []string{"PUB", "XPUB"} {
-		err, sub := handshakePeer(t, good, ready(typ, "Identity", "engine-0"))
+		sub, err := handshakePeer(t, good, ready(typ, "Identity", "engine-0"))
 		if err != nil || !bytes.Equal(sub, []byte{0, 1, 1}) {
 			t.Fatalf("%s: %v, subscription % x", typ, err, sub)
 		}
@@ -205,7 +205,7 @@ func TestSubHandshake(t *testing.T) {
 		{"a message first", "where READY was due", good, zmtpFrame(0, []byte("x"), false)},
 		{"a huge READY", "a READY of", good, zmtpFrame(zmtpCommand, make([]byte, maxReadyBytes+1), false)},
 	} {
-		err, _ := handshakePeer(t, c.greeting, c.command)
+		_, err := handshakePeer(t, c.greeting, c.command)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
