@@ -127,9 +127,7 @@ func (p *ingestLoop) attach(l *Listener) {
 // goroutine): a bound broken is a cut, anything else a disconnect.
 func (p *ingestLoop) detach(l *Listener, err error) {
 	n := l.native
-	_ = syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_DEL, n.conn.fd, nil)
-	n.conn.close()
-	n.conn = nil
+	// Counted before the close, which the publisher sees.
 	if errors.Is(err, errZMTP) {
 		l.stats.Cut.add(1)
 		l.log.Debug("kv events: publisher cut off", zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
@@ -137,6 +135,9 @@ func (p *ingestLoop) detach(l *Listener, err error) {
 		l.stats.Disconnects.add(1)
 		l.log.Debug("kv events: publisher connection dropped", zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
 	}
+	_ = syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_DEL, n.conn.fd, nil)
+	n.conn.close()
+	n.conn = nil
 	l.dial(redialFirst)
 }
 
