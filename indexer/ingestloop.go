@@ -369,19 +369,10 @@ func (p *ingestLoop) drain(l *Listener) bool {
 			}
 			return zmq.AsErrno(err) == zmq.Errno(syscall.EINTR)
 		}
-		seq, payload, ok := liveFrames(frames)
-		if !ok {
-			l.stats.Malformed.add(1)
-			l.rx.Release() // a malformed message may have grown the buffer too
-			continue
-		}
-		l.stats.Messages.add(1)
-		if l.needsReplay(seq) {
-			p.handOff(l, seq, payload)
+		if !p.take(l, frames) {
 			return false
 		}
-		l.deliver(seq, payload)
-		l.rx.Release()
+		l.rx.Release() // a malformed message may have grown the buffer too
 	}
 	return true
 }
@@ -401,18 +392,27 @@ func (p *ingestLoop) drainNative(l *Listener) bool {
 			}
 			return false
 		}
-		seq, payload, ok := liveFrames(frames)
-		if !ok {
-			l.stats.Malformed.add(1)
-			continue
-		}
-		l.stats.Messages.add(1)
-		if l.needsReplay(seq) {
-			p.handOff(l, seq, payload)
+		if !p.take(l, frames) {
 			return false
 		}
-		l.deliver(seq, payload)
 	}
+	return true
+}
+
+// take delivers one received message of l, or counts it malformed; false
+// when it needs a replay and was handed off (handOff) with l.
+func (p *ingestLoop) take(l *Listener, frames [][]byte) bool {
+	seq, payload, ok := liveFrames(frames)
+	if !ok {
+		l.stats.Malformed.add(1)
+		return true
+	}
+	l.stats.Messages.add(1)
+	if l.needsReplay(seq) {
+		p.handOff(l, seq, payload)
+		return false
+	}
+	l.deliver(seq, payload)
 	return true
 }
 
