@@ -58,10 +58,13 @@ func (l *Listener) startNative() bool {
 }
 
 // dial dials the publisher after wait, again and again until it answers
-// or the listener stops, and hands the descriptor to the loop.
+// or the listener stops, and hands the descriptor to the loop. The first
+// failure of a round is a warning (a publisher the gateway cannot reach
+// hears nothing, and says nothing), the rest are debug lines.
 func (l *Listener) dial(wait time.Duration) {
 	n := l.native
 	n.dialing.Go(func() {
+		level := zap.WarnLevel
 		for {
 			if wait > 0 {
 				t := time.NewTimer(wait)
@@ -90,9 +93,10 @@ func (l *Listener) dial(wait time.Duration) {
 				return
 			default:
 			}
-			if c := l.log.Check(zap.DebugLevel, "kv events: dialing the publisher"); c != nil {
+			if c := l.log.Check(level, "kv events: cannot reach the publisher; dialing again"); c != nil {
 				c.Write(zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
 			}
+			level = zap.DebugLevel
 			wait = min(max(2*wait, redialFirst), redialMax)
 		}
 	})

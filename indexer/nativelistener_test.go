@@ -9,6 +9,8 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
@@ -99,8 +101,8 @@ func TestListenerHoldsNoFrameFlood(t *testing.T) {
 
 // TestListenerStopsWhileDialing: a listener stops at once, without a
 // goroutine left (TestMain checks), whether its publisher refuses
-// connections (it dials again and again), or accepts and never greets
-// (the handshake waits).
+// connections (it dials again and again, and says so once as a warning),
+// or accepts and never greets (the handshake waits).
 func TestListenerStopsWhileDialing(t *testing.T) {
 	zctx, err := zmq.NewContext()
 	if err != nil {
@@ -120,18 +122,28 @@ func TestListenerStopsWhileDialing(t *testing.T) {
 	refusing := "tcp://" + closed.Addr().String()
 	closed.Close()
 	for _, ep := range []string{refusing, silent} {
-		l, err := StartListener(zctx, New(), new(Stats), nil, ListenerConfig{Endpoint: ep, Partition: part})
+		core, logs := observer.New(zap.DebugLevel)
+		l, err := StartListener(zctx, New(), new(Stats), zap.New(core), ListenerConfig{Endpoint: ep, Partition: part})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if l.native == nil {
 			t.Fatalf("%s: not dialed natively", ep)
 		}
-		time.Sleep(300 * time.Millisecond) // a few redials, or a handshake under way
+		if ep == refusing {
+			eventually(t, "a second dial", func() bool { return logs.FilterMessageSnippet("cannot reach the publisher").Len() >= 2 })
+		} else {
+			time.Sleep(300 * time.Millisecond) // a handshake under way
+		}
 		start := time.Now()
 		l.Stop()
 		if took := time.Since(start); took > time.Second {
 			t.Fatalf("%s: Stop took %v", ep, took)
+		}
+		// The refusing publisher, dialed a few times: one warning, then
+		// debug lines.
+		if warned := logs.FilterMessageSnippet("cannot reach the publisher").FilterLevelExact(zap.WarnLevel).Len(); ep == refusing && warned != 1 {
+			t.Fatalf("%s: %d failed dials logged as warnings, want 1", ep, warned)
 		}
 	}
 }
