@@ -21,7 +21,9 @@ import (
 // ingest CPU (a gateway held to one core, which cannot wake another,
 // spent 615 ns a block against 794), and every runnable listener stood
 // between a request and a core. A loop instead holds an epoll set of its
-// listeners' ZMQ_FDs, itself parked on Go's poller: one wake-up serves
+// listeners' descriptors (the publisher's connection, which the loop reads
+// itself, nativelistener.go; or a fallback SUB's ZMQ_FD), itself parked
+// on Go's poller: one wake-up serves
 // every listener that has messages, and while any has, the loop receives
 // without parking at all; when messages come steadily but apart, it
 // gathers them instead of waking for each (ingestgather.go). There are
@@ -32,9 +34,10 @@ import (
 // replay first (a gap, a late join) is handed with its listener to a
 // goroutine of its own, which replays, applies and hands the listener
 // back; the loop leaves that socket alone meanwhile, and its messages
-// wait in libzmq's queue as they would have behind an inline replay.
-// Dialing again (the monitor saw the connection drop) and closing a
-// socket are asked of the loop, which owns its listeners' sockets.
+// wait unread (in the kernel's socket buffer, or libzmq's queue) as they
+// would have behind an inline replay. Taking a dialed connection, dialing
+// a SUB again (its monitor saw the connection drop) and closing a socket
+// are asked of the loop, which owns its listeners' sockets.
 
 // drainBatch is how many messages a loop takes from one listener before
 // it serves the next: a publisher that sends without pause cannot keep
