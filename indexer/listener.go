@@ -17,8 +17,9 @@ import (
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
-// The ZMQ side (docs/kv-events.md §2–3): a SUB per publisher, 3-frame
-// messages [topic, seq (8 bytes, big-endian), payload], sequence tracking,
+// The ZMQ side (docs/kv-events.md §1–3): a subscriber per publisher (its
+// connection read by an ingest loop, nativelistener.go, or a libzmq SUB),
+// 3-frame messages [topic, seq (8 bytes, big-endian), payload], sequence tracking,
 // and replay of gaps over a DEALER dialed for that gap only.
 
 // endSeq is the replay end marker's sequence.
