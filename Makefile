@@ -9,7 +9,7 @@ export CGO_ENABLED := 1
 
 # Fuzz targets, as package:Target.
 FUZZ_TARGETS := selection:FuzzDecodeJSON indexer:FuzzDecode indexer:FuzzFrames indexer:FuzzDeliver \
-	indexer:FuzzZMTPScan caddymodule:FuzzOpenAIBody caddymodule:FuzzCaddyfile
+	indexer:FuzzZMTPScan indexer:FuzzZMTPConn caddymodule:FuzzOpenAIBody caddymodule:FuzzCaddyfile
 FUZZTIME ?= 60s
 
 all: build

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -210,4 +211,47 @@ func TestSubHandshake(t *testing.T) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
+}
+
+// readAll writes stream to a fresh connection in two pieces, split at
+// split, and takes every message, until the connection breaks or the
+// stream is all taken; it returns the messages and whether the stream
+// broke it.
+func readAll(t *testing.T, stream []byte, split int) (msgs []string, broke bool) {
+	z, peer := connPair(t, 1024)
+	for _, piece := range [][]byte{stream[:split], stream[split:]} {
+		writeAll(t, peer, piece)
+		for {
+			frames, err := z.next()
+			if isAgain(err) {
+				break
+			}
+			if err != nil {
+				return msgs, true
+			}
+			msgs = append(msgs, string(bytes.Join(frames, []byte{0xff})))
+		}
+	}
+	return msgs, false
+}
+
+// FuzzZMTPConn: whatever a publisher sends, the native reader does not
+// panic, and the messages it takes and whether it breaks the connection
+// do not depend on how the stream is split into reads.
+func FuzzZMTPConn(f *testing.F) {
+	good := zmtpMessage([]byte("kv@5@m"), make([]byte, 8), bytes.Repeat([]byte{1}, 300))
+	f.Add(good, uint16(70))
+	f.Add(append(zmtpFrame(zmtpCommand, []byte("\x04PING\x00\x10ab"), false), good...), uint16(5))
+	f.Add(append(good, zmtpMessage(nil, nil, nil, nil)...), uint16(3))
+	f.Fuzz(func(t *testing.T, stream []byte, at uint16) {
+		if len(stream) > 64<<10 {
+			return // past a socket pair's buffer, a write would wait for a reader
+		}
+		split := int(at) % (len(stream) + 1)
+		whole, wholeBroke := readAll(t, stream, len(stream))
+		pieces, piecesBroke := readAll(t, stream, split)
+		if wholeBroke != piecesBroke || !slices.Equal(whole, pieces) {
+			t.Fatalf("whole: %d messages, broke %v; split at %d: %d, broke %v", len(whole), wholeBroke, split, len(pieces), piecesBroke)
+		}
+	})
 }
