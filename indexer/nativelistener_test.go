@@ -147,3 +147,57 @@ func TestListenerStopsWhileDialing(t *testing.T) {
 		}
 	}
 }
+
+// TestListenerTransports: a libzmq publisher on tcp:// or ipc:// is read
+// natively; on inproc://, or a tcp:// endpoint in libzmq's
+// source;destination form, through a libzmq SUB. Either way its batch is
+// applied.
+func TestListenerTransports(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	dir := t.TempDir()
+	for i, c := range []struct {
+		bind   string
+		dial   func(bound string) string
+		native bool
+	}{
+		{"tcp://127.0.0.1:*", func(ep string) string { return ep }, true},
+		{"ipc://" + dir + "/pub", func(ep string) string { return ep }, true},
+		{"inproc://kv-transports", func(ep string) string { return ep }, false},
+		{"tcp://127.0.0.1:*", func(ep string) string { return "tcp://127.0.0.1:0;" + ep[len("tcp://"):] }, false},
+	} {
+		pub, err := zctx.NewSocket(zmq.XPUB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = pub.SetLinger(0)
+		if err := pub.Bind(c.bind); err != nil {
+			t.Fatal(err)
+		}
+		bound, _ := pub.GetLastEndpoint()
+		x, stats := New(), new(Stats)
+		x.ConfigurePartition(part, lbs, false)
+		rank := selection.Rank{WorkerID: uint64(i + 1)}
+		l, err := StartListener(zctx, x, stats, nil, ListenerConfig{Endpoint: c.dial(bound), Partition: part, Rank: rank})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.native != nil; got != c.native {
+			t.Errorf("%s: read natively %v, want %v", c.dial(bound), got, c.native)
+		}
+		_ = pub.SetRcvtimeo(5 * time.Second)
+		if f, err := pub.RecvBytes(0); err != nil || len(f) == 0 || f[0] != 1 {
+			t.Fatalf("%s: no subscription: %v", c.dial(bound), err)
+		}
+		prompt := testPrompt(uint32(70 + i))
+		if _, err := pub.SendMessage([]byte{}, binary.BigEndian.AppendUint64(nil, 0), chunk(EncodingArray, -1, prompt, 0, 4)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, c.dial(bound)+" applied", func() bool { return x.Blocks(part, rank) == 4 })
+		l.Stop()
+		pub.Close()
+	}
+}
