@@ -60,14 +60,18 @@ func (z *zmtpConn) next() ([][]byte, error) {
 	}
 }
 
-// fill reads once, with room for at least need bytes past what is held.
+// fill reads once more of a message that needs need more bytes. The
+// buffer grows only when it is full, to twice its size at most: what a
+// frame's header announces is not allocated before its bytes come, so a
+// publisher that announces kv_events_max_message and sends a trickle
+// holds about what it sent.
 func (z *zmtpConn) fill(need int) error {
 	if z.off > 0 {
 		z.n = copy(z.buf, z.buf[z.off:z.n])
 		z.off = 0
 	}
-	if want := z.n + need; want > len(z.buf) {
-		grown := make([]byte, max(want, 2*len(z.buf)))
+	if z.n == len(z.buf) {
+		grown := make([]byte, min(2*len(z.buf), z.n+need))
 		copy(grown, z.buf[:z.n])
 		z.buf = grown
 	}

@@ -137,6 +137,29 @@ func TestZMTPConnRefuses(t *testing.T) {
 	}
 }
 
+// TestZMTPConnGrowsWithWhatComes: a frame that announces 1 MiB is not
+// allocated from its header: the buffer grows, doubling, only as its
+// bytes come.
+func TestZMTPConnGrowsWithWhatComes(t *testing.T) {
+	z, peer := connPair(t, 1<<20)
+	header := zmtpFrame(zmtpLong, nil, true)
+	binary.BigEndian.PutUint64(header[1:], 1<<20-9)
+	writeAll(t, peer, append(header, make([]byte, 100)...))
+	if _, err := z.next(); !isAgain(err) {
+		t.Fatalf("a frame begun: %v", err)
+	}
+	if len(z.buf) != zmtpBufStart {
+		t.Fatalf("the buffer is %d bytes after 109 came, want %d", len(z.buf), zmtpBufStart)
+	}
+	writeAll(t, peer, make([]byte, 20<<10))
+	if _, err := z.next(); !isAgain(err) {
+		t.Fatalf("a frame begun: %v", err)
+	}
+	if len(z.buf) != 2*zmtpBufStart {
+		t.Fatalf("the buffer is %d bytes after 20 KiB more came, want %d", len(z.buf), 2*zmtpBufStart)
+	}
+}
+
 // handshakePeer plays a publisher's side of the handshake on a pipe:
 // it reads the subscriber's greeting and READY, sends greeting and
 // command, and, when the handshake went on, returns the subscription.
