@@ -25,7 +25,7 @@ type zmtpConn struct {
 	maxBytes int64 // one message, all frames; < 0 no bound
 	buf      []byte
 	off, n   int // buf[off:n] is read and not yet taken
-	frames   [3][]byte
+	frames   [liveFrameCount][]byte
 }
 
 // Buffer sizes: a connection starts with zmtpBufStart, grows to hold the
