@@ -11,7 +11,8 @@ import (
 )
 
 // A listener whose publisher the ingest loop reads itself (zmtpdial.go,
-// zmtpconn.go): a tcp:// or ipc:// endpoint, on a loop. A goroutine
+// zmtpconn.go): a tcp:// or ipc:// endpoint (with libzmq's source address
+// too, when it is an address), on a loop. A goroutine
 // dials, and dials again after a drop, and hands the connection's
 // descriptor to the loop, which reads it; the loop hands a broken
 // connection back to be dialed again. A listener that no loop can take,
@@ -20,11 +21,11 @@ import (
 
 // nativeDial is a native listener's dialing state.
 type nativeDial struct {
-	network, addr string
-	conn          *zmtpConn // the loop's; nil while dialing
-	ctx           context.Context
-	cancel        context.CancelFunc // ends a dial under way (Stop)
-	dialing       sync.WaitGroup
+	target  dialTarget
+	conn    *zmtpConn // the loop's; nil while dialing
+	ctx     context.Context
+	cancel  context.CancelFunc // ends a dial under way (Stop)
+	dialing sync.WaitGroup
 
 	mu      sync.Mutex
 	pending int  // a dialed descriptor not yet taken by the loop; -1 for none
@@ -42,12 +43,12 @@ const (
 // publisher; false when the endpoint is not one to dial natively or no
 // loop can take l.
 func (l *Listener) startNative() bool {
-	network, addr, ok := dialNetwork(l.cfg.Endpoint)
+	target, ok := dialTargetOf(l.cfg.Endpoint)
 	if !ok || l.cfg.viaLibzmq {
 		return false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l.native = &nativeDial{network: network, addr: addr, ctx: ctx, cancel: cancel, pending: -1}
+	l.native = &nativeDial{target: target, ctx: ctx, cancel: cancel, pending: -1}
 	if !l.index.joinLoop(l) {
 		cancel()
 		l.native = nil
@@ -75,7 +76,7 @@ func (l *Listener) dial(wait time.Duration) {
 				case <-t.C:
 				}
 			}
-			fd, err := dialSub(n.ctx, n.network, n.addr)
+			fd, err := dialSub(n.ctx, n.target)
 			if err == nil {
 				n.mu.Lock()
 				if n.over {

@@ -149,31 +149,34 @@ func TestListenerStopsWhileDialing(t *testing.T) {
 }
 
 // TestListenerTransports: a libzmq publisher on tcp:// or ipc:// is read
-// natively; on inproc://, or a tcp:// endpoint in libzmq's
-// source;destination form, through a libzmq SUB. Either way its batch is
-// applied.
+// natively, with libzmq's source;destination form too (the connection
+// comes from the source given, as libzmq's SUB would dial it); on
+// inproc:// through a libzmq SUB (TestDialTargets has the other endpoints
+// left to libzmq). Either way its batch is applied.
 func TestListenerTransports(t *testing.T) {
 	zctx, err := zmq.NewContext()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = zctx.Term() }()
+	t.Cleanup(func() { _ = zctx.Term() }) // last: cleanups run in reverse
 	dir := t.TempDir()
 	for i, c := range []struct {
 		bind   string
 		dial   func(bound string) string
 		native bool
+		from   string // the peer address the publisher must see ("" for any)
 	}{
-		{"tcp://127.0.0.1:*", func(ep string) string { return ep }, true},
-		{"ipc://" + dir + "/pub", func(ep string) string { return ep }, true},
-		{"inproc://kv-transports", func(ep string) string { return ep }, false},
-		{"tcp://127.0.0.1:*", func(ep string) string { return "tcp://127.0.0.1:0;" + ep[len("tcp://"):] }, false},
+		{"tcp://127.0.0.1:*", func(ep string) string { return ep }, true, ""},
+		{"ipc://" + dir + "/pub", func(ep string) string { return ep }, true, ""},
+		{"inproc://kv-transports", func(ep string) string { return ep }, false, ""},
+		{"tcp://127.0.0.1:*", func(ep string) string { return "tcp://127.0.0.2:0;" + ep[len("tcp://"):] }, true, "127.0.0.2"},
 	} {
 		pub, err := zctx.NewSocket(zmq.XPUB)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = pub.SetLinger(0)
+		t.Cleanup(func() { pub.Close() }) // before the context's Term, which waits for it
 		if err := pub.Bind(c.bind); err != nil {
 			t.Fatal(err)
 		}
@@ -185,19 +188,22 @@ func TestListenerTransports(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(l.Stop)
 		if got := l.native != nil; got != c.native {
 			t.Errorf("%s: read natively %v, want %v", c.dial(bound), got, c.native)
 		}
 		_ = pub.SetRcvtimeo(5 * time.Second)
-		if f, err := pub.RecvBytes(0); err != nil || len(f) == 0 || f[0] != 1 {
+		f, meta, err := pub.RecvMessageWithMetadata(0, "Peer-Address")
+		if err != nil || len(f) == 0 || len(f[0]) == 0 || f[0][0] != 1 {
 			t.Fatalf("%s: no subscription: %v", c.dial(bound), err)
+		}
+		if c.from != "" && meta["Peer-Address"] != c.from {
+			t.Errorf("%s: dialed from %q, want %q", c.dial(bound), meta["Peer-Address"], c.from)
 		}
 		prompt := testPrompt(uint32(70 + i))
 		if _, err := pub.SendMessage([]byte{}, binary.BigEndian.AppendUint64(nil, 0), chunk(EncodingArray, -1, prompt, 0, 4)); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, c.dial(bound)+" applied", func() bool { return x.Blocks(part, rank) == 4 })
-		l.Stop()
-		pub.Close()
 	}
 }

@@ -278,3 +278,39 @@ func FuzzZMTPConn(f *testing.F) {
 		}
 	})
 }
+
+// TestDialTargets: which endpoints the native subscriber dials, and how.
+func TestDialTargets(t *testing.T) {
+	for _, c := range []struct {
+		endpoint, network, addr, local string // local "" for none
+		ok                             bool
+	}{
+		{"tcp://10.0.0.11:5557", "tcp", "10.0.0.11:5557", "", true},
+		{"tcp://[::1]:5557", "tcp", "[::1]:5557", "", true},
+		{"tcp://worker-3.fleet:5557", "tcp", "worker-3.fleet:5557", "", true},
+		{"tcp://10.0.0.1:0;10.0.0.11:5557", "tcp", "10.0.0.11:5557", "10.0.0.1:0", true},
+		{"tcp://10.0.0.1:*;10.0.0.11:5557", "tcp", "10.0.0.11:5557", "10.0.0.1:0", true},
+		{"ipc:///run/vllm/kv.sock", "unix", "/run/vllm/kv.sock", "", true},
+		{"tcp://eth0:0;10.0.0.11:5557", "", "", "", false}, // an interface: libzmq's
+		{"tcp://no port here", "", "", "", false},
+		{"tcp://10.0.0.11:99999", "", "", "", false},
+		{"ipc://", "", "", "", false},
+		{"inproc://events", "", "", "", false},
+	} {
+		got, ok := dialTargetOf(c.endpoint)
+		if ok != c.ok {
+			t.Errorf("%s: ok %v, want %v", c.endpoint, ok, c.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		local := ""
+		if got.local != nil {
+			local = got.local.String()
+		}
+		if got.network != c.network || got.addr != c.addr || local != c.local {
+			t.Errorf("%s: %s %s from %q, want %s %s from %q", c.endpoint, got.network, got.addr, local, c.network, c.addr, c.local)
+		}
+	}
+}

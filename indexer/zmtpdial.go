@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,41 +36,71 @@ import (
 // zmtpDialTimeout bounds a dial and its handshake.
 const zmtpDialTimeout = 2 * time.Second
 
-// dialNetwork maps a connect-mode endpoint to what Go dials; ok is false
+// dialTarget is what Go dials for a connect-mode endpoint.
+type dialTarget struct {
+	network, addr string
+	local         *net.TCPAddr // libzmq's "source;destination" form: the source; nil for any
+}
+
+// dialTargetOf maps a connect-mode endpoint to what Go dials; ok is false
 // for one the native subscriber does not dial, which is left to libzmq
 // (and its errors: a malformed endpoint is refused when the listener
-// starts).
-func dialNetwork(endpoint string) (network, addr string, ok bool) {
+// starts): inproc://, and a source named by its interface.
+func dialTargetOf(endpoint string) (t dialTarget, ok bool) {
 	switch {
 	case strings.HasPrefix(endpoint, "tcp://"):
-		addr = strings.TrimPrefix(endpoint, "tcp://")
-		// libzmq's "source;destination" form picks the local address.
-		if strings.Contains(addr, ";") {
-			return "", "", false
+		t.network, t.addr = "tcp", strings.TrimPrefix(endpoint, "tcp://")
+		if src, dst, two := strings.Cut(t.addr, ";"); two {
+			if t.local, ok = sourceAddr(src); !ok {
+				return t, false
+			}
+			t.addr = dst
 		}
-		_, port, err := net.SplitHostPort(addr)
+		_, port, err := net.SplitHostPort(t.addr)
 		if err != nil {
-			return "", "", false
+			return t, false
 		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return "", "", false
-		}
-		return "tcp", addr, true
+		_, err = strconv.ParseUint(port, 10, 16)
+		return t, err == nil
 	case strings.HasPrefix(endpoint, "ipc://"):
-		path := strings.TrimPrefix(endpoint, "ipc://")
-		return "unix", path, path != ""
+		t.network, t.addr = "unix", strings.TrimPrefix(endpoint, "ipc://")
+		return t, t.addr != ""
 	}
-	return "", "", false
+	return t, false
+}
+
+// sourceAddr reads the source of libzmq's "source;destination" form: an
+// address and a port, 0 or "*" for any.
+func sourceAddr(src string) (*net.TCPAddr, bool) {
+	host, port, err := net.SplitHostPort(src)
+	if err != nil {
+		return nil, false
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return nil, false
+	}
+	if port == "*" {
+		port = "0"
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, false
+	}
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(p))), true
 }
 
 // dialSub dials a publisher, subscribes to every topic and returns the
 // connection's descriptor, non-blocking and this process's alone (the Go
 // connection it was dialed with is closed). ctx ends a dial under way.
-func dialSub(ctx context.Context, network, addr string) (int, error) {
+func dialSub(ctx context.Context, t dialTarget) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, zmtpDialTimeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: 15 * time.Second}
-	c, err := d.DialContext(ctx, network, addr)
+	if t.local != nil {
+		d.LocalAddr = t.local
+	}
+	c, err := d.DialContext(ctx, t.network, t.addr)
 	if err != nil {
 		return -1, err
 	}
