@@ -104,8 +104,8 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 			return nil, 2 - len(p), nil
 		}
 		flags := p[0]
-		if flags&^(zmtpMore|zmtpLong|zmtpCommand) != 0 || flags&(zmtpCommand|zmtpMore) == zmtpCommand|zmtpMore {
-			return nil, 0, fmt.Errorf("%w: frame flags %#x", errZMTP, flags)
+		if err := checkFlags(flags); err != nil {
+			return nil, 0, err
 		}
 		head, size := 2, uint64(p[1])
 		if flags&zmtpLong != 0 {
@@ -115,14 +115,18 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 			head, size = 9, binary.BigEndian.Uint64(p[1:9])
 		}
 		command := flags&zmtpCommand != 0
-		// The bounds, from the header alone.
+		// The bounds, from the header alone. A command counts against
+		// the message's bytes here too (the gate's bounds it alone):
+		// the buffer holds it with the message's frames.
 		switch {
 		case size > maxFrameSize:
 			return nil, 0, fmt.Errorf("%w: frame size %d", errZMTP, size)
-		case !command && count == liveFrameCount:
-			return nil, 0, fmt.Errorf("%w: a message of more than %d frames", errZMTP, liveFrameCount)
-		case z.maxBytes >= 0 && size > uint64(z.maxBytes-total):
-			return nil, 0, fmt.Errorf("%w: a message or command of more than %d bytes", errZMTP, z.maxBytes)
+		case command && z.maxBytes >= 0 && size > uint64(z.maxBytes-total):
+			return nil, 0, fmt.Errorf("%w: a command of more than %d bytes", errZMTP, z.maxBytes)
+		case !command:
+			if err := checkMessageFrame(size, count, total, liveFrameCount, z.maxBytes); err != nil {
+				return nil, 0, err
+			}
 		}
 		if uint64(len(p)-head) < size {
 			return nil, head + int(size) - len(p), nil

@@ -128,11 +128,8 @@ func (s *zmtpScan) checkGreeting(from, to int) error {
 // the frame against the bounds and starts its body.
 func (s *zmtpScan) frameHeader() error {
 	flags := s.header[0]
-	if flags&^(zmtpMore|zmtpLong|zmtpCommand) != 0 {
-		return fmt.Errorf("%w: frame flags %#x", errZMTP, flags)
-	}
-	if flags&zmtpCommand != 0 && flags&zmtpMore != 0 {
-		return fmt.Errorf("%w: a command frame with more set", errZMTP)
+	if err := checkFlags(flags); err != nil {
+		return err
 	}
 	need := 2
 	if flags&zmtpLong != 0 {
@@ -160,13 +157,10 @@ func (s *zmtpScan) frameHeader() error {
 		s.body = int64(size)
 		return nil
 	}
+	if err := checkMessageFrame(size, s.frames, s.bytes, s.maxFrames, s.maxBytes); err != nil {
+		return err
+	}
 	s.frames++
-	if s.frames > s.maxFrames {
-		return fmt.Errorf("%w: a message of more than %d frames", errZMTP, s.maxFrames)
-	}
-	if s.maxBytes >= 0 && int64(size) > s.maxBytes-s.bytes {
-		return fmt.Errorf("%w: a message of more than %d bytes", errZMTP, s.maxBytes)
-	}
 	s.bytes += int64(size)
 	s.body = int64(size)
 	if s.onTopic != nil && s.frames == 1 {
@@ -179,6 +173,31 @@ func (s *zmtpScan) frameHeader() error {
 		s.frames, s.bytes = 0, 0
 	}
 	return s.topicDone()
+}
+
+// checkFlags refuses a frame's flags byte that ZMTP 3 does not allow:
+// a reserved bit set, or a command with more set.
+func checkFlags(flags byte) error {
+	if flags&^(zmtpMore|zmtpLong|zmtpCommand) != 0 {
+		return fmt.Errorf("%w: frame flags %#x", errZMTP, flags)
+	}
+	if flags&zmtpCommand != 0 && flags&zmtpMore != 0 {
+		return fmt.Errorf("%w: frame flags %#x: a command with more set", errZMTP, flags)
+	}
+	return nil
+}
+
+// checkMessageFrame checks, from its header, a message frame of size bytes
+// that follows frames frames of bytes bytes in all: a message has at most
+// maxFrames frames and maxBytes bytes (maxBytes < 0: no bound).
+func checkMessageFrame(size uint64, frames int, bytes int64, maxFrames int, maxBytes int64) error {
+	if frames >= maxFrames {
+		return fmt.Errorf("%w: a message of more than %d frames", errZMTP, maxFrames)
+	}
+	if maxBytes >= 0 && size > uint64(maxBytes-bytes) {
+		return fmt.Errorf("%w: a message of more than %d bytes", errZMTP, maxBytes)
+	}
+	return nil
 }
 
 // topicDone shows the topic to onTopic once its frame's body has all come
