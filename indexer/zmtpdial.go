@@ -143,9 +143,7 @@ func subHandshake(c net.Conn) error {
 	if _, err := io.ReadFull(c, in[:]); err != nil {
 		return err
 	}
-	s := newZMTPScan(0, -1)
-	copy(s.greeting[:], in[:])
-	if err := s.checkGreeting(0, zmtpGreeting); err != nil {
+	if err := checkGreeting(&in, 0, zmtpGreeting); err != nil {
 		return err
 	}
 	if err := readReady(c); err != nil {

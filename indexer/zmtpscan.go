@@ -75,7 +75,7 @@ func (s *zmtpScan) scan(p []byte) error {
 		switch {
 		case s.greeted < zmtpGreeting:
 			n := copy(s.greeting[s.greeted:], p)
-			if err := s.checkGreeting(s.greeted, s.greeted+n); err != nil {
+			if err := checkGreeting(&s.greeting, s.greeted, s.greeted+n); err != nil {
 				return err
 			}
 			s.greeted += n
@@ -105,9 +105,9 @@ func (s *zmtpScan) scan(p []byte) error {
 	return nil
 }
 
-// checkGreeting checks the greeting bytes [from, to) once each has come.
-func (s *zmtpScan) checkGreeting(from, to int) error {
-	g := &s.greeting
+// checkGreeting checks a greeting's bytes [from, to), once each has come
+// (a scan's come piece by piece, a dial's at once).
+func checkGreeting(g *[zmtpGreeting]byte, from, to int) error {
 	has := func(i int) bool { return from <= i && i < to }
 	switch {
 	case has(0) && g[0] != 0xff, has(9) && g[9]&1 == 0:
