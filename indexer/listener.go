@@ -280,9 +280,6 @@ func (l *Listener) Config() ListenerConfig { return l.cfg }
 func (l *Listener) Stop() {
 	l.once.Do(func() {
 		close(l.stop) // ends a replay under way
-		if l.native != nil {
-			l.native.cancel() // ends a dial under way
-		}
 		if l.loop == nil {
 			l.wait.interrupt()
 			return

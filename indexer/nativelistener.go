@@ -24,7 +24,7 @@ type nativeDial struct {
 	target  dialTarget
 	conn    *zmtpConn // the loop's; nil while dialing
 	ctx     context.Context
-	cancel  context.CancelFunc // ends a dial under way (Stop)
+	cancel  context.CancelFunc // ends a dial under way (shutNative)
 	dialing sync.WaitGroup
 
 	mu      sync.Mutex
@@ -147,8 +147,9 @@ func (p *ingestLoop) detach(l *Listener, err error) {
 }
 
 // shutNative closes the connection and ends the dialing (loop goroutine,
-// as the listener leaves). The dial was cancelled by Stop, so the wait is
-// short; a descriptor it dialed meanwhile is closed here or by the dial.
+// as the listener leaves): a dial under way is cancelled, so the wait for
+// it is short (one waiting to redial saw Stop close l.stop), and a
+// descriptor it dialed meanwhile is closed here or by the dial.
 func (l *Listener) shutNative(p *ingestLoop) {
 	n := l.native
 	n.cancel()
