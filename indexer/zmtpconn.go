@@ -115,13 +115,19 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 			head, size = 9, binary.BigEndian.Uint64(p[1:9])
 		}
 		command := flags&zmtpCommand != 0
-		// The bounds, from the header alone. A command counts against
-		// the message's bytes here too (the gate's bounds it alone):
-		// the buffer holds it with the message's frames.
+		// The bounds, from the header alone. A command between a
+		// message's frames counts against the message's bytes, header and
+		// all (the gate bounds each command alone): the buffer holds it
+		// with the message until the message is whole, so commands
+		// without end, even empty ones, must not grow it without end.
+		held := size
+		if command && count > 0 {
+			held += uint64(head)
+		}
 		switch {
 		case size > maxFrameSize:
 			return nil, 0, fmt.Errorf("%w: frame size %d", errZMTP, size)
-		case command && z.maxBytes >= 0 && size > uint64(z.maxBytes-total):
+		case command && z.maxBytes >= 0 && held > uint64(z.maxBytes-total):
 			return nil, 0, fmt.Errorf("%w: a command of more than %d bytes", errZMTP, z.maxBytes)
 		case !command:
 			if err := checkMessageFrame(size, count, total, liveFrameCount, z.maxBytes); err != nil {
@@ -139,6 +145,7 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 				z.command(body)
 			} else {
 				within++
+				total += int64(held)
 			}
 			continue
 		}

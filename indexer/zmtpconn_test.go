@@ -106,8 +106,10 @@ func TestZMTPConnReadsMessages(t *testing.T) {
 }
 
 // TestZMTPConnRefuses: a fourth frame, a message over the byte bound, a
-// command over it and bad flags break the connection at their header,
-// before the body is read; a closed connection is io.EOF.
+// command over it, commands inside a message that add up past it (the
+// buffer holds them until the message is whole) and bad flags break the
+// connection at their header, before the body is read; a closed
+// connection is io.EOF.
 func TestZMTPConnRefuses(t *testing.T) {
 	one := []byte("kv@5@m")
 	for _, c := range []struct {
@@ -119,6 +121,8 @@ func TestZMTPConnRefuses(t *testing.T) {
 		{"over the byte bound", "more than 300 bytes",
 			append(zmtpFrame(zmtpMore, one, false), zmtpLong|zmtpMore, 0, 0, 0, 0, 0, 0, 1, 0x27)}, // 6 + 295
 		{"a command over the bound", "more than 300 bytes", []byte{zmtpCommand | zmtpLong, 0, 0, 0, 0, 0, 0, 1, 0x2d}},
+		{"empty commands without end inside a message", "more than 300 bytes",
+			append(zmtpFrame(zmtpMore, one, false), bytes.Repeat([]byte{zmtpCommand, 0}, 200)...)},
 		{"a command with more", "frame flags", []byte{zmtpCommand | zmtpMore, 0}},
 		{"reserved flags", "frame flags", []byte{0x08, 0}},
 	} {
