@@ -51,9 +51,9 @@ type App struct {
 	// on a worker stays cached there for approx_ttl. Default: true.
 	UseKVEvents *bool `json:"use_kv_events,omitempty"`
 
-	// KVEventsBind, when set, makes the gateway bind one ZMQ SUB socket on
-	// this endpoint (for example "tcp://*:5557") that the workers' publishers
-	// connect to, instead of subscribing to each worker. Each publisher must
+	// KVEventsBind, when set, makes the gateway bind this endpoint (for
+	// example "tcp://*:5557") for the workers' publishers to connect to, as
+	// a ZMQ subscriber would, instead of subscribing to each worker. Each publisher must
 	// use the topic kv@<worker_id>@<model_name>; workers then need no
 	// kv_events endpoint of their own. Default: unset (the gateway connects).
 	KVEventsBind string `json:"kv_events_bind,omitempty"`

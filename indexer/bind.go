@@ -32,87 +32,129 @@ type BindListener struct {
 	endpoint string
 	limits   limits
 
-	stop    chan struct{}
-	wait    *readWait  // nil: receives block with a timeout instead
-	mon     *monitor   // nil when the socket monitor could not start
-	gate    *frameGate // nil for an inproc:// endpoint
-	done    chan struct{}
-	once    sync.Once
-	streams map[uint64]*stream // by worker id; owned by the goroutine
+	stop chan struct{}
+	gate *frameGate // nil for an inproc:// endpoint
+	done chan struct{}
+	once sync.Once
+
+	// A listener on a libzmq SUB (an inproc:// endpoint, or a benchmark's
+	// baseline): its wait (nil: receives block with a timeout instead),
+	// its monitor (nil when it could not start) and its goroutine's turn
+	// to ingest, shared by the streams it reads.
+	wait *readWait
+	mon  *monitor
+	turn *ingestTurn
+
+	mu sync.Mutex
+	// streams are kept per worker id, whichever connections carry them
+	// (bindStream); guarded by mu.
+	streams map[uint64]*bindStream
 	// counts are each worker's streams' counts, kept across a stream's
 	// replacement (its worker's record changed) and dropped when a message
 	// finds the worker gone from the catalog (one of a few hundred bytes
 	// per worker the catalog ever held meanwhile); read by the admin route
-	// through Manager.WorkerCounts.
-	countsMu sync.Mutex
-	counts   map[uint64]*Stats
-	turn     *ingestTurn // the goroutine's turn to ingest, shared by its streams
+	// through Manager.WorkerCounts. Guarded by mu.
+	counts map[uint64]*Stats
+}
+
+// bindStream is one worker's stream in bind mode. Its deliveries may come
+// from more than one connection (a publisher that dialed again before its
+// old connection was seen to close; under kv_events_bind_peers any, a
+// connection that carries several workers' topics), each read on a
+// goroutine of its own, so mu makes them take turns.
+type bindStream struct {
+	mu sync.Mutex
+	stream
 }
 
 // StartBindListener binds endpoint and starts receiving. Its options set
 // the message size bound and the largest sequence gap (WithMaxMessageBytes,
 // WithMaxGap), for every publisher whose resolved ListenerConfig leaves
-// them 0, and the bound of publishers connected at once (WithMaxPeers).
-// A tcp:// or ipc:// endpoint is served by a frame gate (framegate.go);
-// the SUB behind it is bound on a socket file of its own.
+// them 0, the bound of publishers connected at once (WithMaxPeers) and who
+// may publish under a worker's topic (WithBindPeers). A tcp:// or ipc://
+// endpoint is served by a frame gate (framegate.go), which accepts the
+// publishers and reads each one's connection itself (bindpeer.go); an
+// inproc:// endpoint, which only this process can reach, by a libzmq SUB.
 func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logger, endpoint string, resolve Resolver, opts ...ManagerOption) (*BindListener, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	lim := defaultLimits()
 	lim.apply(opts)
-	sub, err := zctx.NewSocket(zmq.SUB)
+	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim,
+		stop: make(chan struct{}), done: make(chan struct{}), streams: map[uint64]*bindStream{}, counts: map[uint64]*Stats{}}
+	network, addr, gated, err := gateNetwork(endpoint)
 	if err != nil {
 		return nil, err
 	}
-	// The gate listens where the SUB would have been bound, and the SUB
-	// is bound behind it (framegate.go).
-	var gate *frameGate
-	inner := endpoint
-	network, addr, gated, err := gateNetwork(endpoint)
-	if err == nil && gated && !lim.ungated {
-		var hosts *workerHosts
-		if lim.bindPeers == PeersWorkerHost {
-			hosts = newWorkerHosts(resolve)
-		}
-		if gate, err = openGate(network, addr, lim.maxMessageBytes, lim.maxPeers, hosts, stats, log); err == nil {
-			inner = gate.innerEndpoint()
+	if !gated || lim.ungated {
+		return b, b.startSub(endpoint, nil)
+	}
+	var hosts *workerHosts
+	if lim.bindPeers == PeersWorkerHost {
+		hosts = newWorkerHosts(resolve)
+	}
+	gate, err := openGate(network, addr, lim.maxMessageBytes, lim.maxPeers, hosts, stats, log)
+	if err != nil {
+		return nil, fmt.Errorf("kv events bind %s: %w", endpoint, err)
+	}
+	b.gate, b.endpoint = gate, gate.endpoint()
+	if lim.relayed {
+		return b, b.startSub(endpoint, gate)
+	}
+	gate.read = b.read
+	gate.serve()
+	go func() {
+		defer close(b.done)
+		<-b.stop
+		gate.stop() // closes every connection and waits for its reader
+	}()
+	return b, nil
+}
+
+// startSub binds a libzmq SUB, on endpoint or behind gate (which passes
+// each publisher's connection on to it), and starts its goroutine.
+func (b *BindListener) startSub(endpoint string, gate *frameGate) error {
+	sub, err := b.zctx.NewSocket(zmq.SUB)
+	if err == nil {
+		if err = setupSub(sub, b.limits.maxMessageBytes); err == nil {
+			inner := endpoint
+			if gate != nil {
+				inner, err = gate.behindSub()
+			}
+			if err == nil {
+				err = sub.Bind(inner)
+			}
 		}
 	}
 	// One err for every step: a failed bind must not go unnoticed.
-	if err == nil {
-		if err = setupSub(sub, lim.maxMessageBytes); err == nil {
-			err = sub.Bind(inner)
-		}
-	}
 	if err != nil {
-		sub.Close()
-		if gate != nil {
-			gate.stop()
+		if sub != nil {
+			sub.Close()
 		}
-		return nil, fmt.Errorf("kv events bind %s: %w", endpoint, err)
+		gate.stop()
+		return fmt.Errorf("kv events bind %s: %w", endpoint, err)
 	}
 	if gate != nil {
-		endpoint = gate.endpoint()
 		gate.serve()
 	} else if ep, err := sub.GetLastEndpoint(); err == nil {
-		endpoint = ep
+		b.endpoint = ep
 	}
-	b := &BindListener{zctx: zctx, index: index, stats: stats, log: log, resolve: resolve, endpoint: endpoint, limits: lim, gate: gate,
-		stop: make(chan struct{}), done: make(chan struct{}), streams: map[uint64]*stream{}, counts: map[uint64]*Stats{}, turn: &ingestTurn{x: index}}
-	b.wait = waitFor(sub, log)
+	b.turn = &ingestTurn{x: b.index}
+	b.wait = waitFor(sub, b.log)
 	// Counting only: the publishers dial, and redial, a bound SUB.
-	if b.mon, err = startMonitor(zctx, sub, stats, log, nil); err != nil {
-		log.Warn("kv events: no socket monitor; dropped publisher connections are not counted", zap.Error(err))
+	if b.mon, err = startMonitor(b.zctx, sub, b.stats, b.log, nil); err != nil {
+		b.log.Warn("kv events: no socket monitor; dropped publisher connections are not counted", zap.Error(err))
 	}
 	go b.run(sub)
-	return b, nil
+	return nil
 }
 
 // Endpoint is the bound endpoint (with the port the system chose for ":*").
 func (b *BindListener) Endpoint() string { return b.endpoint }
 
-// Stop ends the listener and waits until its socket is closed.
+// Stop ends the listener and waits until its connections, or its socket,
+// are closed.
 func (b *BindListener) Stop() {
 	b.once.Do(func() {
 		close(b.stop)
@@ -139,10 +181,8 @@ func parseTopic(topic string) (uint64, string, error) {
 	return id, parts[2], nil
 }
 
-// workerStats returns worker id's counts, made when first needed.
+// workerStats returns worker id's counts, made when first needed (b.mu held).
 func (b *BindListener) workerStats(id uint64) *Stats {
-	b.countsMu.Lock()
-	defer b.countsMu.Unlock()
 	s := b.counts[id]
 	if s == nil {
 		s = b.stats.part()
@@ -153,8 +193,8 @@ func (b *BindListener) workerStats(id uint64) *Stats {
 
 // workerCounts copies every worker's counts.
 func (b *BindListener) workerCounts() map[uint64]EventCounts {
-	b.countsMu.Lock()
-	defer b.countsMu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	out := make(map[uint64]EventCounts, len(b.counts))
 	for id, s := range b.counts {
 		out[id] = s.Counts()
@@ -162,6 +202,7 @@ func (b *BindListener) workerCounts() map[uint64]EventCounts {
 	return out
 }
 
+// run receives from the SUB until Stop.
 func (b *BindListener) run(sub *zmq.Socket) {
 	defer close(b.done)
 	defer b.mon.stop() // after the SUB is closed, which ends its monitoring
@@ -169,37 +210,64 @@ func (b *BindListener) run(sub *zmq.Socket) {
 	defer b.gate.stop() // before the SUB closes: no publisher is passed to a closed SUB
 	defer b.wait.close()
 	receive(sub, b.wait, b.stop, nil, nil, b.stats, func(topic []byte, seq uint64, payload []byte) {
-		// Resolve every message: a worker deleted from the catalog must
-		// stop feeding the index at once, and one that moved partitions
-		// starts a fresh sequence there.
-		id, model, err := parseTopic(string(topic))
-		if err != nil {
-			b.stats.Malformed.add(1)
-			return
-		}
-		cfg, ok := b.resolve(id, model)
-		if !ok {
-			b.stats.Rejected.add(1)
-			delete(b.streams, id)
-			b.countsMu.Lock()
-			delete(b.counts, id)
-			b.countsMu.Unlock()
-			return
-		}
-		if cfg.MaxGap == 0 {
-			cfg.MaxGap = b.limits.maxGap
-		}
-		if cfg.MaxMessageBytes == 0 {
-			cfg.MaxMessageBytes = b.limits.maxMessageBytes
-		}
-		// Streams are kept per worker, so there are at most as many as
-		// the catalog has workers, whatever topics publishers send.
-		st := b.streams[id]
-		if st == nil || st.cfg != cfg {
-			st = &stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.workerStats(id), log: b.log, stop: b.stop, turn: b.turn}
-			b.streams[id] = st
-		}
-		st.stats.Messages.add(1)
-		st.deliver(seq, payload)
+		b.route(topic, seq, payload, b.turn)
 	}, b.turn.leave)
+}
+
+// route delivers one live message to the stream of the worker its topic
+// names; turn is the calling goroutine's turn to ingest. Every message is
+// resolved: a worker deleted from the catalog must stop feeding the index
+// at once, and one that moved partitions starts a fresh sequence there.
+func (b *BindListener) route(topic []byte, seq uint64, payload []byte, turn *ingestTurn) {
+	id, model, err := parseTopic(string(topic))
+	if err != nil {
+		b.stats.Malformed.add(1)
+		return
+	}
+	cfg, ok := b.resolve(id, model)
+	if !ok {
+		b.stats.Rejected.add(1)
+		b.forget(id)
+		return
+	}
+	if cfg.MaxGap == 0 {
+		cfg.MaxGap = b.limits.maxGap
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = b.limits.maxMessageBytes
+	}
+	st := b.streamOf(id, cfg)
+	if !st.mu.TryLock() {
+		// The stream's holder may be waiting for an ingest turn: one held
+		// here while waiting for the stream would deadlock the two
+		// (TestBindConnectionsShareAWorker).
+		turn.leave()
+		st.mu.Lock()
+	}
+	defer st.mu.Unlock()
+	st.turn = turn
+	st.stats.Messages.add(1)
+	st.deliver(seq, payload)
+}
+
+// streamOf returns worker id's stream for cfg, made afresh when the
+// worker's record changed. Streams are kept per worker, so there are at
+// most as many as the catalog has workers, whatever topics publishers send.
+func (b *BindListener) streamOf(id uint64, cfg ListenerConfig) *bindStream {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.streams[id]
+	if st == nil || st.cfg != cfg {
+		st = &bindStream{stream: stream{cfg: cfg, zctx: b.zctx, index: b.index, stats: b.workerStats(id), log: b.log, stop: b.stop}}
+		b.streams[id] = st
+	}
+	return st
+}
+
+// forget drops the stream and counts of a worker gone from the catalog.
+func (b *BindListener) forget(id uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.streams, id)
+	delete(b.counts, id)
 }

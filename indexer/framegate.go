@@ -16,18 +16,22 @@ import (
 	"go.uber.org/zap"
 )
 
-// A frameGate stands in front of a bind-mode SUB: it listens where the
-// SUB would have been bound and passes each publisher's connection on to
-// the SUB, which is bound on a socket file in a directory only this
-// process's user can enter. On the way it scans the publisher's frames
-// (zmtpScan) and cuts a connection at the header of the first frame that
-// makes a message longer than three frames or larger than the message
-// bound, which libzmq alone cannot do (zmtpscan.go). It also bounds how
-// many publishers may be connected at once, and which topics a TCP
-// connection may send under (topicguard.go). Bind mode is the one where
-// any peer that reaches the port can publish, so it is where the gate
-// stands; in connect mode the gateway dials only the publishers the
-// operator registered.
+// A frameGate listens on a bind-mode endpoint for publishers. It bounds
+// how many may be connected at once, and hands each connection, with the
+// check of the topics it may send under (topicguard.go), to read, which
+// serves it on a goroutine of its own (BindListener.read, bindpeer.go).
+// Both cut a connection at the header of the first frame that makes a
+// message longer than three frames or larger than the message bound,
+// which libzmq alone cannot do. Bind mode is the one where any peer that
+// reaches the port can publish, so it is where the gate stands; in
+// connect mode the gateway dials only the publishers the operator
+// registered.
+//
+// Without read (a benchmark's baseline, limits.relayed), the gate stands
+// in front of a libzmq SUB instead, as it did before bind mode read its
+// publishers itself: it passes each connection on to the SUB, bound on a
+// socket file in a directory only this process's user can enter
+// (behindSub), scanning the publisher's frames on the way (zmtpScan).
 
 // liveFrameCount is the number of frames of a live message
 // (docs/kv-events.md §2): a fourth is past the protocol, and the gate
@@ -44,8 +48,9 @@ const gateBuffer = 32 << 10
 
 type frameGate struct {
 	ln       net.Listener
-	inner    string // the SUB's socket file, alone in a private directory
-	maxBytes int64  // one message, all frames; < 0 no bound
+	read     func(c net.Conn, guard *topicGuard) error // serves a publisher; nil: pass it to the SUB
+	inner    string                                    // the SUB's socket file, alone in a private directory; "" without a SUB
+	maxBytes int64                                     // one message, all frames; < 0 no bound
 	maxPeers int
 	hosts    *workerHosts // nil: any peer may send under any topic
 	stats    *Stats
@@ -94,8 +99,8 @@ func gateNetwork(endpoint string) (network, addr string, ok bool, err error) {
 	return "", "", false, nil
 }
 
-// openGate listens on network/addr and makes the directory of the SUB's
-// socket file; the SUB is bound on g.innerEndpoint() before serve starts.
+// openGate listens on network/addr; serve starts accepting, once read is
+// set or a SUB is bound behind the gate (behindSub).
 func openGate(network, addr string, maxBytes int64, maxPeers int, hosts *workerHosts, stats *Stats, log *zap.Logger) (*frameGate, error) {
 	ln, err := net.Listen(network, addr)
 	if err != nil && network == "unix" && errors.Is(err, syscall.EADDRINUSE) && staleSocket(addr) {
@@ -109,15 +114,8 @@ func openGate(network, addr string, maxBytes int64, maxPeers int, hosts *workerH
 	if err != nil {
 		return nil, err
 	}
-	// MkdirTemp makes the directory 0700: no other user can reach the
-	// SUB behind the gate.
-	dir, err := os.MkdirTemp("", "kvrouter-events-")
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return &frameGate{ln: ln, inner: filepath.Join(dir, "sub"), maxBytes: maxBytes,
-		maxPeers: maxPeers, hosts: hosts, stats: stats, log: log, peers: map[net.Conn]struct{}{}}, nil
+	return &frameGate{ln: ln, maxBytes: maxBytes, maxPeers: maxPeers, hosts: hosts, stats: stats, log: log,
+		peers: map[net.Conn]struct{}{}}, nil
 }
 
 // staleSocket reports whether path is a socket file nothing listens on.
@@ -133,8 +131,18 @@ func staleSocket(path string) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// innerEndpoint is where the SUB behind the gate is bound.
-func (g *frameGate) innerEndpoint() string { return "ipc://" + g.inner }
+// behindSub makes the private directory of a SUB's socket file and
+// returns the endpoint to bind the SUB on, behind the gate.
+func (g *frameGate) behindSub() (string, error) {
+	// MkdirTemp makes the directory 0700: no other user can reach the
+	// SUB behind the gate.
+	dir, err := os.MkdirTemp("", "kvrouter-events-")
+	if err != nil {
+		return "", err
+	}
+	g.inner = filepath.Join(dir, "sub")
+	return "ipc://" + g.inner, nil
+}
 
 // endpoint is the gate's address in libzmq's spelling.
 func (g *frameGate) endpoint() string {
@@ -179,18 +187,46 @@ func (g *frameGate) admit(c net.Conn) {
 	g.open++
 	g.peers[c] = struct{}{}
 	g.mu.Unlock()
-	g.wg.Go(func() { g.pass(c) })
+	g.wg.Go(func() {
+		defer g.leave(c)
+		if g.read == nil {
+			g.pass(c)
+			return
+		}
+		g.ended(c, g.read(c, g.guard(c)))
+	})
+}
+
+// leave closes a publisher's connection and gives its place back.
+func (g *frameGate) leave(c net.Conn) {
+	g.mu.Lock()
+	delete(g.peers, c)
+	g.open--
+	g.mu.Unlock()
+	c.Close()
+}
+
+// ended counts a served connection that is over: cut for what it sent,
+// or dropped (a publisher that went away, or one that did not greet as a
+// publisher in time); not when the gate is stopping.
+func (g *frameGate) ended(c net.Conn, err error) {
+	switch {
+	case errors.Is(err, errZMTP) || errors.Is(err, errTopic):
+		g.cutOff(c, err)
+	case errors.Is(err, errStopping):
+	default:
+		g.mu.Lock()
+		closed := g.closed
+		g.mu.Unlock()
+		if !closed {
+			g.stats.Disconnects.add(1)
+			g.log.Debug("kv events: publisher connection dropped", zap.String("peer", c.RemoteAddr().String()), zap.Error(err))
+		}
+	}
 }
 
 // pass joins the publisher's connection to one of its own to the SUB.
 func (g *frameGate) pass(pubConn net.Conn) {
-	defer func() {
-		g.mu.Lock()
-		delete(g.peers, pubConn)
-		g.open--
-		g.mu.Unlock()
-		pubConn.Close()
-	}()
 	subConn, err := net.Dial("unix", g.inner)
 	if err != nil {
 		g.log.Warn("kv events: reaching the subscriber behind the gate", zap.Error(err))
@@ -307,5 +343,7 @@ func (g *frameGate) stop() {
 	g.mu.Unlock()
 	g.ln.Close()
 	g.wg.Wait()
-	os.RemoveAll(filepath.Dir(g.inner))
+	if g.inner != "" {
+		os.RemoveAll(filepath.Dir(g.inner))
+	}
 }

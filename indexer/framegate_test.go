@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"bytes"
 	"encoding/binary"
 	"io"
 	"net"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
@@ -123,6 +124,115 @@ func TestBindGateBoundsPeers(t *testing.T) {
 	}
 }
 
+// TestBindPeerMustGreet: a connection that never greets as a publisher
+// holds its place among max_peers only for the handshake's timeout; it is
+// then closed and counted as a disconnect, and a real publisher takes the
+// place and is heard.
+func TestBindPeerMustGreet(t *testing.T) {
+	r, m := eventRouter(t, true, WithMaxPeers(1))
+	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Catalog().UpsertWorker(gateWorker()); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Dial("tcp", strings.TrimPrefix(b.Endpoint(), "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	start := time.Now()
+	_ = silent.SetReadDeadline(start.Add(20 * time.Second))
+	if _, err := io.ReadAll(silent); err != nil {
+		t.Fatalf("a peer that does not greet: %v; want it closed", err)
+	}
+	t.Logf("closed after %v", time.Since(start).Round(time.Millisecond))
+	if got := m.stats.Disconnects.Load(); got != 1 {
+		t.Fatalf("disconnects %d, want 1", got)
+	}
+	pctx, _ := zmq.NewContext()
+	pub, _ := pctx.NewSocket(zmq.PUB)
+	_ = pub.SetLinger(0)
+	defer func() { pub.Close(); _ = pctx.Term() }()
+	if err := pub.Connect(b.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	prompt := testPrompt(31)
+	var seq uint64
+	eventually(t, "the publisher's batch", func() bool {
+		_, _ = pub.SendMessage("kv@5@m", binary.BigEndian.AppendUint64(nil, seq), chunk(EncodingArray, -1, prompt, 0, 4))
+		seq++
+		return m.stats.Batches.Load() >= 1
+	})
+}
+
+// TestBindConnectionsShareAWorker: two connections under one worker's
+// topic (a publisher that dialed again before its old connection was seen
+// to close), both sending as fast as they can, take turns at the worker's
+// stream, with one ingest turn between them: every message is applied and
+// neither reader waits forever for the other.
+func TestBindConnectionsShareAWorker(t *testing.T) {
+	const each = 2000
+	x := New()
+	x.IngestCores = 1
+	m, err := NewManager(x, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents, cfg.KVEventsBound = true, true
+	r, err := selection.NewRouter(cfg, selection.WithIndexer(m.Index), selection.WithCatalogHook(m.OnCatalogChange))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed at the end, not deferred: after a deadlock, Close would wait
+	// for the readers and the failure would show as the run's timeout.
+	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Catalog().UpsertWorker(gateWorker()); err != nil {
+		t.Fatal(err)
+	}
+	pctx, _ := zmq.NewContext()
+	defer func() { _ = pctx.Term() }()
+	var pubs []*zmq.Socket
+	for range 2 {
+		pub, _ := pctx.NewSocket(zmq.XPUB)
+		_ = pub.SetLinger(0)
+		_ = pub.SetSndhwm(0)
+		_ = pub.SetRcvtimeo(10 * time.Second)
+		defer pub.Close()
+		if err := pub.Connect(b.Endpoint()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pub.RecvBytes(0); err != nil {
+			t.Fatalf("no subscription: %v", err)
+		}
+		pubs = append(pubs, pub)
+	}
+	payload := chunk(EncodingArray, -1, testPrompt(41), 0, 4)
+	for i := range uint64(each) {
+		for _, pub := range pubs {
+			if _, err := pub.SendMessage("kv@5@m", binary.BigEndian.AppendUint64(nil, i), payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for m.stats.Batches.Load() < 2*each {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches of %d applied after 30 s", m.stats.Batches.Load(), 2*each)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Close()
+	if err := m.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestBindGateEndpoints: the endpoints the gate stands in front of, in
 // libzmq's spelling, and the one it leaves to libzmq.
 func TestBindGateEndpoints(t *testing.T) {
@@ -188,20 +298,8 @@ func TestBindGateHoldsNoFrameFlood(t *testing.T) {
 	defer c.Close()
 	before := rssBytes(t)
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write(append(zmtpGreetingFor(3, "NULL"), zmtpReady()...)); err != nil {
-		t.Fatal(err)
-	}
-	// Publish once subscribed, as a PUB does: libzmq drops a peer whose
-	// first message comes with its READY.
-	var heard []byte
-	for !bytes.Contains(heard, []byte("SUBSCRIBE")) {
-		buf := make([]byte, 256)
-		n, err := c.Read(buf)
-		if err != nil {
-			t.Fatalf("no subscription: %v", err)
-		}
-		heard = append(heard, buf[:n]...)
-	}
+	// Publish once subscribed, as a PUB does.
+	greetAsPublisher(t, c)
 	go func() { _, _ = io.Copy(io.Discard, c) }()
 	if _, err := c.Write(zmtpFrame(zmtpMore, []byte("kv@5@m"), false)); err != nil {
 		t.Fatal(err)

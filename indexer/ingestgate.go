@@ -15,8 +15,8 @@ import (
 // apply at once; the others wait their turn parked, not runnable, and a
 // request finds a core. Those goroutines are the ingest loops (one per
 // ingest core, each receiving for many listeners, ingestloop.go), a
-// replay's goroutine while it applies what it fetched, and a bind-mode
-// listener. (Before the loops, every listener had a goroutine of its
+// replay's goroutine while it applies what it fetched, and the reader of
+// each bind-mode publisher (bindpeer.go). (Before the loops, every listener had a goroutine of its
 // own: behind 1,024 publishers sending as fast as the gateway applies,
 // on two cores shared with the publishers, the turns took a lookup served
 // over HTTP from 11-16 ms at p99 to 8-9 ms, with 1-4 ms with ingest idle;

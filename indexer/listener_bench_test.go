@@ -60,12 +60,14 @@ func benchEndToEnd(b *testing.B, viaLibzmq bool) {
 }
 
 // BenchmarkEndToEndBind is BenchmarkEndToEndZMQ in bind mode: the PUB
-// dials the gateway's bound endpoint. "gated" passes the stream through
-// the frame gate (framegate.go) and its topic check (topicguard.go), as
-// the gateway does by default; "gated_any_topic" through the gate alone
-// (kv_events_bind_peers any); "ungated" binds the SUB where the publisher
-// dials, the baseline. cpu-ns/block is the whole process's CPU (the
-// publisher's included, the same in all).
+// dials the gateway's bound endpoint. "gated" is what the gateway does by
+// default: the frame gate accepts the publisher, and its connection is
+// read natively (bindpeer.go) with its topics checked (topicguard.go);
+// "gated_any_topic" the same without the check (kv_events_bind_peers
+// any); "relayed" the gate in front of a libzmq SUB, as bind mode was
+// before it read its publishers itself; "ungated" a libzmq SUB bound
+// where the publisher dials. cpu-ns/block is the whole process's CPU
+// (the publisher's included, the same in all).
 func BenchmarkEndToEndBind(b *testing.B) {
 	for _, c := range []struct {
 		name string
@@ -73,6 +75,7 @@ func BenchmarkEndToEndBind(b *testing.B) {
 	}{
 		{"gated", nil},
 		{"gated_any_topic", []ManagerOption{WithBindPeers(PeersAny)}},
+		{"relayed", []ManagerOption{func(l *limits) { l.relayed = true }}},
 		{"ungated", []ManagerOption{func(l *limits) { l.ungated = true }}},
 	} {
 		b.Run(c.name, func(b *testing.B) { benchBind(b, c.opts) })

@@ -33,9 +33,7 @@ func newHandPublisher(t *testing.T) *handPublisher {
 	return &handPublisher{ln: ln, ep: "tcp://" + ln.Addr().String()}
 }
 
-// accept takes the next subscriber and completes its handshake, checking
-// the subscription to every topic (a ZMTP 3.0 message from the native
-// dial, a 3.1 SUBSCRIBE command from libzmq).
+// accept takes the next subscriber and completes its handshake.
 func (p *handPublisher) accept(t *testing.T) net.Conn {
 	t.Helper()
 	_ = p.ln.(*net.TCPListener).SetDeadline(time.Now().Add(10 * time.Second))
@@ -45,6 +43,15 @@ func (p *handPublisher) accept(t *testing.T) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	greetAsPublisher(t, c)
+	return c
+}
+
+// greetAsPublisher greets a subscriber on c as a PUB and reads its
+// handshake, checking its subscription to every topic (a ZMTP 3.0 message
+// from the gateway's own subscriber, a 3.1 SUBSCRIBE command from libzmq).
+func greetAsPublisher(t *testing.T, c net.Conn) {
+	t.Helper()
 	if _, err := c.Write(append(zmtpGreetingFor(3, "NULL"), readyCommand("PUB")...)); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +66,6 @@ func (p *handPublisher) accept(t *testing.T) net.Conn {
 	if !bytes.Equal(sub, []byte{1}) && !bytes.Equal(sub, []byte("\x09SUBSCRIBE")) {
 		t.Fatalf("subscription % x", sub)
 	}
-	return c
 }
 
 // TestListenerHoldsNoFrameFlood: a registered publisher that sends one

@@ -5,15 +5,15 @@ package indexer
 
 // DefaultMaxMessageBytes bounds one ZMQ message a listener accepts, all
 // its frames together, from the frame headers, before a larger frame is
-// read: a connect-mode connection is cut by its reader (zmtpconn.go), a
-// bind-mode one by the frame gate (framegate.go), and libzmq bounds each
-// frame of a replay reply. An engine publishes one batch per
-// scheduler step, and a step prefills at most its token budget (vLLM's
-// chunked prefill: 8–16k tokens, about 60 KB of events); 4 MiB holds the
-// blocks of a whole prompt of several hundred thousand tokens stored in
-// one step. With the SUB's queue of subQueue messages, a bind-mode
-// publisher can make the gateway hold at most 256 MiB; a connect-mode one,
-// one message (docs/kv-events.md §9).
+// read: a publisher's connection is cut by its reader (zmtpconn.go, in
+// connect and in bind mode), and libzmq bounds each frame of a replay
+// reply. An engine publishes one batch per scheduler step, and a step
+// prefills at most its token budget (vLLM's chunked prefill: 8–16k
+// tokens, about 60 KB of events); 4 MiB holds the blocks of a whole
+// prompt of several hundred thousand tokens stored in one step. A
+// publisher can make the gateway hold one message; one read through a
+// libzmq SUB (an inproc:// endpoint, the connect-mode fallback), the SUB's
+// queue of subQueue messages, 256 MiB (docs/kv-events.md §9).
 const DefaultMaxMessageBytes = 4 << 20
 
 // DefaultMaxGap is the largest live sequence jump taken as lost events: ten
@@ -30,6 +30,9 @@ type limits struct {
 	// ungated binds the SUB where the publishers dial, without a frame
 	// gate: a benchmark's baseline only.
 	ungated bool
+	// relayed puts the gate in front of a libzmq SUB, as before bind
+	// mode read its publishers itself: a benchmark's baseline only.
+	relayed bool
 }
 
 func defaultLimits() limits {

@@ -67,19 +67,20 @@ type Stats struct {
 	Jumps       Counter // live sequence jumps over MaxGap: taken as a restart, the rank's blocks dropped
 	UnknownRank Counter // batches dropped: their dp_rank is not one of the worker's ranks
 	// Disconnects counts connections to or from publishers that dropped:
-	// the publisher went away or reset it. A listener on a libzmq SUB
-	// (bind mode, and the connect-mode fallback) also counts here the
+	// the publisher went away or reset it, or (bind mode) did not greet
+	// as a publisher in time. A listener on a libzmq SUB (an inproc://
+	// endpoint, the connect-mode fallback) also counts here the
 	// connections libzmq dropped for a message over MaxMessageBytes:
 	// libzmq 4.3 reports both as ZMQ_EVENT_DISCONNECTED and no event
-	// carries the reason. Connect mode's own reader counts those in Cut.
+	// carries the reason. The gateway's own reader counts those in Cut.
 	Disconnects Counter
 	// Behind counts live batches applied two seconds or more later than
 	// their publisher's other batches (lag.go): the listener is falling
 	// behind, and its bounded queues will start to drop.
 	Behind Counter
 	// Cut counts publisher connections a listener cut off: a message of
-	// more than three frames or over the message bound (zmtpconn.go,
-	// framegate.go), or a bind-mode stream that is not ZMTP 3 with NULL
+	// more than three frames or over the message bound (zmtpconn.go), or
+	// a bind-mode peer that does not greet as a ZMTP 3 publisher with NULL
 	// security.
 	Cut Counter
 	// TurnedAway counts publisher connections a bind-mode listener

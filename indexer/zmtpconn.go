@@ -20,12 +20,21 @@ import (
 // Commands between messages are read and dropped, but for PING, which
 // gets its PONG (a publisher with ZMTP heartbeats on would otherwise take
 // the connection for dead).
+//
+// A bind-mode connection (bindpeer.go) also has its topics checked: each
+// message's first frame is shown to onTopic as soon as that frame is
+// whole, so a publisher refused its topic is cut before the rest of the
+// message is read, as the gate's scan did; a topic over maxTopicBytes is
+// cut at its header.
 type zmtpConn struct {
 	fd       int
 	maxBytes int64 // one message, all frames; < 0 no bound
 	buf      []byte
 	off, n   int // buf[off:n] is read and not yet taken
 	frames   [liveFrameCount][]byte
+
+	onTopic func(topic []byte) error // nil: topics are not checked
+	checked bool                     // the unfinished message's topic passed onTopic
 }
 
 // Buffer sizes: a connection starts with zmtpBufStart, grows to hold the
@@ -133,6 +142,9 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 			if err := checkMessageFrame(size, count, total, liveFrameCount, z.maxBytes); err != nil {
 				return nil, 0, err
 			}
+			if count == 0 && z.onTopic != nil && size > maxTopicBytes {
+				return nil, 0, fmt.Errorf("%w: a topic of %d bytes", errZMTP, size)
+			}
 		}
 		if uint64(len(p)-head) < size {
 			return nil, head + int(size) - len(p), nil
@@ -152,11 +164,20 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 		z.frames[count] = body
 		count++
 		total += int64(size)
+		if count == 1 && z.onTopic != nil && !z.checked {
+			// parse reads an unfinished message again as more of it
+			// comes: its topic is shown once.
+			if err := z.onTopic(body); err != nil {
+				return nil, 0, err
+			}
+			z.checked = true
+		}
 		if flags&zmtpMore == 0 {
 			if within > 0 {
 				z.commandsWithin(z.off, at)
 			}
 			z.off = at
+			z.checked = false
 			z.shrink()
 			return z.frames[:count], 0, nil
 		}

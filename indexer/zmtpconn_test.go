@@ -141,6 +141,64 @@ func TestZMTPConnRefuses(t *testing.T) {
 	}
 }
 
+// TestZMTPConnChecksTopics: with a topic check (bind mode), a message's
+// topic is shown as soon as its frame is whole, once however the message
+// is split, and a refused one breaks the connection before the rest of the
+// message is read; a topic over maxTopicBytes is refused at its header.
+func TestZMTPConnChecksTopics(t *testing.T) {
+	refused := errors.New("refused")
+	var shown []string
+	check := func(topic []byte) error {
+		shown = append(shown, string(topic))
+		if string(topic) != "kv@5@m" {
+			return refused
+		}
+		return nil
+	}
+	z, peer := connPair(t, 1<<20)
+	z.onTopic = check
+	msg := append(append(zmtpFrame(zmtpMore, []byte("kv@5@m"), false), zmtpFrame(zmtpMore, make([]byte, 8), false)...),
+		zmtpFrame(0, make([]byte, 500), true)...)
+	pieces := [][]byte{msg[:8], msg[8:20], msg[20:300], msg[300:]}
+	for i, piece := range pieces {
+		writeAll(t, peer, piece)
+		frames, err := z.next()
+		if i < len(pieces)-1 {
+			if !isAgain(err) {
+				t.Fatalf("a part of the message: %v, want EAGAIN", err)
+			}
+			continue
+		}
+		if err != nil || len(frames) != 3 {
+			t.Fatalf("the whole message: %d frames, %v", len(frames), err)
+		}
+	}
+	if !slices.Equal(shown, []string{"kv@5@m"}) {
+		t.Fatalf("topics shown %q, want the one topic once", shown)
+	}
+
+	// A refused topic, its message's payload announced but not sent.
+	shown = nil
+	forged := zmtpFrame(zmtpMore, []byte("kv@6@m"), false)
+	forged = append(forged, zmtpFrame(zmtpMore, make([]byte, 8), false)...)
+	forged = append(forged, zmtpLong, 0, 0, 0, 0, 0, 0x0f, 0, 0) // 983,040 bytes to come
+	writeAll(t, peer, forged)
+	if _, err := z.next(); !errors.Is(err, refused) {
+		t.Fatalf("a refused topic: %v", err)
+	}
+
+	z, peer = connPair(t, 1<<20)
+	z.onTopic = check
+	shown = nil
+	writeAll(t, peer, []byte{zmtpMore | zmtpLong, 0, 0, 0, 0, 0, 0, 4, 1}) // a topic of 1,025 bytes
+	if _, err := z.next(); !errors.Is(err, errZMTP) || !strings.Contains(err.Error(), "topic of 1025") {
+		t.Fatalf("a long topic: %v", err)
+	}
+	if len(shown) != 0 {
+		t.Fatalf("a long topic was shown: %q", shown)
+	}
+}
+
 // TestZMTPConnGrowsWithWhatComes: a frame that announces 1 MiB is not
 // allocated from its header: the buffer grows, doubling, only as its
 // bytes come.
