@@ -180,7 +180,7 @@ func (h *Handler) Validate() error {
 // (through PromptTokens) are read by the fast token decoder; a text prompt
 // or messages are kept raw for /tokenize.
 type openAIRequest struct {
-	selection.Prompt
+	selection.TokenPrompt
 	Model     string            `json:"model"`
 	RawPrompt selection.RawJSON `json:"prompt"`
 	Messages  selection.RawJSON `json:"messages"`

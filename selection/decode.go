@@ -14,8 +14,9 @@ import (
 // body without token_ids goes to goccy as it is; a body with it goes as a copy
 // of its other members, so goccy never walks the token array.
 
-// promptCarrier is a request type that embeds Prompt.
-type promptCarrier interface{ prompt() *Prompt }
+// promptCarrier is a request type that embeds Prompt or TokenPrompt: it
+// says where token_ids go.
+type promptCarrier interface{ tokenIDs() *[]uint32 }
 
 // Text prefixes of axum's JSON extractor rejections, which Dynamo's clients
 // see (docs/selection-api.md, "Errors").
@@ -40,14 +41,15 @@ type PromptTokenCarrier interface {
 }
 
 // DecodeJSON decodes a request body into v (a *SelectRequest,
-// *ReservationRequest, *ScoreRequest or any type embedding Prompt). The token
+// *ReservationRequest, *ScoreRequest or any type embedding Prompt or
+// TokenPrompt). The token
 // slice already in v is reused when it has room, so a caller that pools its
 // request values decodes without allocating per token. Errors are *Error of
 // kind KindMalformed (400) or KindUnprocessable (422) with axum's texts.
 func DecodeJSON(body []byte, v promptCarrier) error {
-	p := v.prompt()
-	st := decodeState{tokens: p.TokenIDs[:0]}
-	p.TokenIDs = nil
+	ids := v.tokenIDs()
+	st := decodeState{tokens: (*ids)[:0]}
+	*ids = nil
 	if ptc, ok := v.(PromptTokenCarrier); ok {
 		st.promptDst = ptc.PromptTokens()
 		*st.promptDst = (*st.promptDst)[:0]
@@ -67,9 +69,8 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 	if err := st.decodeRest(body, v); err != nil {
 		return err
 	}
-	p.TokenIDs = nil
 	if st.tokensFound {
-		p.TokenIDs = st.tokens
+		*ids = st.tokens
 	}
 	if st.promptDst != nil && !st.promptFound {
 		*st.promptDst = nil // no integer-array prompt: not a reused buffer's leftovers

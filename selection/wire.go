@@ -31,7 +31,24 @@ type Prompt struct {
 	IsEagle *bool `json:"is_eagle,omitempty"`
 }
 
-func (p *Prompt) prompt() *Prompt { return p }
+func (p *Prompt) tokenIDs() *[]uint32 { return &p.TokenIDs }
+
+// TokenPrompt is a prompt of token ids alone, with what salts their
+// hashes: what the proxy reads of a completions or chat body besides its
+// own members. The selection API's other prompt members (block_hashes,
+// mm_routing_info, ...) are not among its names, so a proxied body that
+// carries them has them skipped, not decoded: decoded, a 15 MB
+// block_hashes held some 260 MB while the request lasted.
+type TokenPrompt struct {
+	// TokenIDs are the prompt's token ids, read as Prompt's are.
+	TokenIDs []uint32 `json:"-"`
+	// LoraName is the LoRA adapter; it salts the hash seed.
+	LoraName string `json:"lora_name,omitempty"`
+	// CacheSalt is the cache namespace; it salts the hash seed.
+	CacheSalt string `json:"cache_salt,omitempty"`
+}
+
+func (p *TokenPrompt) tokenIDs() *[]uint32 { return &p.TokenIDs }
 
 // MMRoutingInfo is the multimodal routing view of a prompt.
 type MMRoutingInfo struct {
