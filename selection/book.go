@@ -146,6 +146,11 @@ func (e *selector) reserve(req *ReservationRequest) (*ReservationResponse, error
 	if err := checkSelectionID(*req.SelectionID); err != nil {
 		return nil, err
 	}
+	if *req.SelectionID == "" {
+		// No route names an empty id: its booking could not be freed,
+		// and would hold its rank's load until reservation_ttl.
+		return nil, errorf(KindBadRequest, "selection_id must not be empty")
+	}
 	session := req.Placement.session()
 	if err := checkSession(session); err != nil {
 		return nil, err

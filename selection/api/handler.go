@@ -3,6 +3,7 @@ package api
 import (
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,7 +59,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/reservations":
 		h.method(w, r, http.MethodPost, func() { h.handleReservation(w, r) })
 	case strings.HasPrefix(path, "/reservations/"):
-		h.routeReservation(w, r, strings.TrimPrefix(path, "/reservations/"))
+		h.routeReservation(w, r)
 	case path == "/workers":
 		switch r.Method {
 		case http.MethodPost:
@@ -116,10 +117,21 @@ func (h *Handler) method(w http.ResponseWriter, r *http.Request, want string, fn
 	fn()
 }
 
-func (h *Handler) routeReservation(w http.ResponseWriter, r *http.Request, rest string) {
-	id, action, _ := strings.Cut(rest, "/")
+// routeReservation serves /reservations/{id}[/action]. The id is one
+// segment of the path as sent, unescaped after the split (as axum's path
+// parameters are): an id with a slash, sent as %2F, is its own, where
+// splitting the decoded path found no route for it and its booking held
+// its rank's load until reservation_ttl.
+func (h *Handler) routeReservation(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(r.URL.EscapedPath(), "/"), "/reservations/")
+	if !ok {
+		writeError(w, errNoRoute)
+		return
+	}
+	escapedID, action, _ := strings.Cut(rest, "/")
+	id, err := url.PathUnescape(escapedID)
 	switch {
-	case id == "":
+	case err != nil || id == "":
 		writeError(w, errNoRoute)
 	case action == "":
 		h.method(w, r, http.MethodDelete, func() { reply(w, http.StatusOK, statusOK, h.router.Free(id)) })
