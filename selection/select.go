@@ -90,6 +90,13 @@ type normPrompt struct {
 	isl       uint64
 }
 
+// maxISLTokens bounds the isl_tokens a hash-path request states (a token
+// path's length is its token_ids'): 16M tokens, above any model's
+// context. A booking adds it to its rank's prefill load, so an unbounded
+// one could wrap the rank's sum back to nothing (a booking of 2^64 -
+// 50,000 tokens cancelled another's 50,000 in /loads and in the cost).
+const maxISLTokens = 1 << 24
+
 // normalize fills w.blocks and w.tracking from pr (docs/selection-api.md, "The
 // prompt"; docs/hashing.md). needBlocks
 // is false only for explicit bookings, which do not look up the index.
@@ -129,6 +136,9 @@ func normalize(pr *Prompt, p *partition, s *scoring, w *work, needBlocks bool) (
 	}
 	if *pr.ISLTokens == 0 {
 		return normPrompt{}, errorf(KindBadRequest, "isl_tokens must be greater than 0")
+	}
+	if *pr.ISLTokens > maxISLTokens {
+		return normPrompt{}, errorf(KindBadRequest, "isl_tokens must be at most %d", maxISLTokens)
 	}
 	w.chained = false
 	w.blocks = append(w.blocks[:0], pr.BlockHashes...)

@@ -64,3 +64,32 @@ func TestAPIRegistrationBounds(t *testing.T) {
 		t.Fatalf("patch: %d %s", res.status, res.raw)
 	}
 }
+
+// TestAPIISLTokensBound: a hash-path request's isl_tokens is at most 2^24;
+// past it, a 400, so no booking can wrap its rank's prefill load (one of
+// 2^64 - 50,000 tokens took another's 50,000 back to 0).
+func TestAPIISLTokensBound(t *testing.T) {
+	srv, r := apiServer(t, 0)
+	addWorker(t, r, 1, nil)
+	book := func(id, isl string) apiResult {
+		return call(t, srv, "POST", "/reservations", js, `{"selection_id":"`+id+`","worker_id":1,"sequence_hashes":[1],"isl_tokens":`+isl+`}`)
+	}
+	if res := book("a", "50000"); res.status != 201 {
+		t.Fatalf("a booking of 50,000 tokens: %d %s", res.status, res.raw)
+	}
+	for _, isl := range []string{"18446744073709501616", "16777217"} {
+		if res := book("b"+isl, isl); res.status != 400 || !strings.Contains(res.raw, "isl_tokens must be at most 16777216") {
+			t.Errorf("isl_tokens %s: %d %s, want 400", isl, res.status, res.raw)
+		}
+		if res := call(t, srv, "POST", "/select", js, `{"sequence_hashes":[1],"block_hashes":[1],"isl_tokens":`+isl+`}`); res.status != 400 {
+			t.Errorf("/select with isl_tokens %s: %d %s, want 400", isl, res.status, res.raw)
+		}
+	}
+	if res := book("c", "16777216"); res.status != 201 {
+		t.Fatalf("a booking at the bound: %d %s", res.status, res.raw)
+	}
+	loads := call(t, srv, "GET", "/loads", "", "")
+	if !strings.Contains(loads.raw, `"potential_prefill_tokens":16827216`) {
+		t.Fatalf("loads after bookings of 50,000 and 16,777,216 tokens: %s", loads.raw)
+	}
+}
