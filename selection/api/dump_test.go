@@ -3,10 +3,12 @@ package api
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,4 +228,56 @@ func TestDumpsTakeTurns(t *testing.T) {
 	}
 	// The one whose client gave up left nothing held: a third runs too.
 	getDump(t, srv)
+}
+
+// TestDumpNotHeldByAStalledClient: a client that asks for a dump and
+// never reads it (its receive buffer 4 KiB) holds the dump's turn only
+// until a write is not taken within the write bound; the next dump is
+// then served whole. Before the bound, the second waited for as long as
+// the first kept its connection open.
+func TestDumpNotHeldByAStalledClient(t *testing.T) {
+	idx := &limitedIndex{t: t, n: 100_000} // about 13 MB of events
+	cfg := selection.DefaultConfig()
+	r, err := selection.NewRouter(cfg, selection.WithIndexer(idx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	addWorker(t, r, 1, func(w *selection.WorkerRequest) { w.KVEventsEndpoint = ptr("tcp://127.0.0.1:5557") })
+	h := NewHandler(r, 0)
+	h.dumpWriteTimeout = 300 * time.Millisecond
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	stalled, err := d.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if _, err := io.WriteString(stalled, "GET /dump HTTP/1.1\r\nHost: gateway\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(h.dumping) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled client's dump did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	client := http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(srv.URL + "/dump")
+	if err != nil {
+		t.Fatalf("a dump behind a stalled one: %v", err)
+	}
+	defer resp.Body.Close()
+	var got map[string]selection.DumpPartition
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a dump behind a stalled one: %d %v", resp.StatusCode, err)
+	}
+	if n := len(got["default:default"].Events); n != 100_000 {
+		t.Fatalf("%d events, want 100,000", n)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
@@ -24,6 +25,9 @@ type Handler struct {
 	// dumping lets one GET /dump run at a time; the others wait their
 	// turn (dump.go says why).
 	dumping chan struct{}
+	// A dump's write bounds (dumpWriteTimeout, dumpTimeout; tests
+	// shorten them).
+	dumpWriteTimeout, dumpTimeout time.Duration
 }
 
 // HandlerOption customises a Handler.
@@ -35,7 +39,7 @@ func NewHandler(r *selection.Router, maxBody int64, opts ...HandlerOption) *Hand
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBodyBytes
 	}
-	h := &Handler{router: r, maxBody: maxBody, dumping: make(chan struct{}, 1)}
+	h := &Handler{router: r, maxBody: maxBody, dumping: make(chan struct{}, 1), dumpWriteTimeout: dumpWriteTimeout, dumpTimeout: dumpTimeout}
 	for _, o := range opts {
 		o(h)
 	}
