@@ -15,7 +15,7 @@ type Prompt struct {
 	// routing_token_ids is non-empty it is hashed instead of TokenIDs.
 	MMRoutingInfo *MMRoutingInfo `json:"mm_routing_info,omitempty"`
 	// BlockMMInfos is per-block multimodal info for the TokenIDs path.
-	BlockMMInfos []*BlockMMInfo `json:"block_mm_infos,omitempty"`
+	BlockMMInfos BlockMMInfos `json:"block_mm_infos,omitempty"`
 	// BlockHashes are precomputed local block hashes (hash path).
 	BlockHashes Hashes `json:"block_hashes,omitempty"`
 	// SequenceHashes are precomputed chained sequence hashes (hash path),
@@ -55,7 +55,7 @@ type MMRoutingInfo struct {
 	// RoutingTokenIDs are the tokens to hash instead of token_ids.
 	RoutingTokenIDs TokenList `json:"routing_token_ids,omitempty"`
 	// BlockMMInfos is the per-block multimodal info for RoutingTokenIDs.
-	BlockMMInfos []*BlockMMInfo `json:"block_mm_infos,omitempty"`
+	BlockMMInfos BlockMMInfos `json:"block_mm_infos,omitempty"`
 }
 
 // RouterConfigOverride overrides scheduler knobs for one request
@@ -92,8 +92,8 @@ type PinnedWorker struct {
 
 // RoutingConstraints filter and bias candidates by worker taints.
 type RoutingConstraints struct {
-	RequiredTaints  []string           `json:"required_taints,omitempty"`
-	PreferredTaints map[string]float32 `json:"preferred_taints,omitempty"`
+	RequiredTaints  RequiredTaints  `json:"required_taints,omitempty"`
+	PreferredTaints PreferredTaints `json:"preferred_taints,omitempty"`
 }
 
 // Placement holds the session and placement fields of select-like requests.
@@ -102,7 +102,7 @@ type Placement struct {
 	SessionContext     *SessionContext     `json:"session_context,omitempty"`
 	AffinityTarget     *AffinityTarget     `json:"affinity_target,omitempty"`
 	PinnedWorker       *PinnedWorker       `json:"pinned_worker,omitempty"`
-	AllowedWorkerIDs   []uint64            `json:"allowed_worker_ids,omitempty"`
+	AllowedWorkerIDs   WorkerIDs           `json:"allowed_worker_ids,omitempty"`
 	RoutingConstraints *RoutingConstraints `json:"routing_constraints,omitempty"`
 	// ExcludeRanks removes ranks from the candidates. It is not part of the
 	// wire format: the proxy uses it to fail over to a worker it has not
