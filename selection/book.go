@@ -155,6 +155,9 @@ func (e *selector) reserve(req *ReservationRequest) (*ReservationResponse, error
 	if err := checkSession(session); err != nil {
 		return nil, err
 	}
+	if err := checkPartition(req.Partition.Key()); err != nil {
+		return nil, err
+	}
 	if req.WorkerID != nil {
 		return e.explicitReservation(req, session)
 	}

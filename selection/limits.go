@@ -147,3 +147,17 @@ func checkMap(name string, m map[string]string, entries, valueBytes int) error {
 func tooLong(name string, n, limit int) error {
 	return errorf(KindUnprocessable, "%s is %d bytes, more than the bound of %d", name, n, limit)
 }
+
+// checkPartition refuses a request's model name or routing group longer
+// than any a worker can be registered under: it could match nothing, and
+// the 503 that says so would echo it (the proxy takes the group from a
+// request header).
+func checkPartition(k PartitionKey) error {
+	if len(k.Model) > MaxFieldBytes {
+		return errorf(KindBadRequest, "model_name must be at most %d bytes", MaxFieldBytes)
+	}
+	if len(k.Group) > MaxFieldBytes {
+		return errorf(KindBadRequest, "routing_group must be at most %d bytes", MaxFieldBytes)
+	}
+	return nil
+}

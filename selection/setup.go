@@ -25,6 +25,9 @@ func (e *selector) setupRequest(part *Partition, override *RouterConfigOverride,
 	if err := checkSession(session); err != nil {
 		return requestSetup{}, err
 	}
+	if err := checkPartition(key); err != nil {
+		return requestSetup{}, err
+	}
 	p, err := e.catalog.schedulablePartition(key)
 	if err != nil {
 		return requestSetup{}, err
