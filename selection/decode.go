@@ -3,6 +3,8 @@ package selection
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"reflect"
 	"sync"
 
 	json "github.com/goccy/go-json"
@@ -268,7 +270,42 @@ func goccyDecode(body []byte, v any) error {
 	if errors.As(err, &fe) {
 		return &Error{Kind: KindUnprocessable, Msg: shapePrefix + fe.Error()}
 	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return &Error{Kind: KindUnprocessable, Msg: shapePrefix + typeErrorText(te)}
+	}
 	return &Error{Kind: KindUnprocessable, Msg: shapePrefix + err.Error()}
+}
+
+// typeErrorText says what a type error says in serde's words, without
+// goccy's Go names (its text named the gateway's Go types and fields):
+// "model: invalid type: number, expected a string".
+func typeErrorText(e *json.UnmarshalTypeError) string {
+	var expected string
+	var kind reflect.Kind
+	if e.Type != nil {
+		kind = e.Type.Kind()
+	}
+	switch kind {
+	case reflect.String:
+		expected = "a string"
+	case reflect.Bool:
+		expected = "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		expected = "an integer"
+	case reflect.Float32, reflect.Float64:
+		expected = "a number"
+	case reflect.Slice, reflect.Array:
+		expected = "a sequence"
+	default:
+		expected = "a map"
+	}
+	msg := fmt.Sprintf("invalid type: %s, expected %s", e.Value, expected)
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
+	}
+	return msg
 }
 
 // fieldError is a shape error found by our own element decoders.

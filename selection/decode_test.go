@@ -56,7 +56,8 @@ func TestDecodeRejections(t *testing.T) {
 		{`{"token_ids":[[1]]}`, KindUnprocessable, "token_ids[0]: invalid type: sequence"},
 		{`{"token_ids":"abc"}`, KindUnprocessable, "token_ids: invalid type: string"},
 		{`{"token_ids":[1,2],"token_ids":[3]}`, KindUnprocessable, "duplicate field"},
-		{`{"is_eagle":"false"}`, KindUnprocessable, ""},
+		{`{"is_eagle":"false"}`, KindUnprocessable, "is_eagle: invalid type: string, expected a boolean"},
+		{`{"model_name":5}`, KindUnprocessable, "model_name: invalid type: number, expected a string"},
 		{`{"isl_tokens":-1}`, KindUnprocessable, ""},
 		{`{"token_ids":[01]}`, KindMalformed, ""},
 		{`{"token_ids":[1,]}`, KindMalformed, ""},
@@ -69,7 +70,7 @@ func TestDecodeRejections(t *testing.T) {
 		{`{"model_name":"a`, KindMalformed, ""},
 		{`not json`, KindMalformed, ""},
 		{``, KindMalformed, ""},
-		{`[1,2]`, KindUnprocessable, ""},
+		{`[1,2]`, KindUnprocessable, "invalid type: array, expected a map"},
 		{`{"a":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`, KindMalformed, "recursion"},
 		{`{"block_hashes":[1,"x"]}`, KindUnprocessable, ""},
 		{`{"block_hashes":[18446744073709551616]}`, KindUnprocessable, "[0]"},
@@ -92,6 +93,9 @@ func TestDecodeRejections(t *testing.T) {
 		}
 		if !strings.HasPrefix(e.Msg, wantPrefix) {
 			t.Errorf("Test %d: message %q lacks prefix %q", i, e.Msg, wantPrefix)
+		}
+		if strings.Contains(e.Msg, "Go ") || strings.Contains(e.Msg, "selection.") {
+			t.Errorf("Test %d: message %q names the gateway's Go types", i, e.Msg)
 		}
 	}
 }
