@@ -228,13 +228,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	arrived := time.Now()
 	bufp := bodies.Get().(*[]byte)
-	body, status, err := readAndRestore(r, h.MaxBodySize, (*bufp)[:0])
+	lease := new(bodyLease)
+	body, status, err := readAndRestore(r, h.MaxBodySize, (*bufp)[:0], lease)
 	if err != nil {
 		bodies.Put(bufp)
 		return h.refuse(w, status, err)
 	}
-	// The proxy reads the body until ServeHTTP returns; then it is reused.
-	defer func() { *bufp = body[:0]; bodies.Put(bufp) }()
+	// The buffer is reused once the proxy is done with it: at once when
+	// the request never reached it, else once no reader of it is left
+	// open (bodylease.go).
+	proxied := false
+	defer func() {
+		if !proxied || lease.idle() {
+			*bufp = body[:0]
+			bodies.Put(bufp)
+		}
+	}()
 	oai := requests.Get().(*openAIRequest)
 	if err := selection.DecodeJSON(body, oai); err != nil {
 		putRequest(oai)
@@ -299,7 +308,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	d.annotate(w, r)
 	out := http.ResponseWriter(w)
 	var strip *usageStripper
-	if (h.RequestUsage == nil || *h.RequestUsage) && oai.wantsUsageAdded() && addUsageOption(r, body) {
+	if (h.RequestUsage == nil || *h.RequestUsage) && oai.wantsUsageAdded() && addUsageOption(r, body, lease) {
 		strip = newUsageStripper(w)
 		out = strip
 	}
@@ -309,6 +318,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		pw.prefilled = func() { h.kickQueue(req.Partition) }
 	}
 	defer pw.done()
+	proxied = true
 	err = next.ServeHTTP(pw, r)
 	if strip != nil {
 		strip.finish()
@@ -404,9 +414,10 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 }
 
 // readAndRestore reads the whole body (413 past limit) and puts it back for
-// the proxy: Body, ContentLength and GetBody, so retries can resend it. On
-// failure it returns the status to answer.
-func readAndRestore(r *http.Request, limit int64, buf []byte) ([]byte, int, error) {
+// the proxy: Body, ContentLength and GetBody, so retries can resend it,
+// each reader counted by lease (bodylease.go). On failure it returns the
+// status to answer.
+func readAndRestore(r *http.Request, limit int64, buf []byte, lease *bodyLease) ([]byte, int, error) {
 	if r.ContentLength > limit {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
 	}
@@ -418,9 +429,9 @@ func readAndRestore(r *http.Request, limit int64, buf []byte) ([]byte, int, erro
 		}
 		return nil, http.StatusBadRequest, err
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = lease.reader(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.GetBody = func() (io.ReadCloser, error) { return lease.reader(bytes.NewReader(body)), nil }
 	return body, 0, nil
 }
 

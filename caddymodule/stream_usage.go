@@ -45,7 +45,7 @@ func (s *streamFields) wantsUsageAdded() bool {
 // closing brace, without copying body: the proxy reads it through a
 // MultiReader, again on a retry through GetBody. It reports false, leaving
 // r alone, when body does not end in an object with a field in it.
-func addUsageOption(r *http.Request, body []byte) bool {
+func addUsageOption(r *http.Request, body []byte, lease *bodyLease) bool {
 	end := len(bytes.TrimRight(body, " \t\r\n"))
 	if end < 2 || body[end-1] != '}' || bytes.TrimRight(body[:end-1], " \t\r\n")[0] != '{' {
 		return false
@@ -57,9 +57,10 @@ func addUsageOption(r *http.Request, body []byte) bool {
 	open := func() io.Reader {
 		return io.MultiReader(bytes.NewReader(head), strings.NewReader(usageOption))
 	}
-	r.Body = io.NopCloser(open())
+	_ = r.Body.Close() // the body it replaces is never read: not counted
+	r.Body = lease.reader(open())
 	r.ContentLength = int64(len(head) + len(usageOption))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(open()), nil }
+	r.GetBody = func() (io.ReadCloser, error) { return lease.reader(open()), nil }
 	return true
 }
 

@@ -96,7 +96,7 @@ func TestAddUsageOption(t *testing.T) {
 		{`[1]`, false},
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(c.body))
-		if got := addUsageOption(r, []byte(c.body)); got != c.ok {
+		if got := addUsageOption(r, []byte(c.body), new(bodyLease)); got != c.ok {
 			t.Fatalf("%s: added %v, want %v", c.body, got, c.ok)
 		}
 		if !c.ok {
