@@ -22,6 +22,27 @@ func gateWorker() *selection.WorkerRequest {
 		Endpoint: ptr("127.0.0.1:8000"), BlockSize: ptr(uint32(lbs))}
 }
 
+// dialGate binds a listener for gateWorker's publisher and dials it over
+// TCP, as a publisher that speaks ZMTP by hand; the connection is closed
+// at the test's end.
+func dialGate(t *testing.T, opts ...ManagerOption) (*Manager, *BindListener, net.Conn) {
+	t.Helper()
+	r, m := eventRouter(t, true, opts...)
+	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Catalog().UpsertWorker(gateWorker()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(b.Endpoint(), "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m, b, c
+}
+
 // TestBindGateCutsLongMessages: a real libzmq PUB that sends a message of
 // more frames than a live message has, or of more bytes in all than the
 // message bound while each frame is within it, is cut off; nothing of
@@ -129,19 +150,7 @@ func TestBindGateBoundsPeers(t *testing.T) {
 // then closed and counted as a disconnect, and a real publisher takes the
 // place and is heard.
 func TestBindPeerMustGreet(t *testing.T) {
-	r, m := eventRouter(t, true, WithMaxPeers(1))
-	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Catalog().UpsertWorker(gateWorker()); err != nil {
-		t.Fatal(err)
-	}
-	silent, err := net.Dial("tcp", strings.TrimPrefix(b.Endpoint(), "tcp://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
+	m, b, silent := dialGate(t, WithMaxPeers(1))
 	start := time.Now()
 	_ = silent.SetReadDeadline(start.Add(20 * time.Second))
 	if _, err := io.ReadAll(silent); err != nil {
@@ -176,18 +185,9 @@ func TestBindConnectionsShareAWorker(t *testing.T) {
 	const each = 2000
 	x := New()
 	x.IngestCores = 1
-	m, err := NewManager(x, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := selection.DefaultConfig()
-	cfg.UseKVEvents, cfg.KVEventsBound = true, true
-	r, err := selection.NewRouter(cfg, selection.WithIndexer(m.Index), selection.WithCatalogHook(m.OnCatalogChange))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Closed at the end, not deferred: after a deadlock, Close would wait
-	// for the readers and the failure would show as the run's timeout.
+	// A deadlock shows as the run's timeout, with every goroutine's
+	// stack: the cleanup's Close waits for the readers.
+	r, m := eventRouterOn(t, x, true)
 	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
 	if err != nil {
 		t.Fatal(err)
@@ -226,10 +226,6 @@ func TestBindConnectionsShareAWorker(t *testing.T) {
 			t.Fatalf("%d batches of %d applied after 30 s", m.stats.Batches.Load(), 2*each)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	r.Close()
-	if err := m.Close(); err != nil {
-		t.Error(err)
 	}
 }
 
@@ -283,19 +279,7 @@ func rssBytes(t *testing.T) int64 {
 // frame until the message's last, which never comes: 256 frames held
 // 256 MiB, in C, where no Go bound sees it.
 func TestBindGateHoldsNoFrameFlood(t *testing.T) {
-	r, m := eventRouter(t, true)
-	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Catalog().UpsertWorker(gateWorker()); err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp", strings.TrimPrefix(b.Endpoint(), "tcp://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	m, _, c := dialGate(t)
 	before := rssBytes(t)
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	// Publish once subscribed, as a PUB does.

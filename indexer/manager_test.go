@@ -15,7 +15,13 @@ func ptr[T any](v T) *T { return &v }
 // eventRouter is a selection router in event mode, fed by a Manager.
 func eventRouter(t *testing.T, bound bool, opts ...ManagerOption) (*selection.Router, *Manager) {
 	t.Helper()
-	m, err := NewManager(New(), nil, opts...)
+	return eventRouterOn(t, New(), bound, opts...)
+}
+
+// eventRouterOn is eventRouter over the index x.
+func eventRouterOn(t *testing.T, x *Index, bound bool, opts ...ManagerOption) (*selection.Router, *Manager) {
+	t.Helper()
+	m, err := NewManager(x, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
