@@ -13,7 +13,10 @@ import (
 // makes it hold them all. zmtpScan reads what a publisher sends, as it
 // passes, so that the connection can be cut at the header of the frame
 // that breaks a message's bounds, before libzmq holds its body
-// (docs/kv-events.md §9).
+// (docs/kv-events.md §9). It serves the frame gate in front of a libzmq
+// SUB, which bind mode now keeps only as a benchmark's baseline (the
+// gateway reads its publishers itself, zmtpconn.go); the greeting and
+// frame checks below are the reader's too.
 //
 // It follows ZMTP 3.x (rfc.zeromq.org, specs 23 and 37): a 64-byte
 // greeting (signature 0xFF, 8 padding bytes, 0x7F; major and minor
