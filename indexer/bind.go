@@ -88,7 +88,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 		return nil, err
 	}
 	if !gated || lim.ungated {
-		return b, b.startSub(endpoint, nil)
+		return b.started(b.startSub(endpoint, nil))
 	}
 	var hosts *workerHosts
 	if lim.bindPeers == PeersWorkerHost {
@@ -100,7 +100,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	}
 	b.gate, b.endpoint = gate, gate.endpoint()
 	if lim.relayed {
-		return b, b.startSub(endpoint, gate)
+		return b.started(b.startSub(endpoint, gate))
 	}
 	gate.read = b.read
 	gate.serve()
@@ -109,6 +109,14 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 		<-b.stop
 		gate.stop() // closes every connection and waits for its reader
 	}()
+	return b, nil
+}
+
+// started returns b, or nil and err when it could not start.
+func (b *BindListener) started(err error) (*BindListener, error) {
+	if err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
