@@ -302,8 +302,23 @@ func TestSubHandshake(t *testing.T) {
 // split, and takes every message, until the connection breaks or the
 // stream is all taken; it returns the messages and whether the stream
 // broke it.
-func readAll(t *testing.T, stream []byte, split int) (msgs []string, broke bool) {
+func readAll(t *testing.T, stream []byte, split int, pinned bool) (msgs []string, broke bool, shown []string) {
 	z, peer := connPair(t, 1024)
+	if pinned {
+		// As topicGuard does: the first topic is let through, and every
+		// later one must be the same.
+		var first []byte
+		z.onTopic = func(topic []byte) error {
+			shown = append(shown, string(topic))
+			if first == nil {
+				first = bytes.Clone(topic)
+			}
+			if !bytes.Equal(topic, first) {
+				return errTopic
+			}
+			return nil
+		}
+	}
 	for _, piece := range [][]byte{stream[:split], stream[split:]} {
 		writeAll(t, peer, piece)
 		for {
@@ -312,31 +327,36 @@ func readAll(t *testing.T, stream []byte, split int) (msgs []string, broke bool)
 				break
 			}
 			if err != nil {
-				return msgs, true
+				return msgs, true, shown
 			}
 			msgs = append(msgs, string(bytes.Join(frames, []byte{0xff})))
 		}
 	}
-	return msgs, false
+	return msgs, false, shown
 }
 
 // FuzzZMTPConn: whatever a publisher sends, the native reader does not
-// panic, and the messages it takes and whether it breaks the connection
-// do not depend on how the stream is split into reads.
+// panic, and the messages it takes, whether it breaks the connection and,
+// with a topic check (bind mode), the topics it shows (each message's
+// once) do not depend on how the stream is split into reads.
 func FuzzZMTPConn(f *testing.F) {
 	good := zmtpMessage([]byte("kv@5@m"), make([]byte, 8), bytes.Repeat([]byte{1}, 300))
 	f.Add(good, uint16(70))
 	f.Add(append(zmtpFrame(zmtpCommand, []byte("\x04PING\x00\x10ab"), false), good...), uint16(5))
 	f.Add(append(good, zmtpMessage(nil, nil, nil, nil)...), uint16(3))
+	f.Add(append(good, zmtpMessage([]byte("kv@6@m"), make([]byte, 8), nil)...), uint16(320))
 	f.Fuzz(func(t *testing.T, stream []byte, at uint16) {
 		if len(stream) > 64<<10 {
 			return // past a socket pair's buffer, a write would wait for a reader
 		}
 		split := int(at) % (len(stream) + 1)
-		whole, wholeBroke := readAll(t, stream, len(stream))
-		pieces, piecesBroke := readAll(t, stream, split)
-		if wholeBroke != piecesBroke || !slices.Equal(whole, pieces) {
-			t.Fatalf("whole: %d messages, broke %v; split at %d: %d, broke %v", len(whole), wholeBroke, split, len(pieces), piecesBroke)
+		for _, pinned := range []bool{false, true} {
+			whole, wholeBroke, wholeShown := readAll(t, stream, len(stream), pinned)
+			pieces, piecesBroke, piecesShown := readAll(t, stream, split, pinned)
+			if wholeBroke != piecesBroke || !slices.Equal(whole, pieces) || !slices.Equal(wholeShown, piecesShown) {
+				t.Fatalf("checked %v; whole: %d messages, broke %v, %d topics shown; split at %d: %d, broke %v, %d shown",
+					pinned, len(whole), wholeBroke, len(wholeShown), split, len(pieces), piecesBroke, len(piecesShown))
+			}
 		}
 	})
 }
