@@ -39,7 +39,7 @@ func BenchmarkIngestFleetZMQ(b *testing.B) {
 	zctx := fleetContext(b, 4*publishers)
 	fleet := make([]*fleetPublisher, publishers)
 	for i := range fleet {
-		p, err := startFleetPublisher(zctx, x, selection.Rank{WorkerID: uint64(100_000 + i)}, uint64(i))
+		p, err := startFleetPublisher(zctx, x, selection.Rank{WorkerID: fleetWorkerID(i)}, uint64(i))
 		if err != nil {
 			b.Fatalf("publisher %d: %v", i, err)
 		}
@@ -144,7 +144,7 @@ func startFleetPublisher(zctx *zmq.Context, x *Index, rank selection.Rank, seed 
 // publish sends the payloads with sequence numbers [from, from+n); the
 // socket is used by this goroutine only while it runs.
 func (p *fleetPublisher) publish(b *testing.B, from, n int) {
-	if err := sendSteady(p.sock, p.payloads, from, n); err != nil {
+	if err := sendSteady(p.sock, nil, p.payloads, from, n); err != nil {
 		b.Error(err)
 	}
 }
@@ -152,14 +152,14 @@ func (p *fleetPublisher) publish(b *testing.B, from, n int) {
 // sendPaced sends payloads [from, from+n) as sendSteady does, one every
 // interval (none when 0), the first after phase: a fleet's engines each
 // publish at their own pace, not all at once.
-func sendPaced(sock *zmq.Socket, payloads steady[[]byte], from, n int, interval, phase time.Duration) error {
+func sendPaced(sock *zmq.Socket, topic []byte, payloads steady[[]byte], from, n int, interval, phase time.Duration) error {
 	if interval <= 0 {
-		return sendSteady(sock, payloads, from, n)
+		return sendSteady(sock, topic, payloads, from, n)
 	}
 	next := time.Now().Add(phase)
 	for seq := from; seq < from+n; seq++ {
 		time.Sleep(time.Until(next))
-		if err := sendSteady(sock, payloads, seq, 1); err != nil {
+		if err := sendSteady(sock, topic, payloads, seq, 1); err != nil {
 			return err
 		}
 		next = next.Add(interval)
@@ -183,12 +183,12 @@ func fleetRateFromEnv() (float64, error) {
 }
 
 // sendSteady sends a fleet publisher's payloads with sequence numbers
-// [from, from+n).
-func sendSteady(sock *zmq.Socket, payloads steady[[]byte], from, n int) error {
+// [from, from+n), under topic (empty in connect mode).
+func sendSteady(sock *zmq.Socket, topic []byte, payloads steady[[]byte], from, n int) error {
 	var s [8]byte
 	for seq := from; seq < from+n; seq++ {
 		binary.BigEndian.PutUint64(s[:], uint64(seq))
-		if _, err := sock.SendMessage([]byte{}, s[:], payloads.at(seq)); err != nil {
+		if _, err := sock.SendMessage(topic, s[:], payloads.at(seq)); err != nil {
 			return err
 		}
 	}

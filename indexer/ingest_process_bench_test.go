@@ -48,6 +48,9 @@ import (
 // latency can be read at an ingest rate a fleet sends rather than at the
 // most the gateway takes. FLEET_RECEIVER=libzmq receives through libzmq
 // SUBs, the baseline of the native receiver (nativelistener.go).
+// FLEET_MODE=bind has the publishers dial one endpoint the gateway binds
+// (bindpeer.go), each under its worker's topic; with FLEET_RECEIVER=libzmq
+// through the frame gate's relay to a libzmq SUB, as bind mode was before.
 func BenchmarkIngestFleetProcess(b *testing.B) {
 	publishers := fleetPublishersFromEnv(b)
 	blocks, err := fleetBlocksFromEnv() // the fleet process reads it too
@@ -61,20 +64,36 @@ func BenchmarkIngestFleetProcess(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	bindMode, err := fleetModeFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
 	x, prompt := findMatchesFleet(b)
-	fleet := startFleetChild(b, publishers, blocks)
-	defer fleet.stop()
-
-	// A listener takes three sockets: its SUB and its monitor's pair.
-	zctx := fleetContext(b, 3*publishers)
-	stats := make([]Stats, publishers)
-	for i, ep := range fleet.endpoints {
-		rank := selection.Rank{WorkerID: uint64(100_000 + i)}
-		l, err := StartListener(zctx, x, &stats[i], nil, ListenerConfig{Endpoint: ep, Partition: part, Rank: rank, viaLibzmq: viaLibzmq})
-		if err != nil {
-			b.Fatalf("listener %d: %v", i, err)
+	var fleet *fleetChild
+	stats := make([]*Stats, publishers)
+	if bindMode {
+		bl := startFleetBindListener(b, x, publishers, viaLibzmq)
+		defer bl.Stop()
+		for i := range stats {
+			stats[i] = bl.statsOf(fleetWorkerID(i))
 		}
-		defer l.Stop()
+		b.Setenv(fleetBindEnv, bl.Endpoint()) // the fleet process dials it
+		fleet = startFleetChild(b, publishers, blocks)
+		defer fleet.stop()
+	} else {
+		fleet = startFleetChild(b, publishers, blocks)
+		defer fleet.stop()
+		// A listener takes three sockets: its SUB and its monitor's pair.
+		zctx := fleetContext(b, 3*publishers)
+		for i, ep := range fleet.endpoints {
+			stats[i] = new(Stats)
+			rank := selection.Rank{WorkerID: fleetWorkerID(i)}
+			l, err := StartListener(zctx, x, stats[i], nil, ListenerConfig{Endpoint: ep, Partition: part, Rank: rank, viaLibzmq: viaLibzmq})
+			if err != nil {
+				b.Fatalf("listener %d: %v", i, err)
+			}
+			defer l.Stop()
+		}
 	}
 	fleet.waitReady(b)
 	every := lookupEvery(b)
@@ -203,7 +222,7 @@ func (c *fleetChild) reply(b *testing.B) string {
 
 // lap has every publisher send payloads [from, from+n), runs during (if
 // any) until all are applied, and returns the lap's figures.
-func (c *fleetChild) lap(b *testing.B, stats []Stats, from, n int, during func(applied func() bool)) lapFigures {
+func (c *fleetChild) lap(b *testing.B, stats []*Stats, from, n int, during func(applied func() bool)) lapFigures {
 	start, cpu0 := time.Now(), selfCPU()
 	if _, err := fmt.Fprintf(c.in, "lap %d %d\n", from, n); err != nil {
 		b.Fatal(err)
@@ -265,6 +284,56 @@ func startSelf(env string, wrapper ...string) (*exec.Cmd, io.WriteCloser, *bufio
 func (c *fleetChild) stop() {
 	_ = c.in.Close() // the fleet stops at the end of its input
 	_ = c.cmd.Wait()
+}
+
+// fleetModeFromEnv reads FLEET_MODE: "connect" (or unset), the gateway
+// dialing each publisher, or "bind", the publishers dialing one bound
+// endpoint (startFleetBindListener).
+func fleetModeFromEnv() (bind bool, err error) {
+	switch v := os.Getenv("FLEET_MODE"); v {
+	case "", "connect":
+		return false, nil
+	case "bind":
+		return true, nil
+	default:
+		return false, fmt.Errorf("FLEET_MODE=%q: connect or bind", v)
+	}
+}
+
+// fleetBindEnv carries the bound endpoint to the fleet process in bind
+// mode (runFleetChild).
+const fleetBindEnv = "INDEXER_FLEET_BIND"
+
+// fleetWorkerID is publisher i's worker id.
+func fleetWorkerID(i int) uint64 { return uint64(100_000 + i) }
+
+// startFleetBindListener binds the gateway's endpoint for a fleet of
+// publishers, each under its worker's topic, read by the gateway itself
+// (bindpeer.go) or, with viaLibzmq, through the gate's relay to a libzmq
+// SUB, the baseline.
+func startFleetBindListener(b *testing.B, x *Index, publishers int, viaLibzmq bool) *BindListener {
+	resolve := func(id uint64, model string) (ListenerConfig, bool) {
+		if id < fleetWorkerID(0) || id >= fleetWorkerID(publishers) || model != "m" {
+			return ListenerConfig{}, false
+		}
+		return ListenerConfig{Partition: part, Rank: selection.Rank{WorkerID: id}, WorkerEndpoint: "127.0.0.1:8000"}, true
+	}
+	opts := []ManagerOption{WithMaxPeers(2 * publishers)}
+	if viaLibzmq {
+		opts = append(opts, func(l *limits) { l.relayed = true })
+	}
+	bl, err := StartBindListener(fleetContext(b, 16), x, new(Stats), nil, "tcp://127.0.0.1:*", resolve, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bl
+}
+
+// statsOf is worker id's counts in a bind listener, made now if need be.
+func (b *BindListener) statsOf(id uint64) *Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.workerStats(id)
 }
 
 // fleetReceiverFromEnv reads FLEET_RECEIVER: "native" (or unset), or

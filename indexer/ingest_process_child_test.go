@@ -38,8 +38,10 @@ func init() {
 }
 
 // runFleetChild binds n XPUB publishers on 127.0.0.1 and writes their
-// endpoints, then "bound"; once every publisher has a subscriber it
-// writes "ready". Then, line by line from in: "lap FROM N" has every
+// endpoints, then "bound"; with fleetBindEnv set, it connects them to that
+// endpoint instead, each publishing under its worker's topic
+// (fleetWorkerID), and writes "bound" alone. Once every publisher has a
+// subscriber it writes "ready". Then, line by line from in: "lap FROM N" has every
 // publisher send payloads [FROM, FROM+N) of fleetSteadyPayloads; "cpu"
 // waits for the lap's sends and writes "sent NS", the CPU this process
 // used since the lap began. It returns at the end of in.
@@ -59,7 +61,9 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 		}
 	}()
 	w := bufio.NewWriter(out)
-	for range n {
+	gateway := os.Getenv(fleetBindEnv)
+	topics := make([][]byte, n)
+	for i := range n {
 		s, err := zctx.NewSocket(zmq.XPUB)
 		if err != nil {
 			return err
@@ -67,6 +71,13 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 		socks = append(socks, s)
 		_ = s.SetLinger(0)
 		_ = s.SetSndhwm(0) // never drop: the parent measures throughput, not loss
+		if gateway != "" {
+			topics[i] = fmt.Appendf(nil, "kv@%d@m", fleetWorkerID(i))
+			if err := s.Connect(gateway); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := s.Bind("tcp://127.0.0.1:*"); err != nil {
 			return err
 		}
@@ -132,7 +143,7 @@ func runFleetChild(n int, in io.Reader, out io.Writer) error {
 			for i, s := range socks {
 				phase := interval * time.Duration(i) / time.Duration(n)
 				senders.Go(func() {
-					if err := sendPaced(s, payloads[i], from, count, interval, phase); err != nil {
+					if err := sendPaced(s, topics[i], payloads[i], from, count, interval, phase); err != nil {
 						errOnce.Do(func() { sendErr = err })
 					}
 				})
