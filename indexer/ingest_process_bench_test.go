@@ -289,16 +289,7 @@ func (c *fleetChild) stop() {
 // fleetModeFromEnv reads FLEET_MODE: "connect" (or unset), the gateway
 // dialing each publisher, or "bind", the publishers dialing one bound
 // endpoint (startFleetBindListener).
-func fleetModeFromEnv() (bind bool, err error) {
-	switch v := os.Getenv("FLEET_MODE"); v {
-	case "", "connect":
-		return false, nil
-	case "bind":
-		return true, nil
-	default:
-		return false, fmt.Errorf("FLEET_MODE=%q: connect or bind", v)
-	}
-}
+func fleetModeFromEnv() (bind bool, err error) { return envChoice("FLEET_MODE", "connect", "bind") }
 
 // fleetBindEnv carries the bound endpoint to the fleet process in bind
 // mode (runFleetChild).
@@ -339,12 +330,18 @@ func (b *BindListener) statsOf(id uint64) *Stats {
 // fleetReceiverFromEnv reads FLEET_RECEIVER: "native" (or unset), or
 // "libzmq" for the baseline.
 func fleetReceiverFromEnv() (viaLibzmq bool, err error) {
-	switch v := os.Getenv("FLEET_RECEIVER"); v {
-	case "", "native":
+	return envChoice("FLEET_RECEIVER", "native", "libzmq")
+}
+
+// envChoice reads the environment variable name, one of two values:
+// false for usual (or unset), true for other.
+func envChoice(name, usual, other string) (bool, error) {
+	switch v := os.Getenv(name); v {
+	case "", usual:
 		return false, nil
-	case "libzmq":
+	case other:
 		return true, nil
 	default:
-		return false, fmt.Errorf("FLEET_RECEIVER=%q: native or libzmq", v)
+		return false, fmt.Errorf("%s=%q: %s or %s", name, v, usual, other)
 	}
 }
