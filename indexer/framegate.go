@@ -335,13 +335,21 @@ func (g *frameGate) stop() {
 	if g == nil {
 		return
 	}
+	// The listener first, so that the port is free as soon as the gate
+	// stops; then the connections, outside the mutex: closing one waits
+	// for its reader's callback to return, and the accept loop and the
+	// readers that end meanwhile take the mutex.
+	g.ln.Close()
 	g.mu.Lock()
 	g.closed = true
+	peers := make([]net.Conn, 0, len(g.peers))
 	for c := range g.peers {
-		c.Close()
+		peers = append(peers, c)
 	}
 	g.mu.Unlock()
-	g.ln.Close()
+	for _, c := range peers {
+		c.Close()
+	}
 	g.wg.Wait()
 	if g.inner != "" {
 		os.RemoveAll(filepath.Dir(g.inner))

@@ -45,6 +45,15 @@ const (
 	zmtpBufKeep  = 64 << 10
 )
 
+// The bounds on a publisher's commands once it is connected: each at most
+// maxCommandBytes (a PING carries 16 bytes of context, an ERROR a reason
+// of up to 255), and at most maxCommandsWithin between one message's
+// frames (a heartbeat's PING may fall there; a few at most).
+const (
+	maxCommandBytes   = 1024
+	maxCommandsWithin = 16
+)
+
 // maxFrameSize is the largest frame read even without a message bound
 // (kv_events_max_message negative): past it, the size could not be held.
 const maxFrameSize = math.MaxInt32
@@ -59,28 +68,32 @@ func newZMTPConn(fd int, maxBytes int64) *zmtpConn {
 // publisher closed it, errZMTP when it broke the protocol or a bound.
 func (z *zmtpConn) next() ([][]byte, error) {
 	for {
-		frames, need, err := z.parse()
+		frames, err := z.parse()
 		if err != nil || frames != nil {
 			return frames, err
 		}
-		if err := z.fill(need); err != nil {
+		if err := z.fill(); err != nil {
 			return nil, err
 		}
 	}
 }
 
-// fill reads once more of a message that needs need more bytes. The
-// buffer grows only when it is full, to twice its size at most: what a
-// frame's header announces is not allocated before its bytes come, so a
-// publisher that announces kv_events_max_message and sends a trickle
-// holds about what it sent.
-func (z *zmtpConn) fill(need int) error {
+// fill reads once more of a message that is not all there. The buffer
+// grows only when it is full, to twice its size: what a frame's header
+// announces is not allocated before its bytes come, so a publisher that
+// announces kv_events_max_message and sends a trickle holds at most twice
+// what it sent.
+func (z *zmtpConn) fill() error {
 	if z.off > 0 {
 		z.n = copy(z.buf, z.buf[z.off:z.n])
 		z.off = 0
 	}
 	if z.n == len(z.buf) {
-		grown := make([]byte, min(2*len(z.buf), z.n+need))
+		// Twice its size, whatever the message needs: growing by what a
+		// header or a frame needs copied the whole buffer again for every
+		// few bytes (2 at a time between frames), and growing to what a
+		// header announces would allocate a claim before its bytes came.
+		grown := make([]byte, 2*len(z.buf))
 		copy(grown, z.buf[:z.n])
 		z.buf = grown
 	}
@@ -100,26 +113,26 @@ func (z *zmtpConn) fill(need int) error {
 }
 
 // parse takes one whole message from buf[off:n]. When the message is not
-// all there it takes nothing and says how many more bytes it needs at
-// least; commands before the message are taken (and a PING answered), and
-// those between its frames are answered once the message is whole.
-func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
+// all there it takes nothing (nil frames, nil error); commands before the
+// message are taken (and a PING answered), and those between its frames
+// are answered once the message is whole.
+func (z *zmtpConn) parse() (frames [][]byte, err error) {
 	at, count := z.off, 0
 	var total int64
 	var within int // commands between this message's frames
 	for {
 		p := z.buf[at:z.n]
 		if len(p) < 2 {
-			return nil, 2 - len(p), nil
+			return nil, nil
 		}
 		flags := p[0]
 		if err := checkFlags(flags); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		head, size := 2, uint64(p[1])
 		if flags&zmtpLong != 0 {
 			if len(p) < 9 {
-				return nil, 9 - len(p), nil
+				return nil, nil
 			}
 			head, size = 9, binary.BigEndian.Uint64(p[1:9])
 		}
@@ -135,19 +148,29 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 		}
 		switch {
 		case size > maxFrameSize:
-			return nil, 0, fmt.Errorf("%w: frame size %d", errZMTP, size)
+			return nil, fmt.Errorf("%w: frame size %d", errZMTP, size)
+		case command && size > maxCommandBytes:
+			// A publisher's commands after its READY are PINGs and an
+			// ERROR, of a few dozen bytes: a larger one would only make
+			// the buffer hold it, before any topic is checked.
+			return nil, fmt.Errorf("%w: a command of %d bytes, over %d", errZMTP, size, maxCommandBytes)
+		case command && count > 0 && within >= maxCommandsWithin:
+			// Each is held with the message and read again until the
+			// message is whole: without a count, empty commands trickled
+			// between two frames cost time quadratic in their number.
+			return nil, fmt.Errorf("%w: more than %d commands inside one message", errZMTP, maxCommandsWithin)
 		case command && z.maxBytes >= 0 && held > uint64(z.maxBytes-total):
-			return nil, 0, fmt.Errorf("%w: a command of more than %d bytes", errZMTP, z.maxBytes)
+			return nil, fmt.Errorf("%w: a command of more than %d bytes", errZMTP, z.maxBytes)
 		case !command:
 			if err := checkMessageFrame(size, count, total, liveFrameCount, z.maxBytes); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 			if count == 0 && z.onTopic != nil && size > maxTopicBytes {
-				return nil, 0, fmt.Errorf("%w: a topic of %d bytes", errZMTP, size)
+				return nil, fmt.Errorf("%w: a topic of %d bytes", errZMTP, size)
 			}
 		}
 		if uint64(len(p)-head) < size {
-			return nil, head + int(size) - len(p), nil
+			return nil, nil
 		}
 		body := p[head : head+int(size)]
 		at += head + int(size)
@@ -168,7 +191,7 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 			// parse reads an unfinished message again as more of it
 			// comes: its topic is shown once.
 			if err := z.onTopic(body); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 			z.checked = true
 		}
@@ -179,7 +202,7 @@ func (z *zmtpConn) parse() (frames [][]byte, need int, err error) {
 			z.off = at
 			z.checked = false
 			z.shrink()
-			return z.frames[:count], 0, nil
+			return z.frames[:count], nil
 		}
 	}
 }

@@ -121,8 +121,11 @@ func TestZMTPConnRefuses(t *testing.T) {
 		{"over the byte bound", "more than 300 bytes",
 			append(zmtpFrame(zmtpMore, one, false), zmtpLong|zmtpMore, 0, 0, 0, 0, 0, 0, 1, 0x27)}, // 6 + 295
 		{"a command over the bound", "more than 300 bytes", []byte{zmtpCommand | zmtpLong, 0, 0, 0, 0, 0, 0, 1, 0x2d}},
-		{"empty commands without end inside a message", "more than 300 bytes",
+		{"commands inside a message past the byte bound", "more than 300 bytes",
+			append(zmtpFrame(zmtpMore, one, false), bytes.Repeat(zmtpFrame(zmtpCommand, make([]byte, 20), false), 14)...)},
+		{"empty commands without end inside a message", "more than 16 commands",
 			append(zmtpFrame(zmtpMore, one, false), bytes.Repeat([]byte{zmtpCommand, 0}, 200)...)},
+		{"a command over 1 KiB before any message", "a command of 1025 bytes", []byte{zmtpCommand | zmtpLong, 0, 0, 0, 0, 0, 0, 4, 1}},
 		{"a command with more", "frame flags", []byte{zmtpCommand | zmtpMore, 0}},
 		{"reserved flags", "frame flags", []byte{0x08, 0}},
 	} {
