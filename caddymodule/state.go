@@ -104,7 +104,9 @@ func newRouterState(cfg selection.Config, created eventSettings, limits eventLim
 	}
 	s.router = r
 	if bind != "" {
-		b, err := s.events.Bind(bind, indexer.ResolverFor(r))
+		// The catalog's hosts, so that a connection from any other
+		// address is closed before it can hold a place (topicguard.go).
+		b, err := s.events.Bind(bind, indexer.ResolverFor(r), indexer.WithWorkerHosts(indexer.HostsFor(r)))
 		if err != nil {
 			_ = s.Destruct()
 			return nil, err

@@ -92,7 +92,7 @@ func StartBindListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.L
 	}
 	var hosts *workerHosts
 	if lim.bindPeers == PeersWorkerHost {
-		hosts = newWorkerHosts(resolve)
+		hosts = newWorkerHosts(resolve, lim.workerHosts)
 	}
 	gate, err := openGate(network, addr, lim.maxMessageBytes, lim.maxPeers, hosts, stats, log)
 	if err != nil {

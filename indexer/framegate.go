@@ -17,8 +17,10 @@ import (
 )
 
 // A frameGate listens on a bind-mode endpoint for publishers. It bounds
-// how many may be connected at once, and hands each connection, with the
-// check of the topics it may send under (topicguard.go), to read, which
+// how many may be connected at once, closes those from an address that is
+// no catalog worker's host (when it knows the catalog's hosts), and hands
+// each connection, with the check of the topics it may send under
+// (topicguard.go), to read, which
 // serves it on a goroutine of its own (BindListener.read, bindpeer.go).
 // Both cut a connection at the header of the first frame that makes a
 // message longer than three frames or larger than the message bound,
@@ -189,11 +191,16 @@ func (g *frameGate) admit(c net.Conn) {
 	g.mu.Unlock()
 	g.wg.Go(func() {
 		defer g.leave(c)
+		guard := g.guard(c)
+		if guard != nil && !guard.hosts.knownPeer(guard.peer) {
+			g.cutOff(c, fmt.Errorf("%w: %s is no catalog worker's host", errTopic, guard.peer))
+			return
+		}
 		if g.read == nil {
 			g.pass(c)
 			return
 		}
-		g.ended(c, g.read(c, g.guard(c)))
+		g.ended(c, g.read(c, guard))
 	})
 }
 

@@ -166,7 +166,7 @@ func (m *Manager) Listeners() int {
 
 // Bind starts the bind-mode listener on endpoint; resolve maps a topic's
 // worker to its catalog record.
-func (m *Manager) Bind(endpoint string, resolve Resolver) (*BindListener, error) {
+func (m *Manager) Bind(endpoint string, resolve Resolver, opts ...ManagerOption) (*BindListener, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -178,7 +178,7 @@ func (m *Manager) Bind(endpoint string, resolve Resolver) (*BindListener, error)
 	// The manager's limits whole, so that a limit added later reaches the
 	// bind listener without being named here.
 	b, err := StartBindListener(m.zctx, m.Index, &m.stats, m.log, endpoint, resolve,
-		func(l *limits) { *l = m.limits })
+		append([]ManagerOption{func(l *limits) { *l = m.limits }}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -208,6 +208,21 @@ func (m *Manager) Close() error {
 		m.bind.Stop()
 	}
 	return m.zctx.Term()
+}
+
+// HostsFor lists the hosts of r's catalog workers' endpoints, for
+// WithWorkerHosts.
+func HostsFor(r *selection.Router) func() []string {
+	return func() []string {
+		workers := r.Catalog().ListWorkers("", "")
+		hosts := make([]string, 0, len(workers))
+		for _, w := range workers {
+			if w.Endpoint != nil {
+				hosts = append(hosts, workerHost(*w.Endpoint))
+			}
+		}
+		return hosts
+	}
 }
 
 // ResolverFor builds a bind-mode resolver over a router's catalog.

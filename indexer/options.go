@@ -33,6 +33,9 @@ type limits struct {
 	// relayed puts the gate in front of a libzmq SUB, as before bind
 	// mode read its publishers itself: a benchmark's baseline only.
 	relayed bool
+	// workerHosts lists the catalog's workers' hosts (WithWorkerHosts);
+	// nil: a connection's address is checked at its first topic only.
+	workerHosts func() []string
 }
 
 func defaultLimits() limits {

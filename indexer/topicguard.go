@@ -77,9 +77,12 @@ const hostAnswerTTL = 30 * time.Second
 const hostAnswersKept = 4096
 
 // workerHosts decides whether a peer may send under a topic, from the
-// catalog (resolve) and the worker's host's addresses (lookup, cached).
+// catalog (resolve) and the worker's host's addresses (lookup, cached),
+// and, when it can list the catalog's hosts (list), whether a peer may
+// connect at all.
 type workerHosts struct {
 	resolve Resolver
+	list    func() []string // nil: peers are checked at their first topic only
 	lookup  func(ctx context.Context, host string) ([]netip.Addr, error)
 	// flight makes the peers that dial at once for one name wait for one
 	// lookup, where each would have sent its own.
@@ -87,6 +90,67 @@ type workerHosts struct {
 
 	mu      sync.Mutex
 	answers map[string]hostAnswer
+	peers   peerSet // the addresses of every catalog worker's host
+}
+
+// peerSet is the addresses of the catalog's workers' hosts, as of made.
+type peerSet struct {
+	addrs map[netip.Addr]struct{}
+	made  time.Time
+}
+
+// peerSetAge is how old the set may be before a peer it does not hold has
+// it made again: a worker registered meanwhile waits at most this long
+// (its publisher dials again), and peers that are no worker's host make
+// the gateway list the catalog at most once in it.
+const peerSetAge = time.Second
+
+// WithWorkerHosts gives a bind-mode listener the hosts of the catalog's
+// workers (HostsFor): under kv_events_bind_peers worker_host, a TCP
+// connection from an address that is none of theirs is closed before its
+// handshake, rather than at its first topic. Without it, a stranger that
+// greeted and then sent nothing held one of kv_events_max_peers for as
+// long as it liked.
+func WithWorkerHosts(list func() []string) ManagerOption {
+	return func(l *limits) { l.workerHosts = list }
+}
+
+// knownPeer reports whether peer is the address of some catalog worker's
+// host (always true without list).
+func (w *workerHosts) knownPeer(peer netip.Addr) bool {
+	if w.list == nil {
+		return true
+	}
+	w.mu.Lock()
+	set := w.peers
+	w.mu.Unlock()
+	if _, ok := set.addrs[peer]; ok {
+		return true
+	}
+	if time.Since(set.made) < peerSetAge {
+		return false
+	}
+	v, _, _ := w.flight.Do("\x00peers", func() (any, error) {
+		addrs := map[netip.Addr]struct{}{}
+		seen := map[string]bool{}
+		for _, host := range w.list() {
+			if seen[host] {
+				continue
+			}
+			seen[host] = true
+			found, _ := w.addrsOf(host)
+			for _, a := range found {
+				addrs[a.Unmap()] = struct{}{}
+			}
+		}
+		set := peerSet{addrs: addrs, made: time.Now()}
+		w.mu.Lock()
+		w.peers = set
+		w.mu.Unlock()
+		return set, nil
+	})
+	_, ok := v.(peerSet).addrs[peer]
+	return ok
 }
 
 type hostAnswer struct {
@@ -95,8 +159,8 @@ type hostAnswer struct {
 	until time.Time
 }
 
-func newWorkerHosts(resolve Resolver) *workerHosts {
-	return &workerHosts{resolve: resolve, answers: map[string]hostAnswer{},
+func newWorkerHosts(resolve Resolver, list func() []string) *workerHosts {
+	return &workerHosts{resolve: resolve, list: list, answers: map[string]hostAnswer{},
 		lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -131,6 +133,62 @@ func TestBindGateChecksTopics(t *testing.T) {
 	})
 }
 
+// TestBindGateClosesStrangers: with the catalog's hosts (WithWorkerHosts,
+// as the gateway binds), a connection from an address that is no
+// worker's host is closed before its handshake and counted, so strangers
+// that greet and then say nothing cannot hold the places of
+// kv_events_max_peers; a worker's own publisher is then heard, and a
+// worker registered later is let in within about a second.
+func TestBindGateClosesStrangers(t *testing.T) {
+	key := selection.PartitionKey{Model: "m", Group: "default"}
+	r, m := eventRouter(t, true, WithMaxPeers(2))
+	topicWorkers(t, r)
+	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r), WithWorkerHosts(HostsFor(r)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(b.Endpoint(), "tcp://")
+	dialFrom := func(src string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for i := range 6 {
+		c := dialFrom("127.0.0.3")
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := c.Read(make([]byte, 64)); err != io.EOF {
+			t.Fatalf("stranger %d: read %d bytes, %v; want it closed before any greeting", i, n, err)
+		}
+	}
+	if got, turned := m.stats.WrongTopic.Load(), m.stats.TurnedAway.Load(); got != 6 || turned != 0 {
+		t.Fatalf("wrong topic %d, turned away %d; want 6 strangers closed, none turned away", got, turned)
+	}
+	prompt := testPrompt(33)
+	send := publisherFrom(t, b, "127.0.0.1")
+	seq := uint64(0)
+	eventually(t, "worker 6's publisher heard", func() bool {
+		send("kv@6@m", seq, chunk(EncodingArray, -1, prompt, 0, 4))
+		seq++
+		return m.Index.Blocks(key, selection.Rank{WorkerID: 6}) == 4
+	})
+	// A worker registered on the strangers' address is let in.
+	if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(8)), ModelName: ptr("m"),
+		Endpoint: ptr("127.0.0.3:8000"), BlockSize: ptr(uint32(lbs))}); err != nil {
+		t.Fatal(err)
+	}
+	send8 := publisherFrom(t, b, "127.0.0.3")
+	seq = 0
+	eventually(t, "worker 8's publisher heard", func() bool {
+		send8("kv@8@m", seq, chunk(EncodingArray, -1, prompt, 0, 4))
+		seq++
+		return m.Index.Blocks(key, selection.Rank{WorkerID: 8}) == 4
+	})
+}
+
 // TestWorkerHostsKeepsAnswers: a worker's host name is looked up once
 // for any number of dials while its answer is kept, a failed lookup too
 // (a peer that dials again and again costs no more lookups), and once for
@@ -141,7 +199,7 @@ func TestWorkerHostsKeepsAnswers(t *testing.T) {
 	w := newWorkerHosts(func(id uint64, model string) (ListenerConfig, bool) {
 		ep, ok := endpoints[id]
 		return ListenerConfig{WorkerEndpoint: ep}, ok && model == "m"
-	})
+	}, nil)
 	var lookups atomic.Int32
 	w.lookup = func(_ context.Context, host string) ([]netip.Addr, error) {
 		lookups.Add(1)
