@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -120,13 +121,7 @@ func TestBindGateChecksTopics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		send := publisherFrom(t, b, "127.0.0.1")
-		seq := uint64(0)
-		eventually(t, "another host's publisher heard", func() bool {
-			send("kv@5@m", seq, chunk(EncodingArray, -1, prompt, 0, 4))
-			seq++
-			return m.Index.Blocks(key, selection.Rank{WorkerID: 5}) == 4
-		})
+		heardFrom(t, m, b, "127.0.0.1", 5) // another host's publisher
 		if got := m.stats.WrongTopic.Load(); got != 0 {
 			t.Fatalf("wrong topic %d under PeersAny", got)
 		}
@@ -140,7 +135,6 @@ func TestBindGateChecksTopics(t *testing.T) {
 // kv_events_max_peers; a worker's own publisher is then heard, and a
 // worker registered later is let in within about a second.
 func TestBindGateClosesStrangers(t *testing.T) {
-	key := selection.PartitionKey{Model: "m", Group: "default"}
 	r, m := eventRouter(t, true, WithMaxPeers(2))
 	topicWorkers(t, r)
 	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r), WithWorkerHosts(HostsFor(r)))
@@ -167,25 +161,27 @@ func TestBindGateClosesStrangers(t *testing.T) {
 	if got, turned := m.stats.WrongTopic.Load(), m.stats.TurnedAway.Load(); got != 6 || turned != 0 {
 		t.Fatalf("wrong topic %d, turned away %d; want 6 strangers closed, none turned away", got, turned)
 	}
-	prompt := testPrompt(33)
-	send := publisherFrom(t, b, "127.0.0.1")
-	seq := uint64(0)
-	eventually(t, "worker 6's publisher heard", func() bool {
-		send("kv@6@m", seq, chunk(EncodingArray, -1, prompt, 0, 4))
-		seq++
-		return m.Index.Blocks(key, selection.Rank{WorkerID: 6}) == 4
-	})
+	heardFrom(t, m, b, "127.0.0.1", 6)
 	// A worker registered on the strangers' address is let in.
 	if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: ptr(uint64(8)), ModelName: ptr("m"),
 		Endpoint: ptr("127.0.0.3:8000"), BlockSize: ptr(uint32(lbs))}); err != nil {
 		t.Fatal(err)
 	}
-	send8 := publisherFrom(t, b, "127.0.0.3")
-	seq = 0
-	eventually(t, "worker 8's publisher heard", func() bool {
-		send8("kv@8@m", seq, chunk(EncodingArray, -1, prompt, 0, 4))
+	heardFrom(t, m, b, "127.0.0.3", 8)
+}
+
+// heardFrom has a publisher dialing b from src send worker id's first
+// four blocks, under its topic, until the index holds them.
+func heardFrom(t *testing.T, m *Manager, b *BindListener, src string, id uint64) {
+	t.Helper()
+	send := publisherFrom(t, b, src)
+	topic, prompt := fmt.Sprintf("kv@%d@m", id), testPrompt(33)
+	key := selection.PartitionKey{Model: "m", Group: "default"}
+	seq := uint64(0)
+	eventually(t, topic+" heard from "+src, func() bool {
+		send(topic, seq, chunk(EncodingArray, -1, prompt, 0, 4))
 		seq++
-		return m.Index.Blocks(key, selection.Rank{WorkerID: 8}) == 4
+		return m.Index.Blocks(key, selection.Rank{WorkerID: id}) == 4
 	})
 }
 
