@@ -10,16 +10,18 @@ import (
 )
 
 // zmtpConn reads a publisher's messages from a connection dialed by
-// dialSub, without blocking: whole messages are taken from a buffer that
-// reads fill, several messages a read when they wait. The bounds are the
-// frame gate's (zmtpscan.go): a message of more than three frames, or of
-// more than maxBytes in all, breaks the connection at that frame's header,
-// before its body is read. libzmq bounded each frame but held the frames
-// of an unfinished message without end (docs/kv-events.md §9).
+// dialSub (connect mode) or accepted by the frame gate (bind mode),
+// without blocking: whole messages are taken from a buffer that reads
+// fill, several messages a read when they wait. A message of more than
+// three frames, or of more than maxBytes in all, breaks the connection at
+// that frame's header, before its body is read (the checks zmtpScan
+// makes for the relay's baseline); libzmq bounded each frame but held the
+// frames of an unfinished message without end (docs/kv-events.md §9).
 //
 // Commands between messages are read and dropped, but for PING, which
 // gets its PONG (a publisher with ZMTP heartbeats on would otherwise take
-// the connection for dead).
+// the connection for dead); each is bounded in size, and in number inside
+// a message.
 //
 // A bind-mode connection (bindpeer.go) also has its topics checked: each
 // message's first frame is shown to onTopic as soon as that frame is
@@ -58,6 +60,16 @@ const (
 // (kv_events_max_message negative): past it, the size could not be held.
 const maxFrameSize = math.MaxInt32
 
+// messageRoom is the most one unfinished message can hold in the buffer:
+// its frames and the commands among them, within maxBytes, and three
+// frame headers of up to 9 bytes.
+func (z *zmtpConn) messageRoom() int {
+	if z.maxBytes < 0 {
+		return math.MaxInt
+	}
+	return int(z.maxBytes) + liveFrameCount*9
+}
+
 func newZMTPConn(fd int, maxBytes int64) *zmtpConn {
 	return &zmtpConn{fd: fd, maxBytes: maxBytes, buf: make([]byte, zmtpBufStart)}
 }
@@ -79,23 +91,27 @@ func (z *zmtpConn) next() ([][]byte, error) {
 }
 
 // fill reads once more of a message that is not all there. The buffer
-// grows only when it is full, to twice its size: what a frame's header
-// announces is not allocated before its bytes come, so a publisher that
-// announces kv_events_max_message and sends a trickle holds at most twice
-// what it sent.
+// grows only when it is full, to twice its size but never past what one
+// message can take (messageRoom): what a frame's header announces is not
+// allocated before its bytes come, so a publisher that announces
+// kv_events_max_message and sends a trickle holds at most twice what it
+// sent, and none holds more than one message.
 func (z *zmtpConn) fill() error {
 	if z.off > 0 {
 		z.n = copy(z.buf, z.buf[z.off:z.n])
 		z.off = 0
 	}
 	if z.n == len(z.buf) {
-		// Twice its size, whatever the message needs: growing by what a
-		// header or a frame needs copied the whole buffer again for every
-		// few bytes (2 at a time between frames), and growing to what a
-		// header announces would allocate a claim before its bytes came.
-		grown := make([]byte, 2*len(z.buf))
-		copy(grown, z.buf[:z.n])
-		z.buf = grown
+		// Doubling: growing by what a header or a frame needs copied the
+		// whole buffer again for every few bytes (2 at a time between
+		// frames). The buffer is full only while a message is unfinished,
+		// which parse has checked against the bounds, so messageRoom is
+		// above it.
+		if size := min(2*len(z.buf), z.messageRoom()); size > len(z.buf) {
+			grown := make([]byte, size)
+			copy(grown, z.buf[:z.n])
+			z.buf = grown
+		}
 	}
 	for {
 		m, err := syscall.Read(z.fd, z.buf[z.n:])
@@ -139,7 +155,7 @@ func (z *zmtpConn) parse() (frames [][]byte, err error) {
 		command := flags&zmtpCommand != 0
 		// The bounds, from the header alone. A command between a
 		// message's frames counts against the message's bytes, header and
-		// all (the gate bounds each command alone): the buffer holds it
+		// all (zmtpScan bounds each command alone): the buffer holds it
 		// with the message until the message is whole, so commands
 		// without end, even empty ones, must not grow it without end.
 		held := size

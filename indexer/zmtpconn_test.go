@@ -204,7 +204,7 @@ func TestZMTPConnChecksTopics(t *testing.T) {
 
 // TestZMTPConnGrowsWithWhatComes: a frame that announces 1 MiB is not
 // allocated from its header: the buffer grows, doubling, only as its
-// bytes come.
+// bytes come, and no further than one message's bound.
 func TestZMTPConnGrowsWithWhatComes(t *testing.T) {
 	z, peer := connPair(t, 1<<20)
 	header := zmtpFrame(zmtpLong, nil, true)
@@ -222,6 +222,24 @@ func TestZMTPConnGrowsWithWhatComes(t *testing.T) {
 	}
 	if len(z.buf) != 2*zmtpBufStart {
 		t.Fatalf("the buffer is %d bytes after 20 KiB more came, want %d", len(z.buf), 2*zmtpBufStart)
+	}
+
+	// Doubling stops at what one message can take: with a bound of
+	// 40,000 bytes, a 39,000-byte frame grows the buffer from 32 KiB to
+	// that room, not to 64 KiB.
+	const bound = 40_000
+	z, peer = connPair(t, bound)
+	binary.BigEndian.PutUint64(header[1:], 39_000)
+	writeAll(t, peer, append(header, make([]byte, 35<<10)...))
+	if _, err := z.next(); !isAgain(err) {
+		t.Fatalf("a frame begun: %v", err)
+	}
+	if want := bound + liveFrameCount*9; len(z.buf) != want {
+		t.Fatalf("the buffer is %d bytes with a %d-byte bound, want %d", len(z.buf), bound, want)
+	}
+	writeAll(t, peer, make([]byte, 39_000-35<<10))
+	if frames, err := z.next(); err != nil || len(frames) != 1 || len(frames[0]) != 39_000 {
+		t.Fatalf("the whole frame: %d frames, %v", len(frames), err)
 	}
 }
 
