@@ -54,7 +54,7 @@ var Figures = []Figure{
 		func(c *EventCounts) uint64 { return c.Disconnects }),
 	eventCounter("behind", "Live KV-event batches applied 2 s or more later than their publisher's other batches: the listener is falling behind.",
 		func(c *EventCounts) uint64 { return c.Behind }),
-	eventCounter("cut", "Publisher connections a listener cut off: a message of more than three frames or over kv_events_max_message, or a bind-mode stream that is not ZMTP 3 with NULL security.",
+	eventCounter("cut", "Publisher connections a listener cut off: a message of more than three frames or over kv_events_max_message, a command over 1 KiB or too many inside a message, or a bind-mode stream that is not ZMTP 3 with NULL security.",
 		func(c *EventCounts) uint64 { return c.Cut }),
 	eventCounter("turned_away", "Publisher connections a bind-mode listener refused: it already held kv_events_max_peers publishers.",
 		func(c *EventCounts) uint64 { return c.TurnedAway }),

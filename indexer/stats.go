@@ -79,9 +79,9 @@ type Stats struct {
 	// behind, and its bounded queues will start to drop.
 	Behind Counter
 	// Cut counts publisher connections a listener cut off: a message of
-	// more than three frames or over the message bound (zmtpconn.go), or
-	// a bind-mode peer that does not greet as a ZMTP 3 publisher with NULL
-	// security.
+	// more than three frames or over the message bound, a command over
+	// 1 KiB or one too many inside a message (zmtpconn.go), or a bind-mode
+	// peer that does not greet as a ZMTP 3 publisher with NULL security.
 	Cut Counter
 	// TurnedAway counts publisher connections a bind-mode listener
 	// refused because it already held its bound of publishers.

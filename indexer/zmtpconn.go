@@ -181,8 +181,10 @@ func (z *zmtpConn) parse() (frames [][]byte, err error) {
 			if err := checkMessageFrame(size, count, total, liveFrameCount, z.maxBytes); err != nil {
 				return nil, err
 			}
-			if count == 0 && z.onTopic != nil && size > maxTopicBytes {
-				return nil, fmt.Errorf("%w: a topic of %d bytes", errZMTP, size)
+			if count == 0 && z.onTopic != nil {
+				if err := checkTopicSize(size); err != nil {
+					return nil, err
+				}
 			}
 		}
 		if uint64(len(p)-head) < size {

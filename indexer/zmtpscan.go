@@ -167,8 +167,8 @@ func (s *zmtpScan) frameHeader() error {
 	s.bytes += int64(size)
 	s.body = int64(size)
 	if s.onTopic != nil && s.frames == 1 {
-		if size > maxTopicBytes {
-			return fmt.Errorf("%w: a topic of %d bytes", errZMTP, size)
+		if err := checkTopicSize(size); err != nil {
+			return err
 		}
 		s.inTopic, s.topic = true, s.topic[:0]
 	}
@@ -176,6 +176,15 @@ func (s *zmtpScan) frameHeader() error {
 		s.frames, s.bytes = 0, 0
 	}
 	return s.topicDone()
+}
+
+// checkTopicSize refuses, from its header, a topic frame longer than
+// maxTopicBytes when topics are checked.
+func checkTopicSize(size uint64) error {
+	if size > maxTopicBytes {
+		return fmt.Errorf("%w: a topic of %d bytes", errZMTP, size)
+	}
+	return nil
 }
 
 // checkFlags refuses a frame's flags byte that ZMTP 3 does not allow:
