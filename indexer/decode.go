@@ -166,6 +166,9 @@ func (d *Decoder) readEvents(r *reader) error {
 		} else {
 			err = d.arrayEvent(r, &ev)
 		}
+		if err == nil && ev.extraKeys != nil {
+			err = d.settleExtraKeys(&ev)
+		}
 		if err != nil {
 			return err
 		}
@@ -281,8 +284,10 @@ func (d *Decoder) fixedField(r *reader, ev *Event, i int) error {
 		return readMedium(r, ev)
 	case 6:
 		return readLora(r, ev)
+	case 7:
+		return readExtraKeys(r, ev)
 	}
-	return r.skip(0) // lora_id, extra_keys
+	return r.skip(0) // lora_id
 }
 
 // mapEvent reads the tagged-map form by key name; unknown keys are skipped.
@@ -319,6 +324,8 @@ func (d *Decoder) mapEvent(r *reader, ev *Event) error {
 			err = readMedium(r, ev)
 		case "lora_name":
 			err = readLora(r, ev)
+		case "extra_keys":
+			err = readExtraKeys(r, ev)
 		case "metadata":
 			err = readSaltMap(r, ev)
 		case "group_idx":

@@ -28,6 +28,14 @@ type StoredBlocks struct {
 	BlockSize   int
 	Medium      string // "" encodes nil (GPU)
 	LoraName    string
+	// CacheSalt is the request's salt, which vLLM names only in the first
+	// block's extra_keys, and only in the store that starts a chain
+	// (Parent nil); a store continuing the chain does not carry it.
+	CacheSalt string
+	// MM has, for each engine block, the identifier of a multimodal item
+	// the block overlaps ("" for none), written as vLLM's
+	// [identifier, offset] pair; nil for a text prompt.
+	MM []string
 }
 
 // AppendBatch appends a payload [ts, events, dp_rank] to dst. Each event is
@@ -95,8 +103,55 @@ func appendStored(dst []byte, enc Encoding, e *StoredBlocks) []byte {
 	dst = append(field(dst, "lora_id"), 0xc0)
 	dst = appendOptStr(field(dst, "medium"), e.Medium)
 	dst = appendOptStr(field(dst, "lora_name"), e.LoraName)
-	dst = append(field(dst, "extra_keys"), 0xc0)
+	dst = appendExtraKeys(field(dst, "extra_keys"), e)
 	return appendInt(field(dst, "group_idx"), 0)
+}
+
+// appendExtraKeys writes a store's extra_keys as vLLM fills them: per
+// block nil, or the LoRA name, the block's multimodal pair, and the salt
+// in the first block of a store with no parent; nil when no block has any.
+func appendExtraKeys(dst []byte, e *StoredBlocks) []byte {
+	keysOf := func(i int) (lora, mm, salt bool) {
+		lora = e.LoraName != ""
+		mm = i < len(e.MM) && e.MM[i] != ""
+		salt = i == 0 && e.Parent == nil && e.CacheSalt != ""
+		return
+	}
+	some := false
+	for i := range e.BlockHashes {
+		lora, mm, salt := keysOf(i)
+		some = some || lora || mm || salt
+	}
+	if !some {
+		return append(dst, 0xc0)
+	}
+	dst = appendArrayHeader(dst, len(e.BlockHashes))
+	for i := range e.BlockHashes {
+		lora, mm, salt := keysOf(i)
+		n := btoi(lora) + btoi(mm) + btoi(salt)
+		if n == 0 {
+			dst = append(dst, 0xc0)
+			continue
+		}
+		dst = appendArrayHeader(dst, n)
+		if lora {
+			dst = appendStr(dst, e.LoraName)
+		}
+		if mm {
+			dst = appendInt(appendStr(appendArrayHeader(dst, 2), e.MM[i]), 0)
+		}
+		if salt {
+			dst = appendStr(dst, e.CacheSalt)
+		}
+	}
+	return dst
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func appendRemoved(dst []byte, enc Encoding, e Removal) []byte {

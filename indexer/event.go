@@ -54,6 +54,13 @@ type Event struct {
 	Tier      Tier
 	LoraName  string
 	CacheSalt string
+	// Marks, when not nil, has one value per engine block: 0 for a block
+	// whose content is its tokens, else a hash of the multimodal or
+	// prompt-embeds inputs the engine hashed with them (extrakeys.go).
+	Marks []uint64
+	// extraKeys is a store's extra_keys as sent, until settleExtraKeys
+	// reads it.
+	extraKeys []byte
 	// Skip is set for events the index must ignore: another attention
 	// group (sliding window, Mamba), an unknown medium, remote locality.
 	Skip bool

@@ -84,6 +84,7 @@ func (t *tree) tidy() {
 	case n == 0 && t.live == 0 && (t.nodesPeak > 0 || t.recs.pages != nil || t.exts.pages != nil):
 		clear(t.queues)
 		t.recs, t.exts, t.sets = slab[record]{}, slab[ext]{}, slab[holderSet]{}
+		t.salts = nil
 		t.nodes = newRefTable(0, t, false)
 		t.nodesPeak = 0
 	case t.nodesPeak >= rebuildMin && n <= t.nodesPeak/shrinkFactor:

@@ -278,6 +278,7 @@ func (t *tree) reclaim(ref uint32) {
 	if ref&extBit != 0 {
 		t.exts.release(ref &^ extBit)
 	} else {
+		t.forgetSalt(t.recs.at(ref).key)
 		t.recs.release(ref)
 	}
 }

@@ -45,6 +45,7 @@ type hashed struct {
 	ebs    int       // the engine's block size in tokens
 	ok     bool      // false when the tokens do not fill the engine's blocks
 	buf    *[]uint64 // localsPool's buffer behind locals
+	salt   uint64    // the cache salt's part of the seed (0: unsalted)
 }
 
 // hashStore computes ev's local hashes for a tree of block size bs (fixed
@@ -64,8 +65,8 @@ func (t *tree) hashStore(ev *Event) hashed {
 	}
 	h.ok = true
 	h.buf = localsPool.Get().(*[]uint64)
-	opt := selection.HashOptions{Seed: selection.SaltedSeed(ev.LoraName, ev.CacheSalt), Eagle: ev.Eagle || t.eagle}
-	h.locals = selection.AppendBlockHashes((*h.buf)[:0], ev.TokenIDs, t.blockSize, opt)
+	h.salt = selection.SaltPart(ev.CacheSalt)
+	h.locals = t.localHashes((*h.buf)[:0], ev, h.ebs, h.salt)
 	*h.buf = h.locals
 	return h
 }
@@ -88,6 +89,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		}
 		_, parentRec, _ = t.entryOf(e)
 		parentKey = t.recs.at(parentRec).key
+		h = t.inheritSalt(ev, h, parentKey)
 	}
 	ebs, locals := h.ebs, h.locals
 	if !h.ok {
@@ -141,6 +143,7 @@ func (t *tree) store(x *Index, r selection.Rank, ev *Event, h hashed) error {
 		}
 		t.hold(x, m, id, span, engine, engineHashes[i], ev.Tier)
 	}
+	t.noteSalted(keys[:next], h.salt)
 	return nil
 }
 
@@ -305,6 +308,7 @@ func (t *tree) dropEntryAt(e uint32, nodeHash uint64) {
 			}
 			t.nodes.delRefFrom(nodeHash, e)
 			r.meta = 0
+			t.forgetSalt(r.key)
 			t.recs.release(e)
 			return
 		}

@@ -51,6 +51,9 @@ type tree struct {
 	// between stores up to hashesKeep.
 	hashes []uint64
 	ahead  removalAhead // a removal's scratch (removeAll, warm.go)
+	// salts maps a salted chain's blocks (chain key) to their salt's part
+	// of the seed (salt.go); nil while no salted block is held.
+	salts map[uint64]uint64
 }
 
 func newTree(blockSize int, eagle bool) *tree {

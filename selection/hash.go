@@ -26,10 +26,17 @@ func SaltedSeed(loraName, cacheSalt string) uint64 {
 	if loraName != "" {
 		seed += xxh3.HashStringSeed(loraName, 0)
 	}
-	if cacheSalt != "" {
-		seed += xxh3.HashStringSeed(cacheSalt, 1)
+	return seed + SaltPart(cacheSalt)
+}
+
+// SaltPart is what a cache salt adds to the seed (0 for none): the index
+// keeps it for a salted chain's blocks, so that a later store continuing
+// the chain, which the engine sends without the salt, is salted the same.
+func SaltPart(cacheSalt string) uint64 {
+	if cacheSalt == "" {
+		return 0
 	}
-	return seed
+	return xxh3.HashStringSeed(cacheSalt, 1)
 }
 
 // littleEndian is true on the machines where a []uint32 already is its

@@ -45,6 +45,11 @@ type apiRequest struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Stream              bool            `json:"stream"`
 	StreamOptions       json.RawMessage `json:"stream_options"`
+	// CacheSalt puts the request's blocks in a cache of their own: vLLM
+	// hashes it into the first block (so into every block after it) and
+	// names it in that block's extra_keys in its KV events. A salt must be
+	// a non-empty string.
+	CacheSalt *string `json:"cache_salt"`
 }
 
 // apiMessage is one chat message as it arrives.
@@ -83,6 +88,18 @@ func (req *apiRequest) checkStreamOptions() error {
 		return nil
 	}
 	return &apiError{status: http.StatusBadRequest, msg: "Stream options can only be defined when `stream=True`.", param: "stream_options"}
+}
+
+// salt returns the request's cache_salt ("" for none), refusing an empty
+// one as vLLM does.
+func (req *apiRequest) salt() (string, error) {
+	if req.CacheSalt == nil {
+		return "", nil
+	}
+	if *req.CacheSalt == "" {
+		return "", &apiError{status: http.StatusBadRequest, msg: "Parameter 'cache_salt' must be a non-empty string if provided.", param: "cache_salt"}
+	}
+	return *req.CacheSalt, nil
 }
 
 // apiError is an error answer in vLLM's shape.

@@ -24,11 +24,17 @@ var noneHash = fnvString("kvmock-none-hash")
 // another's, or of the base model's, even for the same tokens. A gateway
 // learns the adapter from the events' lora_name, not from these hashes,
 // which stay opaque to it.
-func rootHash(lora string) uint64 {
-	if lora == "" {
+//
+// A cache salt does the same: vLLM hashes it into a request's first block
+// only, which changes every block after it.
+func rootHash(lora, salt string) uint64 {
+	switch {
+	case lora == "" && salt == "":
 		return noneHash
+	case salt == "":
+		return fnvString("kvmock-none-hash\x00lora\x00" + lora)
 	}
-	return fnvString("kvmock-none-hash\x00lora\x00" + lora)
+	return fnvString("kvmock-none-hash\x00lora\x00" + lora + "\x00salt\x00" + salt)
 }
 
 // fnvString hashes a string with FNV-1a 64.
@@ -57,12 +63,12 @@ func blockHash(parent uint64, tokens []uint32) uint64 {
 }
 
 // blockHashes returns the chained hashes of the full blocks of tokens, as
-// the LoRA adapter lora ("" for none) computes them; a trailing partial
-// block has none, as in vLLM.
-func blockHashes(tokens []uint32, blockSize int, lora string) []uint64 {
+// the LoRA adapter lora and the cache salt salt ("" for none) make them; a
+// trailing partial block has none, as in vLLM.
+func blockHashes(tokens []uint32, blockSize int, lora, salt string) []uint64 {
 	n := len(tokens) / blockSize
 	out := make([]uint64, n)
-	parent := rootHash(lora)
+	parent := rootHash(lora, salt)
 	for i := range n {
 		parent = blockHash(parent, tokens[i*blockSize:(i+1)*blockSize])
 		out[i] = parent

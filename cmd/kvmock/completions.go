@@ -44,7 +44,12 @@ func (w *worker) complete(rw http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	// Hashing in newRequest, on the handler's goroutine, keeps the
 	// per-worker scheduler free for scheduling.
-	rq := newRequest(prompt, lora, maxTokens, w.cfg.BlockSize)
+	salt, err := req.salt()
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	rq := newRequest(prompt, lora, salt, maxTokens, w.cfg.BlockSize)
 	e := w.pickEngine(r)
 	rw.Header().Set("X-Kvmock-Dp-Rank", strconv.Itoa(e.dpRank))
 	e.submit(rq)

@@ -261,7 +261,7 @@ func (e *engine) cacheEvents(changes []enginemodel.CacheEvent[*request]) []any {
 			continue
 		}
 		r := c.Req
-		ev := &indexer.StoredBlocks{BlockSize: bs, Medium: "GPU", LoraName: r.lora,
+		ev := &indexer.StoredBlocks{BlockSize: bs, Medium: "GPU", LoraName: r.lora, CacheSalt: r.salt,
 			BlockHashes: append([]uint64(nil), r.seq.Hashes[c.First:c.Last]...),
 			TokenIDs:    append([]uint32(nil), r.prompt[c.First*bs:c.Last*bs]...)}
 		if c.First > 0 {

@@ -17,7 +17,7 @@ import (
 // parent.
 func checkStored(t *testing.T, ev indexer.Event, tokens []uint32, bs, from, to int) {
 	t.Helper()
-	hashes := blockHashes(tokens, bs, "")
+	hashes := blockHashes(tokens, bs, "", "")
 	if ev.Kind != indexer.Stored || ev.BlockSize != bs || ev.Tier != indexer.Device || ev.Skip {
 		t.Fatalf("event %+v, want a GPU BlockStored of block size %d", ev, bs)
 	}
@@ -105,7 +105,7 @@ func TestEvictionPublishesBlockRemoved(t *testing.T) {
 	}
 	// The least recently freed blocks go first, and a request's blocks are
 	// freed tail first, so A's blocks are evicted from its last to its first.
-	ha := blockHashes(a, 4, "")
+	ha := blockHashes(a, 4, "", "")
 	for i, want := range []uint64{ha[2], ha[1], ha[0]} {
 		ev := d.events[i]
 		if ev.Kind != indexer.Removed || !slices.Equal(ev.BlockHashes, []uint64{want}) || ev.Tier != indexer.Device {

@@ -77,7 +77,7 @@ func TestAdaptersHaveTheirOwnBlocks(t *testing.T) {
 		if len(d.events) != 1 || d.events[0].Kind != indexer.Stored || d.events[0].LoraName != want {
 			t.Fatalf("event %+v, want a BlockStored of lora_name %q", d.events, want)
 		}
-		if !slices.Equal(d.events[0].TokenIDs, p[:32]) || !slices.Equal(d.events[0].BlockHashes, blockHashes(p, 16, want)) {
+		if !slices.Equal(d.events[0].TokenIDs, p[:32]) || !slices.Equal(d.events[0].BlockHashes, blockHashes(p, 16, want, "")) {
 			t.Fatalf("%q: event %+v", want, d.events[0])
 		}
 		hashes = append(hashes, d.events[0].BlockHashes)

@@ -25,6 +25,7 @@ var (
 type request struct {
 	prompt  []uint32
 	lora    string // the LoRA adapter serving it, "" for the base model
+	salt    string // its cache_salt, "" for none
 	arrived time.Time
 
 	// seq is the scheduler's state (internal/engine): the prompt's block
@@ -52,13 +53,15 @@ type progress struct {
 }
 
 // newRequest returns a request of the adapter lora ("" for the base
-// model) that needs blocks for its prompt and maxTokens output tokens.
-func newRequest(prompt []uint32, lora string, maxTokens, blockSize int) *request {
+// model), salted by salt ("" for none), that needs blocks for its prompt
+// and maxTokens output tokens.
+func newRequest(prompt []uint32, lora, salt string, maxTokens, blockSize int) *request {
 	return &request{
 		prompt:  prompt,
 		lora:    lora,
+		salt:    salt,
 		arrived: time.Now(),
-		seq:     enginemodel.NewSeq(len(prompt), blockHashes(prompt, blockSize, lora), maxTokens, blockSize),
+		seq:     enginemodel.NewSeq(len(prompt), blockHashes(prompt, blockSize, lora, salt), maxTokens, blockSize),
 		wake:    make(chan struct{}, 1),
 	}
 }
