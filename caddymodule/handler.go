@@ -190,6 +190,8 @@ type openAIRequest struct {
 	templateFields
 	// Whether a stream asked for usage (stream_usage.go).
 	streamFields
+	// Whether the engine reads its prefix cache for it (cacheread.go).
+	cacheReadFields
 
 	promptTokens []uint32
 }
@@ -378,12 +380,16 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on
-// /v1/completions, or the workers' /tokenize. Nil means none could be had.
+// /v1/completions, or the workers' /tokenize. Nil means none could be had,
+// or that the engine will read no cache for the request (cacheread.go).
 func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) ([]uint32, string, string) {
+	chat := isChat(r)
+	if oai.skipsPrefixCache(chat) {
+		return nil, "", "" // no worker's cache is read: route by load
+	}
 	if oai.TokenIDs != nil {
 		return oai.TokenIDs, oai.LoraName, oai.CacheSalt
 	}
-	chat := isChat(r)
 	if !chat && oai.promptTokens != nil {
 		return oai.promptTokens, oai.LoraName, oai.CacheSalt
 	}

@@ -50,6 +50,33 @@ type apiRequest struct {
 	// names it in that block's extra_keys in its KV events. A salt must be
 	// a non-empty string.
 	CacheSalt *string `json:"cache_salt"`
+	// The members that make vLLM ask for the prompt's logprobs, and then
+	// not read its prefix cache for the request (readsCache).
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs"`
+	Echo           bool            `json:"echo"`
+	Logprobs       json.RawMessage `json:"logprobs"`
+	TopLogprobs    json.RawMessage `json:"top_logprobs"`
+}
+
+// readsCache reports whether vLLM reads its prefix cache for the request:
+// not when it asks for the prompt's logprobs, which vLLM takes from
+// prompt_logprobs or, with echo, from logprobs (completions) or
+// top_logprobs (chat, where it defaults to 0 and so counts unless sent as
+// null). A cached prefix has no logprobs, so vLLM computes it again.
+func (req *apiRequest) readsCache(chat bool) bool {
+	set := func(raw json.RawMessage) bool {
+		v := bytes.TrimSpace(raw)
+		return len(v) > 0 && !bytes.Equal(v, []byte("null"))
+	}
+	switch {
+	case set(req.PromptLogprobs):
+		return false
+	case !req.Echo:
+		return true
+	case chat:
+		return req.TopLogprobs != nil && !set(req.TopLogprobs)
+	}
+	return !set(req.Logprobs)
 }
 
 // apiMessage is one chat message as it arrives.

@@ -50,6 +50,7 @@ func (w *worker) complete(rw http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	rq := newRequest(prompt, lora, salt, maxTokens, w.cfg.BlockSize)
+	rq.seq.SkipCacheRead = !req.readsCache(chat)
 	e := w.pickEngine(r)
 	rw.Header().Set("X-Kvmock-Dp-Rank", strconv.Itoa(e.dpRank))
 	e.submit(rq)

@@ -38,6 +38,9 @@ type Seq struct {
 
 	// Blocks are the request's KV blocks, prompt blocks first.
 	Blocks []int32
+	// SkipCacheRead keeps the request from reading the cache (vLLM's
+	// skip_reading_prefix_cache); its blocks are still cached.
+	SkipCacheRead bool
 	// HitTokens are the prompt tokens found in the cache at admission.
 	HitTokens int
 	// Computed counts the prompt tokens whose KV exists (hits included).
@@ -204,7 +207,11 @@ func (s *Scheduler[R]) admit(r R) bool {
 	bs := s.Config.BlockSize
 	// As in vLLM, at least one prompt token is always computed, so a prompt
 	// cached in full still hits only up to its second-to-last token.
-	hits, freeHits := s.Pool.Match(q.Hashes, (q.PromptLen-1)/bs)
+	limit := (q.PromptLen - 1) / bs
+	if q.SkipCacheRead {
+		limit = 0
+	}
+	hits, freeHits := s.Pool.Match(q.Hashes, limit)
 	fresh := q.NeedBlocks - hits
 	if s.Pool.NumFree()-freeHits < fresh {
 		return false

@@ -1,0 +1,46 @@
+package caddymodule
+
+import (
+	"bytes"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// cacheReadFields are the members that decide whether vLLM reads its
+// prefix cache for a request at all. It does not when the request asks
+// for the prompt's logprobs (a cached prefix is never computed, so it
+// would have none): vLLM sets its sampling parameters'
+// skip_reading_prefix_cache whenever prompt_logprobs is set, and sets
+// prompt_logprobs from the request's own member or, with echo, from
+// logprobs on /v1/completions and from top_logprobs (default 0, so set
+// unless sent as null) on /v1/chat/completions. Such a request finds
+// nothing cached on any worker; routed by its prefix it would be sent,
+// with a promise of cached tokens, to a worker that only holds blocks it
+// will compute again. It is routed by load instead.
+type cacheReadFields struct {
+	PromptLogprobs selection.RawJSON `json:"prompt_logprobs"`
+	Echo           selection.RawJSON `json:"echo"`
+	Logprobs       selection.RawJSON `json:"logprobs"`
+	TopLogprobs    selection.RawJSON `json:"top_logprobs"`
+}
+
+// skipsPrefixCache reports whether vLLM will not read its prefix cache
+// for the request (chat: a /v1/chat/completions request).
+func (f *cacheReadFields) skipsPrefixCache(chat bool) bool {
+	if given(f.PromptLogprobs) {
+		return true
+	}
+	if !bytes.Equal(bytes.TrimSpace(f.Echo), []byte("true")) {
+		return false
+	}
+	if chat {
+		return f.TopLogprobs == nil || given(f.TopLogprobs)
+	}
+	return given(f.Logprobs)
+}
+
+// given reports whether a member was sent with a value other than null.
+func given(r selection.RawJSON) bool {
+	v := bytes.TrimSpace(r)
+	return len(v) > 0 && !bytes.Equal(v, []byte("null"))
+}
