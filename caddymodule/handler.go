@@ -394,7 +394,14 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 		return oai.promptTokens, oai.LoraName, oai.CacheSalt
 	}
 	if !chat && oai.RawPrompt.IsArray() {
-		return nil, "", "" // a batch of prompts, or of strings: route by load
+		text, ids, ok := promptOfOne(oai.RawPrompt)
+		switch {
+		case !ok:
+			return nil, "", "" // a batch of prompts: route by load
+		case ids != nil:
+			return ids, oai.LoraName, oai.CacheSalt
+		}
+		oai.RawPrompt = text // tokenized as the prompt alone
 	}
 	if h.tokenizer == nil {
 		return nil, "", ""
