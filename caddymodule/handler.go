@@ -192,6 +192,8 @@ type openAIRequest struct {
 	streamFields
 	// Whether the engine reads its prefix cache for it (cacheread.go).
 	cacheReadFields
+	// How the engine cuts the prompt (truncate.go).
+	truncateFields
 
 	promptTokens []uint32
 }
@@ -270,6 +272,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		tr = r.WithContext(withTokenizeAdapter(r.Context(), adapter))
 	}
 	req.TokenIDs, req.LoraName, req.CacheSalt = h.tokens(tr, oai, req.Partition.Key())
+	if req.TokenIDs != nil {
+		req.TokenIDs = oai.truncate(req.TokenIDs)
+	}
 	if adapter != "" {
 		req.LoraName = adapter
 	}

@@ -56,6 +56,23 @@ type apiRequest struct {
 	Echo           bool            `json:"echo"`
 	Logprobs       json.RawMessage `json:"logprobs"`
 	TopLogprobs    json.RawMessage `json:"top_logprobs"`
+	// TruncatePromptTokens keeps that many of the prompt's tokens: the
+	// last ones, or the first when TruncationSide is "right" (truncate).
+	TruncatePromptTokens *int   `json:"truncate_prompt_tokens"`
+	TruncationSide       string `json:"truncation_side"`
+}
+
+// truncate cuts the prompt as vLLM does for truncate_prompt_tokens (-1,
+// the model's length, is not modelled: kvmock's prompts fit it).
+func (req *apiRequest) truncate(prompt []uint32) []uint32 {
+	n := req.TruncatePromptTokens
+	if n == nil || *n < 1 || *n >= len(prompt) {
+		return prompt
+	}
+	if req.TruncationSide == "right" {
+		return prompt[:*n]
+	}
+	return prompt[len(prompt)-*n:]
 }
 
 // readsCache reports whether vLLM reads its prefix cache for the request:

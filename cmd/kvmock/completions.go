@@ -92,13 +92,13 @@ func (w *worker) decodeCompletion(rw http.ResponseWriter, r *http.Request, chat 
 	}
 	if !chat {
 		prompt, err := promptTokens(req)
-		return prompt, lora, req, err
+		return req.truncate(prompt), lora, req, err
 	}
 	in, err := chatInputOf(req, true)
 	if err != nil {
 		return nil, "", req, err
 	}
-	return chatTokens(req, in), lora, req, nil
+	return req.truncate(chatTokens(req, in)), lora, req, nil
 }
 
 // wait blocks until the request has more than sent tokens or is done. It
