@@ -255,6 +255,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// The reservation refers to oai's token buffers until it is released.
 	defer putRequest(oai)
+	if oai.Model == "" {
+		model, ok := h.router.Catalog().OnlyModel()
+		if !ok {
+			return h.refuse(w, http.StatusBadRequest, errModelRequired)
+		}
+		oai.Model = model // as vLLM serves it: with its one model
+	}
 	req := &selection.SelectRequest{
 		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},
 		Placement: selection.Placement{SessionID: r.Header.Get(h.SessionHeader)},

@@ -56,3 +56,19 @@ func (c *Catalog) ServedModels() []ServedModel {
 	slices.SortFunc(out[n:], func(a, b ServedModel) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
+
+// OnlyModel returns the model every worker of the catalog serves, when
+// they all serve one (schedulable or not); ok is false for an empty
+// catalog or several models. vLLM serves a request that names no model
+// with its own, and a gateway in front of one model does the same.
+func (c *Catalog) OnlyModel() (model string, ok bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.models) != 1 {
+		return "", false
+	}
+	for m := range c.models {
+		model = m
+	}
+	return model, true
+}

@@ -1,0 +1,43 @@
+package fidelity
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+// A request that names no model is served by vLLM with its one model;
+// the gateway does the same while its workers serve one model (it used
+// to answer 404 "The model `` does not exist."), and refuses with a 400
+// that says why once they serve two.
+func TestRequestWithoutAModel(t *testing.T) {
+	g := startGateway(t)
+	startFleet(t, g, 1, true)
+	prompt := words("quay", 100)
+	for round := range 2 {
+		a := g.post(t, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2})
+		if a.status != http.StatusOK || !a.reported {
+			t.Fatalf("round %d: %d %s", round, a.status, a.body)
+		}
+		if want := predicted(t, a); a.usage.cached() != want || round == 1 && want == 0 {
+			t.Errorf("round %d: the engine reported %d cached tokens, the gateway predicted %d", round, a.usage.cached(), want)
+		}
+	}
+	// A second model in the catalog (a worker the gateway need not reach).
+	body, _ := json.Marshal(map[string]any{"worker_id": 99, "model_name": "other", "endpoint": "127.0.0.1:9", "block_size": blockSize})
+	req, _ := http.NewRequest(http.MethodPost, g.api+"/workers", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+g.token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("POST /workers %s: %d", body, res.StatusCode)
+	}
+	if a := g.post(t, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}); a.status != http.StatusBadRequest {
+		t.Errorf("with two models: %d %s, want 400", a.status, a.body)
+	}
+}
