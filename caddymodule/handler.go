@@ -256,11 +256,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// The reservation refers to oai's token buffers until it is released.
 	defer putRequest(oai)
 	if oai.Model == "" {
-		model, ok := h.router.Catalog().OnlyModel()
-		if !ok {
-			return h.refuse(w, http.StatusBadRequest, errModelRequired)
+		// vLLM serves a request that names no model with its one model.
+		// With several, the request goes to the selection API's default
+		// model ("default"), or is a 404 when there is none such.
+		if model, ok := h.router.Catalog().OnlyModel(); ok {
+			oai.Model = model
 		}
-		oai.Model = model // as vLLM serves it: with its one model
 	}
 	req := &selection.SelectRequest{
 		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},

@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -13,11 +12,6 @@ import (
 
 // The OpenAI surface the gateway owns (docs/engine-facts.md): the model
 // list, and requests that name a LoRA adapter as their model.
-
-// errModelRequired refuses a request that names no model when the
-// catalog has several (or none): vLLM serves such a request with its one
-// model, which the gateway can do only when its workers serve one.
-var errModelRequired = errors.New("the request names no `model`, and the gateway does not serve exactly one model: name one of GET /v1/models")
 
 // modelCard is one model in GET /v1/models, in vLLM's shape (OpenAI's
 // model object with vLLM's root, parent and max_model_len).

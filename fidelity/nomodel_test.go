@@ -9,11 +9,11 @@ import (
 
 // A request that names no model is served by vLLM with its one model;
 // the gateway does the same while its workers serve one model (it used
-// to answer 404 "The model `` does not exist."), and refuses with a 400
-// that says why once they serve two.
+// to look for the selection API's model "default" and answer 404), and
+// does not guess once they serve two.
 func TestRequestWithoutAModel(t *testing.T) {
 	g := startGateway(t)
-	startFleet(t, g, 1, true)
+	startFleet(t, g, 1, true, "--model", "quay-model")
 	prompt := words("quay", 100)
 	for round := range 2 {
 		a := g.post(t, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2})
@@ -37,7 +37,7 @@ func TestRequestWithoutAModel(t *testing.T) {
 	if res.StatusCode/100 != 2 {
 		t.Fatalf("POST /workers %s: %d", body, res.StatusCode)
 	}
-	if a := g.post(t, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}); a.status != http.StatusBadRequest {
-		t.Errorf("with two models: %d %s, want 400", a.status, a.body)
+	if a := g.post(t, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}); a.status != http.StatusNotFound {
+		t.Errorf("with two models: %d %s, want 404", a.status, a.body)
 	}
 }
