@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"syscall"
+	"time"
 )
 
 // zmtpConn reads a publisher's messages from a connection dialed by
@@ -20,8 +21,8 @@ import (
 //
 // Commands between messages are read and dropped, but for PING, which
 // gets its PONG (a publisher with ZMTP heartbeats on would otherwise take
-// the connection for dead); each is bounded in size, and in number inside
-// a message.
+// the connection for dead); each is bounded in size, in number inside a
+// message, and in rate between messages.
 //
 // A bind-mode connection (bindpeer.go) also has its topics checked: each
 // message's first frame is shown to onTopic as soon as that frame is
@@ -37,6 +38,11 @@ type zmtpConn struct {
 
 	onTopic func(topic []byte) error // nil: topics are not checked
 	checked bool                     // the unfinished message's topic passed onTopic
+
+	// The commands between messages a publisher may still send now, and
+	// when that allowance was last refilled (allowCommand).
+	commandsLeft  int
+	commandsSince time.Time
 }
 
 // Buffer sizes: a connection starts with zmtpBufStart, grows to hold the
@@ -56,6 +62,18 @@ const (
 	maxCommandsWithin = 16
 )
 
+// The rate of a publisher's commands between messages: a burst of
+// commandBurst, then commandRate a second. A heartbeat PINGs once an
+// interval (a second or more in practice), far below it; a publisher
+// past it is cut. Each command costs a parse, and a PING a write: a peer
+// that kept the socket full of them, without a message, kept next from
+// ever returning, so the ingest loop it shared served no one else, and
+// a worker's deletion waited for the peer to stop (RELIABILITY.md).
+const (
+	commandBurst = 64
+	commandRate  = 64
+)
+
 // maxFrameSize is the largest frame read even without a message bound
 // (kv_events_max_message negative): past it, the size could not be held.
 const maxFrameSize = math.MaxInt32
@@ -71,7 +89,24 @@ func (z *zmtpConn) messageRoom() int {
 }
 
 func newZMTPConn(fd int, maxBytes int64) *zmtpConn {
-	return &zmtpConn{fd: fd, maxBytes: maxBytes, buf: make([]byte, zmtpBufStart)}
+	return &zmtpConn{fd: fd, maxBytes: maxBytes, buf: make([]byte, zmtpBufStart),
+		commandsLeft: commandBurst, commandsSince: time.Now()}
+}
+
+// allowCommand takes one command between messages from the publisher's
+// allowance, refilled at commandRate a second up to commandBurst; false
+// when none is left. The clock is read only once a burst is spent.
+func (z *zmtpConn) allowCommand() bool {
+	if z.commandsLeft == 0 {
+		now := time.Now()
+		refill := now.Sub(z.commandsSince) * commandRate / time.Second
+		if refill < 1 {
+			return false
+		}
+		z.commandsLeft, z.commandsSince = int(min(refill, commandBurst)), now
+	}
+	z.commandsLeft--
+	return true
 }
 
 // next returns the next message's frames, valid until the next call;
@@ -194,6 +229,9 @@ func (z *zmtpConn) parse() (frames [][]byte, err error) {
 		at += head + int(size)
 		if command {
 			if count == 0 { // between messages: taken now
+				if !z.allowCommand() {
+					return nil, fmt.Errorf("%w: commands faster than %d a second", errZMTP, commandRate)
+				}
 				z.off = at
 				z.command(body)
 			} else {

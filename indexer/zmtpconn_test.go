@@ -306,8 +306,8 @@ func TestSubHandshake(t *testing.T) {
 		{"ZMTP 2.0", "revision 1", zmtpGreetingFor(1, "NULL"), ready("PUB")},
 		{"CURVE", "not NULL", zmtpGreetingFor(3, "CURVE"), ready("PUB")},
 		{"not ZMTP 3", "not a ZMTP 3 greeting", make([]byte, zmtpGreeting), ready("PUB")},
-		{"a ROUTER", "not a publisher", good, ready("ROUTER")},
-		{"no socket type", "not a publisher", good, zmtpFrame(zmtpCommand, []byte("\x05READY"), false)},
+		{"a ROUTER", "not one of [PUB XPUB]", good, ready("ROUTER")},
+		{"no socket type", "not one of [PUB XPUB]", good, zmtpFrame(zmtpCommand, []byte("\x05READY"), false)},
 		{"a PING first", "not READY", good, zmtpFrame(zmtpCommand, []byte("\x04PING\x00\x00"), false)},
 		{"a message first", "where READY was due", good, zmtpFrame(0, []byte("x"), false)},
 		{"a huge READY", "a READY of", good, zmtpFrame(zmtpCommand, make([]byte, maxReadyBytes+1), false)},
@@ -415,5 +415,33 @@ func TestDialTargets(t *testing.T) {
 		if got.network != c.network || got.addr != c.addr || local != c.local {
 			t.Errorf("%s: %s %s from %q, want %s %s from %q", c.endpoint, got.network, got.addr, local, c.network, c.addr, c.local)
 		}
+	}
+}
+
+// TestZMTPConnCutsACommandFlood: commands between messages are allowed a
+// burst of commandBurst, then commandRate a second. A publisher that
+// keeps the socket full of PINGs, and never sends a message, is cut at
+// once rather than keeping next (and the ingest loop that calls it)
+// answering PONGs for as long as it goes on; one that PINGs within its
+// allowance still gets each answered, and its messages read.
+func TestZMTPConnCutsACommandFlood(t *testing.T) {
+	ping := zmtpFrame(zmtpCommand, []byte("\x04PING\x00\x00ctx"), false)
+	one := append(append(zmtpFrame(zmtpMore, []byte("kv@5@m"), false), zmtpFrame(zmtpMore, make([]byte, 8), false)...), zmtpFrame(0, []byte("p"), false)...)
+
+	z, peer := connPair(t, 1<<20)
+	writeAll(t, peer, append(bytes.Repeat(ping, commandBurst), one...))
+	if frames, err := z.next(); err != nil || len(frames) != 3 {
+		t.Fatalf("a burst of %d PINGs, then a message: %d frames, %v", commandBurst, len(frames), err)
+	}
+	pongs := make([]byte, 64<<10)
+	n, _ := syscall.Read(peer, pongs)
+	if want := commandBurst * len(zmtpFrame(zmtpCommand, []byte("\x04PONGctx"), false)); n != want {
+		t.Errorf("%d bytes of PONGs, want %d", n, want)
+	}
+
+	z, peer = connPair(t, 1<<20)
+	writeAll(t, peer, bytes.Repeat(ping, 4*commandBurst))
+	if _, err := z.next(); !errors.Is(err, errZMTP) || !strings.Contains(err.Error(), "commands faster") {
+		t.Fatalf("a flood of PINGs: %v, want a cut", err)
 	}
 }
