@@ -50,6 +50,19 @@ func (d *Decoder) Shed() {
 	d.batch = Batch{}
 }
 
+// The most events, and block hashes over all its events, one payload
+// may carry; a payload past either is malformed. An engine's step makes
+// far fewer (a 16k-token prefill chunk is 1,024 blocks of 16 tokens, or
+// 16,384 one-page events from SGLang at page size 1, its most), and a
+// payload is applied whole in one turn of its ingest loop: 4 MiB of the
+// events that cost most to apply (97k parentless stores, or 4M one-byte
+// hashes to remove) held every other publisher of the loop for 0.3 s a
+// message (RELIABILITY.md).
+const (
+	maxEventsPerPayload = 1 << 15
+	maxHashesPerPayload = 1 << 16
+)
+
 // ErrPayload wraps every decoding failure.
 var ErrPayload = errors.New("malformed KV event payload")
 
@@ -154,6 +167,9 @@ func (d *Decoder) readEvents(r *reader) error {
 	n, err := r.arrayLen()
 	if err != nil {
 		return err
+	}
+	if len(d.events)+n > maxEventsPerPayload {
+		return fmt.Errorf("more than %d events", maxEventsPerPayload)
 	}
 	for range n {
 		c, err := r.peek()

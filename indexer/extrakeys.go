@@ -49,6 +49,11 @@ func (d *Decoder) settleExtraKeys(ev *Event) error {
 	if err != nil {
 		return fmt.Errorf("extra_keys: %w", err)
 	}
+	if n > len(ev.BlockHashes) {
+		// One entry per block: more would only grow the scratch, eight
+		// bytes for each byte of nils.
+		return fmt.Errorf("extra_keys: %d entries for %d blocks", n, len(ev.BlockHashes))
+	}
 	start := len(d.hashes)
 	marked := false
 	for i := range n {

@@ -172,3 +172,41 @@ func TestEncoderWritesVLLMExtraKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeBoundsAPayloadsWork: a payload of more events, or more block
+// hashes, than an engine's step makes is malformed, and so is an
+// extra_keys longer than its event's blocks; one at the bounds decodes.
+func TestDecodeBoundsAPayloadsWork(t *testing.T) {
+	clears := func(n int) []byte {
+		evs := make([]any, n)
+		for i := range evs {
+			evs[i] = []any{"AllBlocksCleared"}
+		}
+		return ref(t, []any{1.0, evs})
+	}
+	removal := func(n int) []byte {
+		hs := make([]any, n)
+		for i := range hs {
+			hs[i] = uint64(i)
+		}
+		return ref(t, []any{1.0, []any{[]any{"BlockRemoved", hs, "GPU"}, []any{"BlockRemoved", []any{1}, "GPU"}}})
+	}
+	var d Decoder
+	for _, c := range []struct {
+		name    string
+		payload []byte
+		ok      bool
+	}{
+		{"events at the bound", clears(maxEventsPerPayload), true},
+		{"one event more", clears(maxEventsPerPayload + 1), false},
+		{"hashes at the bound", removal(maxHashesPerPayload - 1), true},
+		{"one hash more", removal(maxHashesPerPayload), false},
+		{"extra_keys for its blocks", vStore(t, 1, nil, seq(0, 8), nil, []any{nil, []any{"s"}}), true},
+		{"extra_keys past its blocks", vStore(t, 1, nil, seq(0, 8), nil, []any{nil, nil, nil}), false},
+	} {
+		_, err := d.Decode(c.payload)
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

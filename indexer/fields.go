@@ -17,6 +17,9 @@ func (d *Decoder) readHashes(r *reader, ev *Event) error {
 	if err != nil {
 		return err
 	}
+	if len(d.hashes)+n > maxHashesPerPayload {
+		return fmt.Errorf("more than %d block hashes", maxHashesPerPayload)
+	}
 	start := len(d.hashes)
 	d.hashes = slices.Grow(d.hashes, n)
 	// Fast path: full-width integers (random 64-bit hashes nearly always

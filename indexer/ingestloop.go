@@ -40,9 +40,24 @@ import (
 // are asked of the loop, which owns its listeners' sockets.
 
 // drainBatch is how many messages a loop takes from one listener before
-// it serves the next: a publisher that sends without pause cannot keep
-// the others waiting.
-const drainBatch = 16
+// it serves the next, and drainBytes how many payload bytes: a publisher
+// that sends without pause cannot keep the others waiting. The bytes
+// bound a turn by the work it may hold: 16 messages of 4 MiB, each made
+// of the events that cost most to apply, once kept every other
+// publisher of the loop waiting 6-9 s (RELIABILITY.md); a turn now ends
+// after the message that passes 1 MiB, and a message holds at most
+// maxEventsPerMessage events (decode.go).
+const (
+	drainBatch = 16
+	drainBytes = 1 << 20
+)
+
+// spent adds a message's payload to what a turn has taken, and reports
+// whether the turn is over.
+func spent(frames [][]byte, taken *int) bool {
+	*taken += len(frames[len(frames)-1])
+	return *taken >= drainBytes
+}
 
 // loopEvents is how many ready descriptors one epoll_wait returns.
 const loopEvents = 128
@@ -353,7 +368,8 @@ func (p *ingestLoop) serve() {
 	p.hot = kept
 }
 
-// drain receives and delivers up to drainBatch of l's messages. It
+// drain receives and delivers up to drainBatch of l's messages, or
+// until they pass drainBytes. It
 // reports whether l may have more: false once its socket is empty (an
 // edge on its descriptor will tell of the next) or it was handed off for
 // a replay.
@@ -361,6 +377,7 @@ func (p *ingestLoop) drain(l *Listener) bool {
 	if l.native != nil {
 		return p.drainNative(l)
 	}
+	taken := 0
 	for range drainBatch {
 		frames, err := l.rx.Recv(zmq.DONTWAIT)
 		if err != nil {
@@ -375,7 +392,11 @@ func (p *ingestLoop) drain(l *Listener) bool {
 		if !p.take(l, frames) {
 			return false
 		}
+		over := spent(frames, &taken)
 		l.rx.Release() // a malformed message may have grown the buffer too
+		if over {
+			break
+		}
 	}
 	return true
 }
@@ -383,6 +404,7 @@ func (p *ingestLoop) drain(l *Listener) bool {
 // drainNative is drain for a listener whose connection the loop reads: a
 // broken connection is dialed again (detach).
 func (p *ingestLoop) drainNative(l *Listener) bool {
+	taken := 0
 	for range drainBatch {
 		conn := l.native.conn
 		if conn == nil {
@@ -397,6 +419,9 @@ func (p *ingestLoop) drainNative(l *Listener) bool {
 		}
 		if !p.take(l, frames) {
 			return false
+		}
+		if spent(frames, &taken) {
+			break
 		}
 	}
 	return true

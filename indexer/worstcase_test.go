@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -10,8 +11,10 @@ import (
 // TestMillionElementEvents feeds the decoder and the index the 10^6-element
 // arrays issue 6 names: a BlockRemoved of a million hashes nobody holds, a
 // batch of a million events, and a BlockStored claiming a million blocks
-// with tokens for only two. Each decodes or is refused cleanly, and what
-// the index held before is exactly what it holds after.
+// with tokens for only two. The decoder refuses each as a payload past
+// its bounds (maxEventsPerPayload, maxHashesPerPayload); the index, given
+// the removal and the store as events, applies the one and refuses the
+// other; what it held before is exactly what it holds after.
 func TestMillionElementEvents(t *testing.T) {
 	const n = 1_000_000
 	const bs = 2
@@ -28,36 +31,28 @@ func TestMillionElementEvents(t *testing.T) {
 	for i := range hashes {
 		hashes[i] = uint64(1_000 + i) // none of them held
 	}
-	var d Decoder
-	removal := AppendBatch(nil, EncodingMap, 1, 0, Removal{BlockHashes: hashes})
-	b, err := d.Decode(removal)
-	if err != nil || len(b.Events) != 1 || len(b.Events[0].BlockHashes) != n {
-		t.Fatalf("a million-hash removal: %v", err)
-	}
-	if err := x.Apply(part, r, &b.Events[0]); err != nil {
-		t.Fatal(err)
-	}
-
 	many := make([]any, n)
 	for i := range many {
 		many[i] = Removal{BlockHashes: []uint64{uint64(5_000_000 + i)}}
 	}
-	b, err = d.Decode(AppendBatch(nil, EncodingArray, 2, 0, many...))
-	if err != nil || len(b.Events) != n {
-		t.Fatalf("a million-event batch: %v", err)
-	}
-	for i := range b.Events {
-		if err := x.Apply(part, r, &b.Events[i]); err != nil {
-			t.Fatal(err)
+	var d Decoder
+	for name, payload := range map[string][]byte{
+		"a million-hash removal": AppendBatch(nil, EncodingMap, 1, 0, Removal{BlockHashes: hashes}),
+		"a million-event batch":  AppendBatch(nil, EncodingArray, 2, 0, many...),
+		"a million blocks over two tokens": AppendBatch(nil, EncodingMap, 3, 0,
+			&StoredBlocks{BlockHashes: hashes, TokenIDs: []uint32{5, 6}, BlockSize: bs}),
+	} {
+		if _, err := d.Decode(payload); !errors.Is(err, ErrPayload) || !strings.Contains(err.Error(), "more than") {
+			t.Errorf("%s: %v, want a payload past its bounds", name, err)
 		}
 	}
 
-	// A million block hashes over two tokens: the decoder passes the shape,
-	// the index refuses the mismatch and stores nothing.
-	lying := AppendBatch(nil, EncodingMap, 3, 0, &StoredBlocks{BlockHashes: hashes, TokenIDs: []uint32{5, 6}, BlockSize: bs})
-	if b, err = d.Decode(lying); err == nil {
-		err = x.Apply(part, r, &b.Events[0])
+	if err := x.Apply(part, r, &Event{Kind: Removed, BlockHashes: hashes}); err != nil {
+		t.Fatal(err)
 	}
+	// A million block hashes over two tokens: the index refuses the
+	// mismatch and stores nothing.
+	err := x.Apply(part, r, &Event{Kind: Stored, BlockHashes: hashes, TokenIDs: []uint32{5, 6}, BlockSize: bs})
 	if err == nil {
 		t.Fatal("a million blocks over two tokens were accepted")
 	}
