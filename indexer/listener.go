@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -491,65 +490,6 @@ func (l *stream) recover(cur *cursor, dec *Decoder, from, to uint64) {
 		l.log.Warn("kv event replay incomplete", zap.String("endpoint", l.cfg.Replay),
 			zap.Uint64("from", from), zap.Uint64("to", to), zap.Uint64("recovered", got), zap.Error(err))
 	}
-}
-
-// replay dials the replay endpoint for one gap, asks for [from, …) and
-// applies the replies below to, in order. A publisher whose buffer no
-// longer reaches from starts later; the hole is skipped. It returns the
-// last sequence applied and how many were.
-func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err error) {
-	l.turn.leave() // the replies are a wait on the network
-	d, err := l.zctx.NewSocket(zmq.DEALER)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer d.Close()
-	deadline := time.Now().Add(l.cfg.replayTimeout())
-	// The replay DEALER is bounded like the SUB: an oversized reply drops
-	// its connection and the exchange ends at its deadline.
-	for _, err := range []error{d.SetLinger(0), d.SetIpv6(true), d.SetMaxmsgsize(maxMsgSize(l.cfg.MaxMessageBytes)),
-		d.SetRcvtimeo(50 * time.Millisecond), d.SetSndtimeo(l.cfg.replayTimeout()), d.Connect(l.cfg.Replay)} {
-		if err != nil {
-			return 0, 0, err
-		}
-	}
-	var req [8]byte
-	binary.BigEndian.PutUint64(req[:], from)
-	if _, err := d.SendMessage([]byte{}, req[:]); err != nil {
-		return 0, 0, err
-	}
-	next := from
-	for time.Now().Before(deadline) {
-		select {
-		case <-l.stop:
-			return last, got, errors.New("stopped")
-		default:
-		}
-		frames, err := d.RecvMessageBytes(0)
-		if zmq.AsErrno(err) == zmq.ETERM {
-			return last, got, err // the context is ending: so is every receive
-		}
-		if err != nil {
-			continue // receive timeout: check the deadline and stop
-		}
-		seq, payload, ok := replayFrames(frames)
-		if !ok {
-			l.stats.Malformed.add(1)
-			continue
-		}
-		if seq == endSeq {
-			return last, got, nil
-		}
-		if seq < next || seq >= to {
-			continue // before what we asked, or already live
-		}
-		l.apply(dec, payload)
-		l.turn.leave() // so is the next reply
-		l.stats.Replayed.add(1)
-		last, next = seq, seq+1
-		got++
-	}
-	return last, got, errors.New("replay timed out")
 }
 
 // replayFrames accepts [“”, seq8, payload] and vLLM ≥ 0.26's

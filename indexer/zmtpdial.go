@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,7 +147,7 @@ func subHandshake(c net.Conn) error {
 	if err := checkGreeting(&in, 0, zmtpGreeting); err != nil {
 		return err
 	}
-	if err := readReady(c); err != nil {
+	if err := readReady(c, "PUB", "XPUB"); err != nil {
 		return err
 	}
 	_, err := c.Write([]byte{0, 1, 1}) // a message of one frame: subscribe to ""
@@ -167,9 +168,10 @@ func readyCommand(typ string) []byte {
 // an identity of up to 255 bytes, with room to spare.
 const maxReadyBytes = 1024
 
-// readReady reads the publisher's READY command and checks that it names
-// a socket a subscriber may talk to.
-func readReady(c net.Conn) error {
+// readReady reads the peer's READY command and checks that it names one
+// of the socket types ours may talk to (a subscriber's: PUB and XPUB; a
+// replay DEALER's: ROUTER).
+func readReady(c net.Conn, peers ...string) error {
 	var h [9]byte
 	if _, err := io.ReadFull(c, h[:2]); err != nil {
 		return err
@@ -192,11 +194,11 @@ func readReady(c net.Conn) error {
 		return err
 	}
 	if len(body) < 6 || string(body[:6]) != "\x05READY" {
-		return fmt.Errorf("%w: the publisher's first command is not READY", errZMTP)
+		return fmt.Errorf("%w: the peer's first command is not READY", errZMTP)
 	}
-	typ, ok := readyProperty(body[6:], "Socket-Type")
-	if !ok || (typ != "PUB" && typ != "XPUB") {
-		return fmt.Errorf("%w: the peer is a %q socket, not a publisher", errZMTP, typ)
+	typ, _ := readyProperty(body[6:], "Socket-Type")
+	if !slices.Contains(peers, typ) {
+		return fmt.Errorf("%w: the peer is a %q socket, not one of %v", errZMTP, typ, peers)
 	}
 	return nil
 }
