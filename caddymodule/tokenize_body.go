@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"strconv"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
@@ -20,13 +21,14 @@ import (
 // (which are the same in vLLM, but are not everywhere).
 //
 // Two fields need more than passing on. vLLM's chat route hands the
-// request's documents to the template along with chat_template_kwargs
-// (the kwargs win on a clash), but its /tokenize has no documents field
-// and would drop them; so documents travel inside chat_template_kwargs,
-// where both render them. SGLang's /tokenize takes messages too, and its
-// chat route also reads tool_choice (tools reach the template only when it
-// is not "none") and reasoning_effort; they are passed on when the client
-// sent them, which vLLM's /tokenize ignores.
+// request's documents and its reasoning_effort to the template along with
+// chat_template_kwargs (the kwargs win on a clash), but its /tokenize has
+// neither field and would drop them; so they travel inside
+// chat_template_kwargs, where both render them (templateKwargs). SGLang's
+// /tokenize takes messages too, and its chat route also reads tool_choice
+// (tools reach the template only when it is not "none") and
+// reasoning_effort; they are passed on at the top level too when the
+// client sent them, which vLLM's /tokenize ignores.
 
 // templateFields are the request fields, besides the messages or the
 // prompt, that the engine's chat template or tokenizer reads. Each is
@@ -52,7 +54,7 @@ func chatTokenizeBody(o *openAIRequest) []byte {
 		{"messages", o.Messages, ""},
 		{"tools", o.Tools, ""},
 		{"chat_template", o.ChatTemplate, ""},
-		{"chat_template_kwargs", templateKwargs(o.ChatTemplateKwargs, o.Documents), ""},
+		{"chat_template_kwargs", templateKwargs(o.ChatTemplateKwargs, o.Documents, o.ReasoningEffort), ""},
 		{"continue_final_message", o.ContinueFinalMessage, ""},
 		{"tool_choice", o.ToolChoice, ""},
 		{"reasoning_effort", o.ReasoningEffort, ""},
@@ -62,26 +64,44 @@ func chatTokenizeBody(o *openAIRequest) []byte {
 }
 
 // templateKwargs is the chat_template_kwargs sent to /tokenize: the
-// client's, with the request's documents under "documents" unless the
-// client's kwargs name one themselves (of two equal keys in a JSON
-// object, both engines keep the last, so the client's come after). Kwargs
-// that are not an object are passed as they are, for the engine to refuse
-// as its chat route would.
-func templateKwargs(kwargs, documents selection.RawJSON) selection.RawJSON {
-	docs, kw := bytes.TrimSpace(documents), bytes.TrimSpace(kwargs)
-	if len(docs) == 0 || string(docs) == "null" {
+// client's, after what vLLM's chat route adds to them and its /tokenize
+// would not: the request's documents under "documents", and a
+// reasoning_effort under "reasoning_effort", with "enable_thinking" true
+// unless the effort is "none" (vLLM does so since 0.2x, so that a
+// template that shows thinking only when asked, as Gemma's and Qwen's
+// do, renders it). The client's kwargs come after, so they win on a
+// clash, as they do in vLLM (of two equal keys in a JSON object, both
+// engines keep the last). Kwargs that are not an object are passed as
+// they are, for the engine to refuse as its chat route would.
+func templateKwargs(kwargs, documents, effort selection.RawJSON) selection.RawJSON {
+	var added [][2]string
+	if docs := bytes.TrimSpace(documents); given(docs) {
+		added = append(added, [2]string{"documents", string(docs)})
+	}
+	if e := bytes.TrimSpace(effort); len(e) > 0 && e[0] == '"' {
+		added = append(added, [2]string{"reasoning_effort", string(e)},
+			[2]string{"enable_thinking", strconv.FormatBool(string(e) != `"none"`)})
+	}
+	if len(added) == 0 {
 		return kwargs
 	}
-	if len(kw) == 0 || string(kw) == "null" {
+	kw := bytes.TrimSpace(kwargs)
+	if !given(kw) {
 		kw = []byte("{}")
 	}
 	if kw[0] != '{' || kw[len(kw)-1] != '}' {
 		return kwargs
 	}
 	inner := bytes.TrimSpace(kw[1 : len(kw)-1])
-	out := make([]byte, 0, len(docs)+len(inner)+16)
-	out = append(out, `{"documents":`...)
-	out = append(out, docs...)
+	out := make([]byte, 0, len(inner)+64)
+	for i, kv := range added {
+		if i == 0 {
+			out = append(out, '{')
+		} else {
+			out = append(out, ',')
+		}
+		out = append(append(append(append(out, '"'), kv[0]...), '"', ':'), kv[1]...)
+	}
 	if len(inner) > 0 {
 		out = append(out, ',')
 		out = append(out, inner...)

@@ -85,7 +85,7 @@ func TestTokenizeBodies(t *testing.T) {
 			AddGenerationPrompt: []byte(`false`), ContinueFinalMessage: []byte(`true`), Documents: []byte(`[{"text":"d"}]`),
 			AddSpecialTokens: []byte(`true`), ToolChoice: []byte(`"auto"`), ReasoningEffort: []byte(`"low"`)}}, true,
 			`{"model":"m","messages":[],"tools":[{"type":"function"}],"chat_template":"{{x}}",` +
-				`"chat_template_kwargs":{"documents":[{"text":"d"}],"enable_thinking":false},` +
+				`"chat_template_kwargs":{"documents":[{"text":"d"}],"reasoning_effort":"low","enable_thinking":true,"enable_thinking":false},` +
 				`"continue_final_message":true,"tool_choice":"auto","reasoning_effort":"low","add_generation_prompt":false,"add_special_tokens":true}`},
 		{"chat, documents without kwargs", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
 			Documents: []byte(`[{"text":"d"}]`)}}, true,
@@ -93,6 +93,12 @@ func TestTokenizeBodies(t *testing.T) {
 		{"chat, the client's kwargs name documents themselves", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
 			Documents: []byte(`[1]`), ChatTemplateKwargs: []byte(`{"documents":[2]}`)}}, true,
 			`{"model":"m","messages":[],"chat_template_kwargs":{"documents":[1],"documents":[2]},"add_generation_prompt":true,"add_special_tokens":false}`},
+		{"chat, reasoning_effort as vLLM's chat route hands it to the template", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
+			ReasoningEffort: []byte(`"none"`)}}, true,
+			`{"model":"m","messages":[],"chat_template_kwargs":{"reasoning_effort":"none","enable_thinking":false},"reasoning_effort":"none","add_generation_prompt":true,"add_special_tokens":false}`},
+		{"chat, a null reasoning_effort", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
+			ReasoningEffort: []byte(`null`), ChatTemplateKwargs: []byte(`{"x":1}`)}}, true,
+			`{"model":"m","messages":[],"chat_template_kwargs":{"x":1},"add_generation_prompt":true,"add_special_tokens":false}`},
 		{"chat, null fields take the defaults", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
 			Tools: []byte(`null`), AddSpecialTokens: []byte(` null `)}}, true,
 			`{"model":"m","messages":[],"add_generation_prompt":true,"add_special_tokens":false}`},

@@ -45,6 +45,9 @@ type apiRequest struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Stream              bool            `json:"stream"`
 	StreamOptions       json.RawMessage `json:"stream_options"`
+	// ReasoningEffort reaches the chat template on the chat route only
+	// (chatInputOf).
+	ReasoningEffort json.RawMessage `json:"reasoning_effort"`
 	// CacheSalt puts the request's blocks in a cache of their own: vLLM
 	// hashes it into the first block (so into every block after it) and
 	// names it in that block's extra_keys in its KV events. A salt must be

@@ -57,9 +57,24 @@ func chatInputOf(req *apiRequest, onChatRoute bool) (*chatInput, error) {
 	if !onChatRoute {
 		documents = nil
 	}
+	// vLLM's chat route also hands the template a reasoning_effort, and
+	// enable_thinking true unless the effort is "none", under the
+	// client's kwargs (its /tokenize has no reasoning_effort field).
+	if onChatRoute && len(bytes.TrimSpace(req.ReasoningEffort)) > 0 && bytes.TrimSpace(req.ReasoningEffort)[0] == '"' {
+		effort := bytes.TrimSpace(req.ReasoningEffort)
+		in.Kwargs = map[string]json.RawMessage{"reasoning_effort": effort,
+			"enable_thinking": json.RawMessage(strconv.FormatBool(string(effort) != `"none"`))}
+	}
 	if isSet(req.ChatTemplateKwargs) {
-		if err := json.Unmarshal(req.ChatTemplateKwargs, &in.Kwargs); err != nil {
+		var kwargs map[string]json.RawMessage
+		if err := json.Unmarshal(req.ChatTemplateKwargs, &kwargs); err != nil {
 			return nil, badRequest("chat_template_kwargs must be an object: %v", err)
+		}
+		if in.Kwargs == nil {
+			in.Kwargs = kwargs
+		}
+		for k, v := range kwargs {
+			in.Kwargs[k] = v
 		}
 		if d, ok := in.Kwargs["documents"]; ok {
 			documents = d

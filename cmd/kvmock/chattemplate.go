@@ -15,6 +15,8 @@ import (
 //	<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n
 //	[Chat template: <16 hex digits>\n]        a per-request chat_template
 //	[Environment: ipython\n]                  with tools
+//	[Reasoning effort: "<effort>"\n]          chat_template_kwargs.reasoning_effort
+//	[Thinking: on\n]                          chat_template_kwargs.enable_thinking true
 //	Cutting Knowledge Date: December 2023\n
 //	Today Date: <date_string>\n\n             chat_template_kwargs.date_string, default 26 Jul 2024
 //	[the tools, each as indented JSON]
@@ -59,7 +61,8 @@ type chatInput struct {
 	Documents []map[string]string
 	// Template is the request's chat_template; "" means the model's own.
 	Template string
-	// Kwargs are chat_template_kwargs; the template reads date_string.
+	// Kwargs are chat_template_kwargs; the template reads date_string,
+	// reasoning_effort and enable_thinking.
 	Kwargs               map[string]json.RawMessage
 	AddGenerationPrompt  bool
 	ContinueFinalMessage bool
@@ -77,6 +80,12 @@ func renderChat(in *chatInput) string {
 	}
 	if len(in.Tools) > 0 {
 		b.WriteString("Environment: ipython\n")
+	}
+	if effort, ok := in.Kwargs["reasoning_effort"]; ok && string(effort) != "null" {
+		fmt.Fprintf(&b, "Reasoning effort: %s\n", effort)
+	}
+	if thinking, ok := in.Kwargs["enable_thinking"]; ok && string(thinking) == "true" {
+		b.WriteString("Thinking: on\n")
 	}
 	b.WriteString("Cutting Knowledge Date: December 2023\nToday Date: ")
 	b.WriteString(in.date())
