@@ -309,6 +309,13 @@ func (h *SelectionHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
+			if token == "" {
+				// {$VAR} is replaced as the Caddyfile is read: an unset
+				// variable left the token empty, and an empty token was
+				// dropped from the JSON, which opened the catalog to
+				// loopback writes without a word.
+				return d.Err("write_token is empty (is the environment variable in {$...} set?)")
+			}
 			h.WriteToken = token
 		default:
 			return d.Errf("unrecognized subdirective %s", d.Val())

@@ -256,3 +256,17 @@ func TestSelectionAPIWriteTokenMustNotBeEmpty(t *testing.T) {
 		t.Fatalf("a write_token whose variable is unset was accepted: %v", err)
 	}
 }
+
+// TestSelectionAPIWriteTokenFromAnUnsetCaddyfileVariable: {$VAR} is
+// replaced as the Caddyfile is read. Unquoted, an unset variable leaves
+// no argument (refused); quoted, it leaves an empty one, which used to
+// drop the token from the JSON and open catalog writes to every loopback
+// client without a word.
+func TestSelectionAPIWriteTokenFromAnUnsetCaddyfileVariable(t *testing.T) {
+	for _, line := range []string{"write_token {$KVROUTER_TEST_UNSET_VARIABLE}", `write_token "{$KVROUTER_TEST_UNSET_VARIABLE}"`} {
+		_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(selectionAPICaddyfile("\t\t"+line)), nil)
+		if err == nil || !strings.Contains(err.Error(), "write_token") {
+			t.Errorf("%s, its variable unset, was adapted: %v", line, err)
+		}
+	}
+}
