@@ -49,7 +49,14 @@ func (r *Replica) receive(msg *nats.Msg) {
 		// it booked before is unknown here, so ask every replica to announce.
 		r.helloWanted.Store(true)
 		r.poke()
-	} else if p.epoch != env.Epoch {
+	} else if env.Epoch < p.epoch {
+		// An older epoch: what the origin's previous process or link
+		// still had on its way. Applied, it would bring back bookings the
+		// newer epoch replaced, and its epoch would make the newer one's
+		// next message drop the live bookings in turn.
+		r.ctr.drop("stale_epoch")
+		return
+	} else if env.Epoch > p.epoch {
 		// A new epoch: the origin announces its bookings afresh.
 		r.router.Remote().DropOrigin(origin)
 		p.epoch = env.Epoch

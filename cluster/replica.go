@@ -73,7 +73,13 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 	r := &Replica{cfg: cfg, router: router, ctr: newCounters(), log: cfg.Logger,
 		subject: cfg.Prefix + ".r." + cfg.Name,
 		queue:   make(chan event, cfg.QueueLength), wake: make(chan struct{}, 1),
-		peers: map[string]*peer{}, refusedAt: map[string]bool{}, stop: make(chan struct{})}
+		peers: map[string]*peer{}, refusedAt: map[string]bool{}, stop: make(chan struct{}),
+		// Epochs count on from the start's clock, so that a replica that
+		// comes back under its name (a restart, a reload that makes a new
+		// link) announces epochs above its previous process's: counted
+		// from 0 each time, a new process announced the old one's epoch,
+		// and the others kept the dead process's bookings for good.
+		epoch: uint64(time.Now().UnixNano())}
 	r.cat = newCatalogSync(r)
 	opts := []nats.Option{
 		nats.Name("kvrouter-" + cfg.Name),

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -242,5 +243,53 @@ func TestIndexDigestDifference(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // a few digests
 	if d := rb.Stats().DigestDiff["a"]; d != 3 {
 		t.Fatalf("digest difference %d after a shared record, want 3", d)
+	}
+}
+
+// TestOlderEpochsAreStale: the messages of an origin's previous process
+// (or link) may still be on their way once its new one has announced. An
+// epoch below the origin's current one is stale and ignored; epochs used
+// to be compared for difference only, so such a message brought back the
+// dead process's bookings and made the new process's next message drop
+// its live ones in turn (an operator probe left 6-144 phantom requests
+// after a kill -9 and a restart, or fast reloads). Epochs now count on
+// from the start's clock, so a new process's are above its last one's.
+func TestOlderEpochsAreStale(t *testing.T) {
+	s := natsServer(t, 0)
+	b := testRouter(t)
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	send := func(epoch uint64, events ...event) {
+		data, err := encode(&envelope{Origin: "a", Fingerprint: 42, Version: "test", Epoch: epoch,
+			Events: append([]event{{Kind: kindHeartbeat}}, events...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish(DefaultPrefix+".r.a", data); err != nil {
+			t.Fatal(err)
+		}
+		nc.Flush()
+	}
+	booking := func(id string) event {
+		return event{Kind: kindReserve, ID: id, Model: "default", Group: "default", Worker: 1, Hashes: []uint64{1, 2}, Prefill: 32, Outputs: 1}
+	}
+	send(100, booking("old1"))
+	waitFor(t, 2*time.Second, "B holds the old process's booking", func() bool { return load(b, 1).ActiveRequests == 1 })
+	send(200, booking("new1")) // the new process announces
+	waitFor(t, 2*time.Second, "B holds the new process's booking alone", func() bool {
+		return load(b, 1).ActiveRequests == 1 && b.Remote().Total() == 1
+	})
+	send(100, booking("old2")) // late, from the old process
+	send(200)                  // the new process's heartbeat
+	time.Sleep(200 * time.Millisecond)
+	if got := load(b, 1).ActiveRequests; got != 1 {
+		t.Fatalf("B holds %d bookings of a, want the new process's 1", got)
+	}
+	if rb.Stats().Dropped["stale_epoch"] != 1 {
+		t.Fatalf("stale messages counted: %v", rb.Stats().Dropped)
 	}
 }

@@ -47,7 +47,7 @@ type Stats struct {
 
 // Drop and refusal reasons.
 var (
-	dropReasons = []string{"queue_full", "disconnected", "publish_error", "oversize", "malformed", "over_bound", "unknown_rank", "bad_field",
+	dropReasons = []string{"queue_full", "disconnected", "publish_error", "oversize", "malformed", "over_bound", "unknown_rank", "bad_field", "stale_epoch",
 		"catalog_oversize", "catalog_malformed", "catalog_rejected"}
 	refuseReasons = []string{"fingerprint", "version", "own_name"}
 )
