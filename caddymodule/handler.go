@@ -230,6 +230,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
 		return next.ServeHTTP(w, r)
 	}
+	if cameBack(r) {
+		return h.refuse(w, http.StatusLoopDetected, errLoop)
+	}
 	arrived := time.Now()
 	bufp := bodies.Get().(*[]byte)
 	lease := new(bodyLease)
