@@ -239,6 +239,7 @@ type App struct {
 
 	state    *routerState
 	settings selection.Config // this config's router settings, applied in Start
+	workers  []*selection.WorkerRequest // this config's declared workers, applied in Start
 	loaded   bool             // routers holds one reference for this App
 	logger   *zap.Logger
 	facts    *engineReader // reads the engines from Start to Stop; nil when off
@@ -286,14 +287,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := registerClusterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	a.settings = cfg
-	gen, err := a.state.syncWorkers(workers, a.logger)
-	if err != nil {
-		return err
-	}
+	a.settings, a.workers = cfg, workers
 	a.logger.Info("router ready",
 		zap.Bool("reused", loaded),
-		zap.Int("generation", gen),
 		zap.Int("config_workers", len(workers)),
 		zap.Int("workers", len(a.state.router.Catalog().ListWorkers("", ""))),
 		zap.Int("active_reservations", a.state.router.ActiveReservations()))
@@ -307,26 +303,46 @@ func (a *App) Validate() error {
 	return err
 }
 
-// Start implements caddy.App. The router runs from Provision on, so there is
-// nothing to start.
-// Start applies this config's settings to the running router: a reload
-// changes them in place, keeping workers, bookings, the index and the
-// listeners. It runs in Start, not Provision, so a config that fails to
-// provision leaves the running settings alone. The few settings that
-// shape what the router and its listeners built at start keep their
-// running values until Caddy restarts, and the log names them. A config
-// that starts reads its workers' engines until it stops (enginefacts.go),
-// and follows its discovered names (discover.go).
+// Start applies this config to the running router: its settings, then
+// its declared workers (so a reload may raise a bound and use it), then
+// the reading of its workers' engines (enginefacts.go), its discovered
+// names (discover.go) and its link to the other replicas. A reload changes
+// the settings in place, keeping workers, bookings, the index and the
+// listeners; the few settings that shape what the router and its
+// listeners built at start keep their running values until Caddy
+// restarts, and the log names them.
+//
+// Nothing is applied in Provision, and what Start applied is undone when
+// the load fails after all (here, or in another app's Start: Stop says
+// so, see routerState.stopped): a load Caddy refused used to leave its
+// workers and settings in the running router, where resending the good
+// config, "unchanged" to Caddy, could not undo them.
 func (a *App) Start() (err error) {
+	prev := a.state.began(a)
 	defer func() {
-		if err == nil {
-			a.replica, err = a.ClusterConfig.start(a.state.router, a.settingsFingerprint(), a.logger.Named("cluster"))
-		}
-		if err == nil {
-			a.facts = a.EngineFactsConfig.start(a.state.router.Catalog(), a.logger.Named("engine_facts"))
-			a.discover = a.DiscoveryConfig.start(a.state.router.Catalog(), a.BlockSize, a.logger.Named("discovery"))
+		if err != nil {
+			a.state.restore(a, prev, a.logger)
 		}
 	}()
+	if err := a.applySettings(); err != nil {
+		return err
+	}
+	gen, err := a.state.syncWorkers(a.workers, a.logger)
+	if err != nil {
+		return err
+	}
+	a.logger.Info("declared workers applied", zap.Int("generation", gen), zap.Int("config_workers", len(a.workers)))
+	if a.replica, err = a.ClusterConfig.start(a.state.router, a.settingsFingerprint(), a.logger.Named("cluster")); err != nil {
+		return err
+	}
+	a.facts = a.EngineFactsConfig.start(a.state.router.Catalog(), a.logger.Named("engine_facts"))
+	a.discover = a.DiscoveryConfig.start(a.state.router.Catalog(), a.BlockSize, a.logger.Named("discovery"))
+	return nil
+}
+
+// applySettings applies this config's router settings, and logs what
+// changed and what waits for a restart.
+func (a *App) applySettings() error {
 	running := a.state.router.Config()
 	changed := changedSettings(running, a.settings)
 	if len(changed) == 0 && a.state.created == a.eventSettings() {
@@ -350,8 +366,10 @@ func (a *App) Start() (err error) {
 }
 
 // Stop implements caddy.App. The router outlives the config (see
-// Cleanup); only this config's reading of the engines and its DNS
-// discovery stop (the discovered workers stay, for the next config).
+// Cleanup); only this config's reading of the engines, its DNS discovery
+// and its replica link stop (the discovered workers stay, for the next
+// config). When this config's load failed after its Start, what Start
+// applied is undone.
 func (a *App) Stop() error {
 	a.facts.stop()
 	a.facts = nil
@@ -359,6 +377,7 @@ func (a *App) Stop() error {
 	a.discover = nil
 	a.replica.stop()
 	a.replica = nil
+	a.state.stopped(a, a.logger)
 	return nil
 }
 

@@ -37,12 +37,14 @@ type routerState struct {
 
 	mu         sync.Mutex
 	fromConfig map[uint64]struct{} // worker ids declared by the latest config
-	generation int                 // configs that have provisioned with this router
+	generation int                 // configs that have applied their workers to this router
+
+	applied appliedConfigs // whose settings and workers the router holds (applied.go)
 }
 
 // syncWorkers upserts the declared workers and deletes those an earlier
 // config declared and this one does not. It returns how many configs have
-// used the router, this one included.
+// applied their workers to the router, this one included.
 //
 // Upserts run before deletions, so a rejected upsert leaves the workers of
 // the previous config in place; the ones upserted before it stay and are
