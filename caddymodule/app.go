@@ -238,9 +238,9 @@ type App struct {
 	Workers []WorkerConfig `json:"workers,omitempty"`
 
 	state    *routerState
-	settings selection.Config // this config's router settings, applied in Start
+	settings selection.Config           // this config's router settings, applied in Start
 	workers  []*selection.WorkerRequest // this config's declared workers, applied in Start
-	loaded   bool             // routers holds one reference for this App
+	loaded   bool                       // routers holds one reference for this App
 	logger   *zap.Logger
 	facts    *engineReader // reads the engines from Start to Stop; nil when off
 	discover *discoverer   // follows the discovered names from Start to Stop
