@@ -355,6 +355,8 @@ func (a *App) applySettings() error {
 	restart := optionNames(fixed)
 	applied := slices.DeleteFunc(changed, func(name string) bool { return slices.Contains(restart, name) })
 	restart = append(restart, changedSettings(a.state.created, a.eventSettings())...)
+	slices.Sort(restart)
+	restart = slices.Compact(restart) // kv_events_bind sets two fields
 	if len(applied) > 0 {
 		a.logger.Info("kv_router settings applied to the running router", zap.Strings("settings", applied))
 	}

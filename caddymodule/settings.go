@@ -14,6 +14,9 @@ var settingNames = map[string]string{
 	"DefaultBlockSize":       "block_size",
 	"SessionAffinitySoft":    "session_affinity_mode",
 	"MaxReservationsPerRank": "max_reservations_per_worker",
+	// Set from kv_events_bind (its change is named there too): the log
+	// used to name an option that does not exist.
+	"KVEventsBound": "kv_events_bind",
 }
 
 // changedSettings lists, by kv_router option name, the settings that
