@@ -30,7 +30,8 @@ type Replica struct {
 	// Work for the publisher, set from any goroutine.
 	announceWanted, helloWanted, heartbeatWanted atomic.Bool
 	connected, closing                           atomic.Bool
-	epoch                                        uint64 // the publisher's alone
+	everUp, warnedAtStart                        atomic.Bool // for notReached
+	epoch                                        uint64      // the publisher's alone
 
 	mu        sync.Mutex
 	peers     map[string]*peer
@@ -91,6 +92,7 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 		nats.PingInterval(cfg.Lease),
 		nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { r.lost() }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { r.notReached(err) }),
 		nats.ReconnectHandler(r.back),
 		nats.ConnectHandler(r.back),
 	}
@@ -177,12 +179,26 @@ func (r *Replica) lost() {
 		zap.String("replica", r.cfg.Name))
 }
 
+// notReached runs when an attempt to reach NATS fails. Once the link is
+// up, its loss is lost's to tell; before it ever was (NATS away at start,
+// a wrong address), nothing else says so: the first failure is logged and
+// counted as an outage, once.
+func (r *Replica) notReached(err error) {
+	if r.closing.Load() || r.connected.Load() || r.everUp.Load() || r.warnedAtStart.Swap(true) {
+		return
+	}
+	r.ctr.outages.Add(1)
+	r.log.Warn("NATS unreachable: this replica routes alone, with its own bookings only, until it connects",
+		zap.String("replica", r.cfg.Name), zap.Error(err))
+}
+
 // back runs when the connection is made or made again: announce our live
 // bookings and ask the others to announce theirs.
 func (r *Replica) back(nc *nats.Conn) {
 	if r.closing.Load() || r.connected.Swap(true) {
 		return
 	}
+	r.everUp.Store(true)
 	r.log.Info("NATS reachable: exchanging bookings with the other replicas", zap.String("replica", r.cfg.Name),
 		zap.String("server", nc.ConnectedUrlRedacted()))
 	r.announceWanted.Store(true)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -291,5 +292,23 @@ func TestOlderEpochsAreStale(t *testing.T) {
 	}
 	if rb.Stats().Dropped["stale_epoch"] != 1 {
 		t.Fatalf("stale messages counted: %v", rb.Stats().Dropped)
+	}
+}
+
+// TestUnreachableAtStartIsTold: NATS that cannot be reached when a
+// replica starts is logged and counted as an outage once, as a lost link
+// is; it used to say nothing (an operator probe: no log line, outages 0).
+func TestUnreachableAtStartIsTold(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	r := startReplica(t, testRouter(t), url, "a", nil)
+	waitFor(t, 5*time.Second, "the first failure counted", func() bool { return r.Stats().Outages == 1 })
+	time.Sleep(600 * time.Millisecond) // more attempts fail meanwhile
+	if s := r.Stats(); s.Outages != 1 || s.Connected {
+		t.Fatalf("outages %d, connected %v; want one outage, told once", s.Outages, s.Connected)
 	}
 }
