@@ -451,8 +451,8 @@ func (l *stream) deliver(seq uint64, payload []byte) {
 
 // noteLag counts a live batch applied behind its publisher (lag.go); a
 // replayed one is behind by design and is not passed here.
-func (l *stream) noteLag(stamp float64) {
-	if l.cur.lag.late(stamp, time.Now()) {
+func (l *stream) noteLag(stamp float64, applied bool) {
+	if applied && l.cur.lag.late(stamp, time.Now()) {
 		l.stats.Behind.add(1)
 	}
 }
@@ -508,8 +508,9 @@ func replayFrames(f [][]byte) (uint64, []byte, bool) {
 }
 
 // apply decodes a payload and applies its events; it returns the batch's
-// stamp (0 when it was not applied).
-func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64) {
+// stamp and whether the batch was applied (false for a malformed payload
+// or an unknown rank, which it counts).
+func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64, applied bool) {
 	l.turn.enter()
 	defer l.turn.pace()
 	defer dec.Shed()
@@ -519,20 +520,20 @@ func (l *stream) apply(dec *Decoder, payload []byte) (stamp float64) {
 		if c := l.log.Check(zap.DebugLevel, "malformed kv event payload"); c != nil {
 			c.Write(zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
 		}
-		return 0
+		return 0, false
 	}
 	rank := l.cfg.Rank
 	if b.DPRank >= 0 {
 		if b.DPRank > math.MaxUint32 || !l.cfg.knownRank(uint32(b.DPRank)) {
 			l.stats.UnknownRank.add(1)
-			return 0
+			return 0, false
 		}
 		rank.DPRank = uint32(b.DPRank)
 		l.noteRank(rank)
 	}
 	l.stats.Rejected.add(uint64(l.index.ApplyBatch(l.cfg.Partition, rank, b.Events)))
 	l.stats.Batches.add(1)
-	return b.TS
+	return b.TS, true
 }
 
 // noteRank remembers a rank other than cfg.Rank that the publisher wrote

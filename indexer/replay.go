@@ -31,6 +31,9 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 		default:
 		}
 		if err != nil {
+			if errors.Is(err, errZMTP) {
+				l.stats.Cut.add(1) // a reply past the bounds
+			}
 			return last, got, err
 		}
 		seq, payload, ok := replayFrames(frames)
@@ -44,11 +47,13 @@ func (l *stream) replay(dec *Decoder, from, to uint64) (last, got uint64, err er
 		if seq < next || seq >= to {
 			continue // before what we asked, or already live
 		}
-		l.apply(dec, payload)
+		_, applied := l.apply(dec, payload)
 		l.turn.leave() // so is the next reply
-		l.stats.Replayed.add(1)
 		last, next = seq, seq+1
-		got++
+		if applied { // else counted by apply, and lost with the gap's rest
+			l.stats.Replayed.add(1)
+			got++
+		}
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // hostileRouter serves one replay exchange on a loopback port: it greets
@@ -110,5 +112,32 @@ func TestReplayRepliesBounded(t *testing.T) {
 			t.Errorf("%s: the reader grew to %d bytes, past the bound", c.name, cap(rc.buf))
 		}
 		rc.close()
+	}
+}
+
+// TestReplayCountsWhatItGot: a reply whose payload is malformed is
+// counted malformed and not replayed (its events are lost with the rest of
+// the gap); a reply past the bounds ends the exchange and is counted in
+// cut. Both used to count only in the log's "replay incomplete".
+func TestReplayCountsWhatItGot(t *testing.T) {
+	seq := func(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+	good := AppendBatch(nil, EncodingArray, 1, 0, &StoredBlocks{BlockHashes: []uint64{1}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4})
+	target, _ := hostileRouter(t, func(w io.Writer) {
+		w.Write(zmtpMessage([]byte{}, seq(3), good))
+		w.Write(zmtpMessage([]byte{}, seq(4), []byte("not msgpack")))
+		w.Write(bytes.Repeat(zmtpFrame(zmtpMore, nil, false), 5))
+	})
+	x := New()
+	x.ConfigurePartition(part, 4, false)
+	stats := &Stats{}
+	l := &stream{cfg: ListenerConfig{Replay: "tcp://" + target.addr, Partition: part, Rank: selectionRank(1), ReplayTimeout: 2 * time.Second},
+		index: x, stats: stats, log: zap.NewNop(), stop: make(chan struct{}), turn: &ingestTurn{x: x}}
+	var dec Decoder
+	last, got, err := l.replay(&dec, 3, 9)
+	if !errors.Is(err, errZMTP) || last != 4 || got != 1 {
+		t.Fatalf("replay: last %d, got %d, %v; want 4, 1 and a cut", last, got, err)
+	}
+	if stats.Replayed.Load() != 1 || stats.Malformed.Load() != 1 || stats.Cut.Load() != 1 {
+		t.Fatalf("replayed %d, malformed %d, cut %d; want 1 each", stats.Replayed.Load(), stats.Malformed.Load(), stats.Cut.Load())
 	}
 }
