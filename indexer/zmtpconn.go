@@ -62,7 +62,7 @@ const (
 	maxCommandsWithin = 16
 )
 
-// The rate of a publisher's commands between messages: a burst of
+// The rate of a publisher's commands: a burst of
 // commandBurst, then commandRate a second. A heartbeat PINGs once an
 // interval (a second or more in practice), far below it; a publisher
 // past it is cut. Each command costs a parse, and a PING a write: a peer
@@ -73,6 +73,11 @@ const (
 	commandBurst = 64
 	commandRate  = 64
 )
+
+// errCommandRate cuts a publisher past the rate, whether its commands
+// come between messages or inside them (16 at most inside each, which a
+// stream of small messages would otherwise multiply without bound).
+var errCommandRate = fmt.Errorf("%w: commands faster than %d a second", errZMTP, commandRate)
 
 // maxFrameSize is the largest frame read even without a message bound
 // (kv_events_max_message negative): past it, the size could not be held.
@@ -230,7 +235,7 @@ func (z *zmtpConn) parse() (frames [][]byte, err error) {
 		if command {
 			if count == 0 { // between messages: taken now
 				if !z.allowCommand() {
-					return nil, fmt.Errorf("%w: commands faster than %d a second", errZMTP, commandRate)
+					return nil, errCommandRate
 				}
 				z.off = at
 				z.command(body)
@@ -253,7 +258,9 @@ func (z *zmtpConn) parse() (frames [][]byte, err error) {
 		}
 		if flags&zmtpMore == 0 {
 			if within > 0 {
-				z.commandsWithin(z.off, at)
+				if err := z.commandsWithin(z.off, at); err != nil {
+					return nil, err
+				}
 			}
 			z.off = at
 			z.checked = false
@@ -264,18 +271,23 @@ func (z *zmtpConn) parse() (frames [][]byte, err error) {
 }
 
 // commandsWithin answers the commands among the frames of the message in
-// buf[from:to], which parse has checked.
-func (z *zmtpConn) commandsWithin(from, to int) {
+// buf[from:to], which parse has checked; errCommandRate once they pass
+// the publisher's allowance.
+func (z *zmtpConn) commandsWithin(from, to int) error {
 	for at := from; at < to; {
 		flags, head, size := z.buf[at], 2, int(z.buf[at+1])
 		if flags&zmtpLong != 0 {
 			head, size = 9, int(binary.BigEndian.Uint64(z.buf[at+1:at+9]))
 		}
 		if flags&zmtpCommand != 0 {
+			if !z.allowCommand() {
+				return errCommandRate
+			}
 			z.command(z.buf[at+head : at+head+size])
 		}
 		at += head + size
 	}
+	return nil
 }
 
 // shrink lets a buffer grown past zmtpBufKeep go once it holds nothing

@@ -444,4 +444,20 @@ func TestZMTPConnCutsACommandFlood(t *testing.T) {
 	if _, err := z.next(); !errors.Is(err, errZMTP) || !strings.Contains(err.Error(), "commands faster") {
 		t.Fatalf("a flood of PINGs: %v, want a cut", err)
 	}
+
+	// Inside messages (at most 16 each), a stream of small messages would
+	// otherwise multiply them without bound: they count too.
+	within := append(append(append(zmtpFrame(zmtpMore, []byte("kv@5@m"), false), bytes.Repeat(ping, 16)...),
+		zmtpFrame(zmtpMore, make([]byte, 8), false)...), zmtpFrame(0, []byte("p"), false)...)
+	z, peer = connPair(t, 1<<20)
+	writeAll(t, peer, bytes.Repeat(within, 16))
+	var err error
+	for n := 0; err == nil; n++ {
+		if _, err = z.next(); err == nil && n >= commandBurst/16 {
+			t.Fatalf("message %d with 16 PINGs inside was read", n)
+		}
+	}
+	if !errors.Is(err, errZMTP) || !strings.Contains(err.Error(), "commands faster") {
+		t.Fatalf("PINGs inside messages: %v, want a cut", err)
+	}
 }
