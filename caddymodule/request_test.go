@@ -33,18 +33,25 @@ func TestProxiedBodySkipsSelectionMembers(t *testing.T) {
 		if err := selection.DecodeJSON(body, &o); err != nil {
 			t.Fatal(err)
 		}
-		o = openAIRequest{}
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		if err := selection.DecodeJSON(body, &o); err != nil {
-			t.Fatal(err)
+		// TotalAlloc is the process's: what other goroutines allocate
+		// meanwhile (an earlier test's servers winding down) counts too,
+		// so the least of five decodes is taken (one CI run read 4.8x).
+		least := uint64(1<<64 - 1)
+		for range 5 {
+			o = openAIRequest{}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			if err := selection.DecodeJSON(body, &o); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&after)
+			least = min(least, after.TotalAlloc-before.TotalAlloc)
 		}
-		runtime.ReadMemStats(&after)
 		if len(o.promptTokens) != 3 || o.LoraName != "l" || o.CacheSalt != "s" {
 			t.Fatalf("%.20s: prompt %v lora %q salt %q", member, o.promptTokens, o.LoraName, o.CacheSalt)
 		}
-		if grown := after.TotalAlloc - before.TotalAlloc; grown > 4*uint64(len(body)) {
-			t.Errorf("%.20s...: decoding a %d-byte body allocated %d bytes", member, len(body), grown)
+		if least > 4*uint64(len(body)) {
+			t.Errorf("%.20s...: decoding a %d-byte body allocated %d bytes", member, len(body), least)
 		}
 	}
 }
