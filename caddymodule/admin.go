@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -72,6 +73,10 @@ type adminWorker struct {
 	// tell which worker sends malformed payloads, falls behind or
 	// restarts; absent when all are zero.
 	KVEvents map[string]uint64 `json:"kv_events,omitempty"`
+	// TakenOut is set while the worker is out of the candidates for
+	// failing (worker_down_after), here or on another replica's word;
+	// its lifecycle still reads schedulable.
+	TakenOut bool `json:"taken_out,omitempty"`
 }
 
 // nonzeroEvents returns c's nonzero counters by their stats keys, or nil.
@@ -120,8 +125,10 @@ func (Admin) workers(w http.ResponseWriter, r *http.Request) error {
 		counts = state.events.WorkerCounts()
 	}
 	out := make([]adminWorker, 0, len(recs))
+	takenOut := state.router.Health().TakenOut()
 	for _, rec := range recs {
-		aw := adminWorker{WorkerRecord: rec, Ranks: []adminRank{}, KVEvents: nonzeroEvents(counts[rec.WorkerID])}
+		aw := adminWorker{WorkerRecord: rec, Ranks: []adminRank{}, KVEvents: nonzeroEvents(counts[rec.WorkerID]),
+			TakenOut: slices.Contains(takenOut, rec.WorkerID)}
 		for _, rk := range rec.Ranks() {
 			l := loads[rk]
 			ar := adminRank{DPRank: rk.DPRank, PrefillTokens: l.PotentialPrefillTokens, DecodeBlocks: l.PotentialDecodeBlocks,
@@ -150,6 +157,8 @@ func (Admin) stats(w http.ResponseWriter, r *http.Request) error {
 	out := map[string]any{
 		"workers":             len(ready.Workers),
 		"schedulable_workers": ready.SchedulableWorkers,
+		// Workers out of the candidates for failing, though schedulable.
+		"taken_out_workers":   len(state.router.Health().TakenOut()),
 		"active_reservations": state.router.ActiveReservations(),
 		"use_kv_events":       state.events != nil,
 		// What the gateway predicted against what the engines reported

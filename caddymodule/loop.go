@@ -1,8 +1,6 @@
 package caddymodule
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"slices"
@@ -21,13 +19,9 @@ import (
 // viaHeader carries the ids of the gateways a request has passed.
 const viaHeader = "X-Kvrouter-Via"
 
-// processID names this process in viaHeader: random, so that a client
-// cannot name it in advance.
-var processID = func() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}()
+// processID names this process in viaHeader. It is not instanceID,
+// which the admin endpoint tells: the header goes to every worker.
+var processID = randomID()
 
 var errLoop = errors.New("the request came back to this gateway: a worker's endpoint leads to the gateway itself")
 

@@ -94,7 +94,8 @@ func registeredCollectors() []prometheus.Collector {
 	cs := []prometheus.Collector{eventCollector{}, requestsTotal, selectionSeconds,
 		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
 		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
-		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal, engineFactsCollector{}, discoveryCollector{}}
+		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal, engineFactsCollector{}, discoveryCollector{},
+		takenOutCollector{}}
 	cs = append(cs, selectTimingCollectors...)
 	return append(cs, overloadCollectors()...)
 }

@@ -314,6 +314,41 @@ func TestProxyFailsOverFromDeadWorker(t *testing.T) {
 		t.Fatalf("after take-out: status %d worker %q failovers %v", res.StatusCode, res.Header.Get("X-KVRouter-Worker"), testCounter(failoversTotal)-before)
 	}
 	waitNoReservations(t)
+	// The take-out is told (it used to show only in clients' 503s): in
+	// /kv_router/workers, /kv_router/stats and the metrics.
+	var listed []struct {
+		WorkerID uint64 `json:"worker_id"`
+		TakenOut bool   `json:"taken_out"`
+	}
+	getAdminJSON(t, tester, "/kv_router/workers", &listed)
+	for _, w := range listed {
+		if w.TakenOut != (w.WorkerID == 2) {
+			t.Errorf("worker %d: taken_out %v", w.WorkerID, w.TakenOut)
+		}
+	}
+	var stats struct {
+		TakenOut *int `json:"taken_out_workers"`
+	}
+	getAdminJSON(t, tester, "/kv_router/stats", &stats)
+	if stats.TakenOut == nil || *stats.TakenOut != 1 {
+		t.Errorf("taken_out_workers %v, want 1", stats.TakenOut)
+	}
+	if testCounter(workersTakenOutTotal.WithLabelValues("here")) < 1 {
+		t.Error("kvrouter_workers_taken_out_total{by=\"here\"} did not count the take-out")
+	}
+}
+
+// getAdminJSON decodes GET path on the admin endpoint into v.
+func getAdminJSON(t *testing.T, tester *testCaddy, path string, v any) {
+	t.Helper()
+	res, err := tester.Client.Get(fmt.Sprintf("http://localhost:%d%s", testAdminPort, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil || res.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", path, res.StatusCode, err)
+	}
 }
 
 func TestProxyReloadUnderLoad(t *testing.T) {

@@ -38,11 +38,14 @@ import (
 const instancePath = "/kv_router/instance"
 
 // instanceID identifies this process to selfGuard's probe.
-var instanceID = func() string {
+var instanceID = randomID()
+
+// randomID is 16 random bytes in hex.
+func randomID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}()
+}
 
 // instanceAnswer is the body of GET /kv_router/instance.
 type instanceAnswer struct {

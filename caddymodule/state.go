@@ -105,6 +105,7 @@ func newRouterState(cfg selection.Config, created eventSettings, limits eventLim
 		return nil, err
 	}
 	s.router = r
+	r.Health().OnChange(healthChanged(logger.Named("health")))
 	if bind != "" {
 		// The catalog's hosts, so that a connection from any other
 		// address is closed before it can hold a place (topicguard.go).

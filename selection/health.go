@@ -5,8 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,6 +71,37 @@ type Health struct {
 	busy map[uint64]time.Time
 	// out hears this router's decisions, for the other replicas (replica_health.go).
 	out healthOut
+	// changed hears every take-out and return (OnChange); nil for none.
+	changed atomic.Pointer[func(id uint64, down, byPeer bool)]
+}
+
+// OnChange sets fn to hear each worker taken out (down) or brought back,
+// and whether on another replica's word: a worker out of the candidates
+// is otherwise seen only in its clients' 503s (the catalog still lists it
+// schedulable). fn runs on the sweep's goroutine or the replica link's,
+// with no lock held.
+func (h *Health) OnChange(fn func(id uint64, down, byPeer bool)) { h.changed.Store(&fn) }
+
+// TakenOut lists the workers out of the candidates for failing, here or
+// on another replica's word, sorted.
+func (h *Health) TakenOut() []uint64 {
+	h.mu.Lock()
+	out := make([]uint64, 0, len(h.workers))
+	for id, w := range h.workers {
+		if w.down {
+			out = append(out, id)
+		}
+	}
+	h.mu.Unlock()
+	slices.Sort(out)
+	return out
+}
+
+// tell passes a take-out or return to OnChange's fn.
+func (h *Health) tell(id uint64, down, byPeer bool) {
+	if fn := h.changed.Load(); fn != nil {
+		(*fn)(id, down, byPeer)
+	}
 }
 
 // ReportFailure records that a worker failed a request: a dial error, or
@@ -172,6 +205,7 @@ func (h *Health) sweep() {
 	for _, id := range takeOut {
 		h.setDown(id, true)
 		h.shared(id, true)
+		h.tell(id, true, false)
 	}
 	sem := make(chan struct{}, probeParallel)
 	var wg sync.WaitGroup
@@ -205,6 +239,7 @@ func (h *Health) sweep() {
 			if back {
 				h.setDown(id, false)
 				h.shared(id, false)
+				h.tell(id, false, false)
 			}
 		}(id, w, *rec.Endpoint)
 	}

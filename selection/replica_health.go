@@ -66,6 +66,7 @@ func (h *Health) ObservedByPeer(id uint64, down bool) {
 	}
 	h.mu.Unlock()
 	h.setDown(id, down)
+	h.tell(id, down, true)
 }
 
 // TakenOutHere lists the workers this router took out itself and holds
