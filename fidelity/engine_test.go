@@ -1,7 +1,6 @@
 package fidelity
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -107,19 +106,8 @@ func TestWorkerDeclaredByItsEndpointsAlone(t *testing.T) {
 	}
 	getJSON(t, f.admin+"/stats", &stats)
 	for _, w := range stats.Workers {
-		body, _ := json.Marshal(map[string]any{"worker_id": w.WorkerID, "endpoint": w.Endpoint,
+		g.register(t, map[string]any{"worker_id": w.WorkerID, "endpoint": w.Endpoint,
 			"kv_events_endpoint": w.KVEventsEndpoint, "replay_endpoint": w.ReplayEndpoint})
-		req, _ := http.NewRequest(http.MethodPost, g.api+"/workers", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+g.token)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode/100 != 2 {
-			t.Fatalf("POST /workers %s: %d", body, res.StatusCode)
-		}
 	}
 	g.waitSchedulable(t, len(stats.Workers))
 	var recs []struct {

@@ -1,8 +1,6 @@
 package fidelity
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"testing"
 )
@@ -25,18 +23,7 @@ func TestRequestWithoutAModel(t *testing.T) {
 		}
 	}
 	// A second model in the catalog (a worker the gateway need not reach).
-	body, _ := json.Marshal(map[string]any{"worker_id": 99, "model_name": "other", "endpoint": "127.0.0.1:9", "block_size": blockSize})
-	req, _ := http.NewRequest(http.MethodPost, g.api+"/workers", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+g.token)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode/100 != 2 {
-		t.Fatalf("POST /workers %s: %d", body, res.StatusCode)
-	}
+	g.register(t, map[string]any{"worker_id": 99, "model_name": "other", "endpoint": "127.0.0.1:9", "block_size": blockSize})
 	if a := g.post(t, "/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 2}); a.status != http.StatusNotFound {
 		t.Errorf("with two models: %d %s, want 404", a.status, a.body)
 	}

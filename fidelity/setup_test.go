@@ -338,6 +338,23 @@ func (f *fleet) cachedBlocks(t *testing.T) int {
 	return stats.Totals.CachedBlocks
 }
 
+// register writes a worker to g's catalog through the selection API.
+func (g *gateway) register(t *testing.T, worker map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(worker)
+	req, _ := http.NewRequest(http.MethodPost, g.api+"/workers", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+g.token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("POST /workers %s: %d", body, res.StatusCode)
+	}
+}
+
 // getJSON decodes the answer to GET url into v.
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()

@@ -55,7 +55,7 @@ func dialReplay(ctx context.Context, t dialTarget, from uint64, maxBytes int64, 
 	// ctx's end (the listener stopping) ends the handshake too.
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := dealerHandshake(c); err != nil {
+	if err := greet(c, "DEALER", "ROUTER"); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -67,24 +67,6 @@ func dialReplay(ctx context.Context, t dialTarget, from uint64, maxBytes int64, 
 		return nil, err
 	}
 	return &replayConn{c: c, r: bufio.NewReaderSize(c, 16<<10), maxBytes: maxBytes}, nil
-}
-
-// dealerHandshake greets a ROUTER and exchanges READY commands.
-func dealerHandshake(c net.Conn) error {
-	var out [zmtpGreeting]byte
-	out[0], out[9], out[10], out[11] = 0xff, 0x7f, 3, 0 // signature, ZMTP 3.0
-	copy(out[12:32], "NULL")
-	if _, err := c.Write(append(out[:], readyCommand("DEALER")...)); err != nil {
-		return err
-	}
-	var in [zmtpGreeting]byte
-	if _, err := io.ReadFull(c, in[:]); err != nil {
-		return err
-	}
-	if err := checkGreeting(&in, 0, zmtpGreeting); err != nil {
-		return err
-	}
-	return readReady(c, "ROUTER")
 }
 
 // next reads the next reply's frames, valid until the next call. It

@@ -133,11 +133,20 @@ func dialSub(ctx context.Context, t dialTarget) (int, error) {
 // subHandshake greets a publisher, exchanges READY commands and
 // subscribes to every topic.
 func subHandshake(c net.Conn) error {
+	if err := greet(c, "SUB", "PUB", "XPUB"); err != nil {
+		return err
+	}
+	_, err := c.Write([]byte{0, 1, 1}) // a message of one frame: subscribe to ""
+	return err
+}
+
+// greet exchanges ZMTP 3.0 greetings (NULL security) and READY commands
+// with a peer, naming our socket type typ; the peer's must be one of peers.
+func greet(c net.Conn, typ string, peers ...string) error {
 	var out [zmtpGreeting]byte
 	out[0], out[9], out[10], out[11] = 0xff, 0x7f, 3, 0 // signature, ZMTP 3.0
 	copy(out[12:32], "NULL")
-	ready := readyCommand("SUB")
-	if _, err := c.Write(append(out[:], ready...)); err != nil {
+	if _, err := c.Write(append(out[:], readyCommand(typ)...)); err != nil {
 		return err
 	}
 	var in [zmtpGreeting]byte
@@ -147,11 +156,7 @@ func subHandshake(c net.Conn) error {
 	if err := checkGreeting(&in, 0, zmtpGreeting); err != nil {
 		return err
 	}
-	if err := readReady(c, "PUB", "XPUB"); err != nil {
-		return err
-	}
-	_, err := c.Write([]byte{0, 1, 1}) // a message of one frame: subscribe to ""
-	return err
+	return readReady(c, peers...)
 }
 
 // readyCommand is a READY command frame naming socket type typ.
