@@ -1,33 +1,20 @@
 package caddymodule
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
 	"testing"
-	"time"
 )
 
 // loadExpectingFailure posts caddyfile to the admin API, which must
 // refuse it.
-func loadExpectingFailure(t *testing.T, caddyfile string) string {
+func loadExpectingFailure(t *testing.T, caddyfile string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", testAdminPort), bytes.NewBufferString(caddyfile))
-	req.Header.Set("Content-Type", "text/caddyfile")
-	req.Header.Set("Cache-Control", "must-revalidate")
-	res, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode == http.StatusOK {
+	if status, _ := postLoad(t, caddyfile); status == http.StatusOK {
 		t.Fatalf("a load that should fail went through")
 	}
-	return string(b)
 }
 
 // TestFailedLoadLeavesTheRunningRouter: a config that Caddy refuses, after

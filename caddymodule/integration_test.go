@@ -206,21 +206,28 @@ func reserve(t *testing.T, tester *testCaddy) string {
 // the running config, as `caddy reload --force` does.
 func forceReload(t *testing.T, caddyfile string) {
 	t.Helper()
+	if status, body := postLoad(t, caddyfile); status != http.StatusOK {
+		t.Fatalf("reload: status %d: %s", status, body)
+	}
+}
+
+// postLoad posts caddyfile to the admin API's /load, forced, and returns
+// the answer.
+func postLoad(t *testing.T, caddyfile string) (int, string) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", testAdminPort), bytes.NewBufferString(caddyfile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "text/caddyfile")
 	req.Header.Set("Cache-Control", "must-revalidate")
-	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	res, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(res.Body)
-		t.Fatalf("reload: status %d: %s", res.StatusCode, b)
-	}
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
 }
 
 // reloadFor is forceReload for a test that goes on calling tester: the
