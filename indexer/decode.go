@@ -293,9 +293,7 @@ func (d *Decoder) fixedField(r *reader, ev *Event, i int) error {
 	case 2:
 		return d.readTokens(r, ev)
 	case 3:
-		bs, _, err := readOptInt(r)
-		ev.BlockSize = int(bs)
-		return err
+		return readBlockSize(r, ev)
 	case 5:
 		return readMedium(r, ev)
 	case 6:
@@ -333,9 +331,7 @@ func (d *Decoder) mapEvent(r *reader, ev *Event) error {
 		case "token_ids":
 			err = d.readTokens(r, ev)
 		case "block_size":
-			var bs int64
-			bs, _, err = readOptInt(r)
-			ev.BlockSize = int(bs)
+			err = readBlockSize(r, ev)
 		case "medium":
 			err = readMedium(r, ev)
 		case "lora_name":

@@ -117,17 +117,19 @@ func TestEncoderRoundTrip(t *testing.T) {
 func TestDecodeRejectsMalformed(t *testing.T) {
 	good := AppendBatch(nil, EncodingArray, 1, 0, &StoredBlocks{BlockHashes: []uint64{1}, TokenIDs: []uint32{1, 2}, BlockSize: 2})
 	cases := map[string][]byte{
-		"empty":             {},
-		"not a batch":       ref(t, "hello"),
-		"one-element batch": ref(t, []any{1.0}),
-		"unknown event":     ref(t, []any{1.0, []any{[]any{"BlockExploded"}}}),
-		"map without type":  ref(t, []any{1.0, []any{map[string]any{"block_hashes": []any{1}}}}),
-		"negative token":    ref(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{-1}, 1}}}),
-		"string hash":       ref(t, []any{1.0, []any{[]any{"BlockStored", []any{"x"}, nil, []any{1}, 1}}}),
-		"trailing bytes":    append(append([]byte{}, good...), 0x01),
-		"4 GiB array claim": {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0xff, 0xff, 0xff, 0xff},
-		"4 GiB string":      {0x92, 0x01, 0x91, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff},
-		"deep nesting":      append(append([]byte{0x93, 0x01, 0x91, 0x9f}, make([]byte, 0)...), slices.Repeat([]byte{0x91}, 200)...),
+		"empty":               {},
+		"not a batch":         ref(t, "hello"),
+		"one-element batch":   ref(t, []any{1.0}),
+		"unknown event":       ref(t, []any{1.0, []any{[]any{"BlockExploded"}}}),
+		"map without type":    ref(t, []any{1.0, []any{map[string]any{"block_hashes": []any{1}}}}),
+		"negative token":      ref(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{-1}, 1}}}),
+		"string hash":         ref(t, []any{1.0, []any{[]any{"BlockStored", []any{"x"}, nil, []any{1}, 1}}}),
+		"negative block_size": ref(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{1}, -1}}}),
+		"block_size 2^63":     ref(t, []any{1.0, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{1}, "token_ids": []any{1}, "block_size": uint64(1) << 63}}}),
+		"trailing bytes":      append(append([]byte{}, good...), 0x01),
+		"4 GiB array claim":   {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0xff, 0xff, 0xff, 0xff},
+		"4 GiB string":        {0x92, 0x01, 0x91, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff},
+		"deep nesting":        append(append([]byte{0x93, 0x01, 0x91, 0x9f}, make([]byte, 0)...), slices.Repeat([]byte{0x91}, 200)...),
 	}
 	for i := range len(good) {
 		cases["truncated at "+string(rune('a'+i%26))+string(rune('0'+i/26))] = good[:i]

@@ -236,6 +236,18 @@ func readOptStr(r *reader) ([]byte, error) {
 	return r.str()
 }
 
+// readBlockSize reads a store's block_size: nil or 0 means the
+// partition's; a negative one (2^63 sent unsigned reads as one) is
+// malformed, where it used to be taken for the partition's as well.
+func readBlockSize(r *reader, ev *Event) error {
+	bs, _, err := readOptInt(r)
+	if err == nil && bs < 0 {
+		err = fmt.Errorf("block_size %d", bs)
+	}
+	ev.BlockSize = int(bs)
+	return err
+}
+
 // readLora reads lora_name: a string, nil, or SGLang's {cache_salt: …} map
 // (docs/kv-events.md §7).
 func readLora(r *reader, ev *Event) error {
