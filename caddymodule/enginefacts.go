@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -28,8 +29,8 @@ type EngineFactsConfig struct {
 	EngineFacts *bool `json:"engine_facts,omitempty"`
 
 	// EngineFactsInterval is how often each worker's engine is read; an
-	// engine that did not answer is asked again after at most 5s.
-	// Default: 30s.
+	// engine that did not answer is asked again after at most 5s. At least
+	// 1s: each reading is two calls to every engine. Default: 30s.
 	EngineFactsInterval caddy.Duration `json:"engine_facts_interval,omitempty"`
 
 	// EngineFactsTimeout bounds each call to an engine (two per reading).
@@ -49,12 +50,20 @@ const (
 	engineFactsPoll = time.Second
 	// engineFactsConcurrency bounds the engines read at once.
 	engineFactsConcurrency = 8
+	// minEngineFactsInterval is engine_facts_interval's floor.
+	minEngineFactsInterval = time.Second
 )
 
-// validate refuses negative durations.
+// validate refuses negative durations, and an interval below its floor.
 func (c *EngineFactsConfig) validate() error {
 	if c.EngineFactsInterval < 0 {
 		return errors.New("engine_facts_interval must not be negative")
+	}
+	if c.EngineFactsInterval > 0 && time.Duration(c.EngineFactsInterval) < minEngineFactsInterval {
+		// An operator probe set 1ms: 1,100 engine reads a second against
+		// four workers, the gateway's own load on its engines.
+		return fmt.Errorf("engine_facts_interval %v is below %v: each reading is two calls to every engine",
+			time.Duration(c.EngineFactsInterval), minEngineFactsInterval)
 	}
 	if c.EngineFactsTimeout < 0 {
 		return errors.New("engine_facts_timeout must not be negative")

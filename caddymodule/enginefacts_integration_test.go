@@ -184,7 +184,7 @@ func TestEngineBlockSizeMismatchRoutesByLoadOnly(t *testing.T) {
 	w1, w2 := newTestWorker(t, 1), newTestWorker(t, 2)
 	w2.setEngine(func(e *testEngine) { e.blockSize = 16 })
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
-	tester.InitServer(factsCaddyfile(logFile, "\t\tblock_size 4\n\t\tengine_facts_interval 500ms\n"+workerBlock(w1)+workerBlock(w2)), "caddyfile")
+	tester.InitServer(factsCaddyfile(logFile, "\t\tblock_size 4\n\t\tengine_facts_interval 1s\n"+workerBlock(w1)+workerBlock(w2)), "caddyfile")
 	w1.waitSubscribed()
 	w2.waitSubscribed()
 	rec := waitRecord(t, 2, "read", func(r *selection.WorkerRecord) bool { return r.EngineBlockSize != nil })
@@ -221,8 +221,8 @@ func TestEngineBlockSizeMismatchRoutesByLoadOnly(t *testing.T) {
 		!strings.Contains(metrics, `kvrouter_engine_facts_reads_total{outcome="ok"}`) {
 		t.Errorf("metrics lack the mismatch, or name the matching worker:\n%s", grepLines(metrics, "kvrouter_engine_facts", "block_size_mismatch"))
 	}
-	// Read again and again (every 500ms), warned about once.
-	time.Sleep(1500 * time.Millisecond)
+	// Read again and again (every second), warned about once.
+	time.Sleep(2500 * time.Millisecond)
 	warned := logLines(t, logFile, "the worker's engine runs another block size than the worker was declared with: routing it by load only, not by its cache")
 	if len(warned) != 1 || warned[0]["worker_id"] != 2.0 || warned[0]["block_size"] != 4.0 || warned[0]["engine_block_size"] != 16.0 {
 		t.Errorf("warnings: %v", warned)

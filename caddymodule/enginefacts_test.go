@@ -34,7 +34,7 @@ func TestEngineFactsOptions(t *testing.T) {
 	if b, _ := json.Marshal(&a); !strings.Contains(string(b), `"engine_facts":false,"engine_facts_interval":10000000000,"engine_facts_timeout":2000000000`) {
 		t.Errorf("JSON %s", b)
 	}
-	for _, bad := range []string{"engine_facts_interval -1s", "engine_facts_timeout -5s", "engine_facts maybe"} {
+	for _, bad := range []string{"engine_facts_interval -1s", "engine_facts_interval 1ms", "engine_facts_timeout -5s", "engine_facts maybe"} {
 		var a App
 		if err := a.UnmarshalCaddyfile(caddyfile.NewTestDispenser("kv_router {\n" + bad + "\n}")); err == nil {
 			t.Errorf("%q accepted", bad)

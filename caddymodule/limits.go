@@ -69,16 +69,16 @@ type Limits struct {
 	IndexMaxMemory int64 `json:"index_max_memory,omitempty"`
 
 	// KVEventsMaxMessage bounds one KV-event message, in bytes, all its
-	// frames together: a publisher's connection is cut at the header of the
-	// frame that passes it, before that frame is read, and dialed again
-	// (kvrouter_kv_events_cut_total); a replay reply's frames are bounded
-	// one by one (libzmq's ZMQ_MAXMSGSIZE). A connect-mode listener holds
-	// one message of its publisher at a time, a bind-mode one at most 64
-	// (64 × 4 MiB), so this also bounds what one publisher can make the
-	// gateway hold. Default: 4MiB: an engine
-	// publishes a batch per scheduler step, tens of KB with chunked
-	// prefill, and 4 MiB holds a whole prompt of several hundred thousand
-	// tokens stored in one step.
+	// frames together, and one replay reply: a publisher's connection (or
+	// replay exchange) is cut at the header of the frame that passes it,
+	// before that frame is read (kvrouter_kv_events_cut_total); through
+	// libzmq (an inproc:// endpoint) a reply's frames are bounded one by
+	// one. A listener holds one message of its publisher at a time (a
+	// libzmq SUB up to 64), so this also bounds what one publisher can make
+	// the gateway hold. At least 4KiB: below it every real batch is cut.
+	// Default: 4MiB: an engine publishes a batch per scheduler step, tens
+	// of KB with chunked prefill, and 4 MiB holds a whole prompt of several
+	// hundred thousand tokens stored in one step.
 	KVEventsMaxMessage int64 `json:"kv_events_max_message,omitempty"`
 
 	// KVEventsMaxGap is the largest jump in a publisher's sequence numbers
@@ -133,8 +133,17 @@ func (l *Limits) apply(cfg *selection.Config) error {
 	if l.IndexMaxMemory < 0 || l.KVEventsMaxMessage < 0 || l.KVEventsCores < 0 || l.KVEventsMaxPeers < 0 {
 		return fmt.Errorf("index_max_memory, kv_events_max_message, kv_events_cores and kv_events_max_peers must not be negative")
 	}
+	if l.KVEventsMaxMessage > 0 && l.KVEventsMaxMessage < minMaxMessage {
+		// An operator probe set 10 bytes: every message was cut, the
+		// index stayed empty, and nothing said why.
+		return fmt.Errorf("kv_events_max_message %d is below %d bytes, which every real batch passes", l.KVEventsMaxMessage, minMaxMessage)
+	}
 	return nil
 }
+
+// minMaxMessage is kv_events_max_message's floor: a batch of a few
+// blocks, with its topic and sequence frames.
+const minMaxMessage = 4 << 10
 
 // eventLimits are the bounds of the KV-event side: the index's entry cap
 // and the listeners' options.
