@@ -1,10 +1,6 @@
 package caddymodule
 
-import (
-	"bytes"
-
-	"github.com/kvrouter/caddy-kvrouter/selection"
-)
+import "github.com/kvrouter/caddy-kvrouter/selection"
 
 // cacheReadFields are the members that decide whether vLLM reads its
 // prefix cache for a request at all. It does not when the request asks
@@ -27,20 +23,13 @@ type cacheReadFields struct {
 // skipsPrefixCache reports whether vLLM will not read its prefix cache
 // for the request (chat: a /v1/chat/completions request).
 func (f *cacheReadFields) skipsPrefixCache(chat bool) bool {
-	if given(f.PromptLogprobs) {
+	switch {
+	case f.PromptLogprobs.IsSet():
 		return true
-	}
-	if !bytes.Equal(bytes.TrimSpace(f.Echo), []byte("true")) {
+	case !f.Echo.IsTrue():
 		return false
+	case chat:
+		return f.TopLogprobs == nil || f.TopLogprobs.IsSet()
 	}
-	if chat {
-		return f.TopLogprobs == nil || given(f.TopLogprobs)
-	}
-	return given(f.Logprobs)
-}
-
-// given reports whether a member was sent with a value other than null.
-func given(r selection.RawJSON) bool {
-	v := bytes.TrimSpace(r)
-	return len(v) > 0 && !bytes.Equal(v, []byte("null"))
+	return f.Logprobs.IsSet()
 }

@@ -37,8 +37,7 @@ type streamFields struct {
 // wantsUsageAdded reports whether s is a stream that did not ask for usage
 // and names no stream_options at all.
 func (s *streamFields) wantsUsageAdded() bool {
-	opts := bytes.TrimSpace(s.StreamOptions)
-	return string(bytes.TrimSpace(s.Stream)) == "true" && (len(opts) == 0 || string(opts) == "null")
+	return s.Stream.IsTrue() && !s.StreamOptions.IsSet()
 }
 
 // addUsageOption makes r's body body with usageOption in place of its

@@ -75,10 +75,11 @@ func chatTokenizeBody(o *openAIRequest) []byte {
 // they are, for the engine to refuse as its chat route would.
 func templateKwargs(kwargs, documents, effort selection.RawJSON) selection.RawJSON {
 	var added [][2]string
-	if docs := bytes.TrimSpace(documents); given(docs) {
-		added = append(added, [2]string{"documents", string(docs)})
+	if documents.IsSet() {
+		added = append(added, [2]string{"documents", string(bytes.TrimSpace(documents))})
 	}
-	if e := bytes.TrimSpace(effort); len(e) > 0 && e[0] == '"' {
+	if effort.IsString() {
+		e := bytes.TrimSpace(effort)
 		added = append(added, [2]string{"reasoning_effort", string(e)},
 			[2]string{"enable_thinking", strconv.FormatBool(string(e) != `"none"`)})
 	}
@@ -86,7 +87,7 @@ func templateKwargs(kwargs, documents, effort selection.RawJSON) selection.RawJS
 		return kwargs
 	}
 	kw := bytes.TrimSpace(kwargs)
-	if !given(kw) {
+	if !kwargs.IsSet() {
 		kw = []byte("{}")
 	}
 	if kw[0] != '{' || kw[len(kw)-1] != '}' {
@@ -134,7 +135,7 @@ func tokenizeBody(model string, fields []bodyField) []byte {
 	b.WriteString(quoteJSON(model))
 	for _, f := range fields {
 		v := bytes.TrimSpace(f.value)
-		if len(v) == 0 || string(v) == "null" {
+		if !f.value.IsSet() {
 			if f.def == "" {
 				continue
 			}

@@ -138,3 +138,12 @@ func (r RawJSON) IsArray() bool { return r.first() == '[' }
 
 // IsString reports whether the value is a JSON string.
 func (r RawJSON) IsString() bool { return r.first() == '"' }
+
+// IsSet reports whether the member was sent with a value other than null.
+func (r RawJSON) IsSet() bool {
+	v := bytes.TrimSpace(r)
+	return len(v) > 0 && !bytes.Equal(v, []byte("null"))
+}
+
+// IsTrue reports whether the value is the literal true.
+func (r RawJSON) IsTrue() bool { return bytes.Equal(bytes.TrimSpace(r), []byte("true")) }

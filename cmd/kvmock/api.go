@@ -84,19 +84,15 @@ func (req *apiRequest) truncate(prompt []uint32) []uint32 {
 // top_logprobs (chat, where it defaults to 0 and so counts unless sent as
 // null). A cached prefix has no logprobs, so vLLM computes it again.
 func (req *apiRequest) readsCache(chat bool) bool {
-	set := func(raw json.RawMessage) bool {
-		v := bytes.TrimSpace(raw)
-		return len(v) > 0 && !bytes.Equal(v, []byte("null"))
-	}
 	switch {
-	case set(req.PromptLogprobs):
+	case isSet(req.PromptLogprobs):
 		return false
 	case !req.Echo:
 		return true
 	case chat:
-		return req.TopLogprobs != nil && !set(req.TopLogprobs)
+		return req.TopLogprobs != nil && !isSet(req.TopLogprobs)
 	}
-	return !set(req.Logprobs)
+	return !isSet(req.Logprobs)
 }
 
 // apiMessage is one chat message as it arrives.

@@ -60,8 +60,7 @@ func chatInputOf(req *apiRequest, onChatRoute bool) (*chatInput, error) {
 	// vLLM's chat route also hands the template a reasoning_effort, and
 	// enable_thinking true unless the effort is "none", under the
 	// client's kwargs (its /tokenize has no reasoning_effort field).
-	if onChatRoute && len(bytes.TrimSpace(req.ReasoningEffort)) > 0 && bytes.TrimSpace(req.ReasoningEffort)[0] == '"' {
-		effort := bytes.TrimSpace(req.ReasoningEffort)
+	if effort := bytes.TrimSpace(req.ReasoningEffort); onChatRoute && len(effort) > 0 && effort[0] == '"' {
 		in.Kwargs = map[string]json.RawMessage{"reasoning_effort": effort,
 			"enable_thinking": json.RawMessage(strconv.FormatBool(string(effort) != `"none"`))}
 	}
