@@ -30,8 +30,10 @@ type Replica struct {
 	// Work for the publisher, set from any goroutine.
 	announceWanted, helloWanted, heartbeatWanted atomic.Bool
 	connected, closing                           atomic.Bool
-	everUp, warnedAtStart                        atomic.Bool // for notReached
-	epoch                                        uint64      // the publisher's alone
+	// startTold is set once NATS was first reached, or its first failure
+	// told (notReached).
+	startTold atomic.Bool
+	epoch     uint64 // the publisher's alone
 
 	mu        sync.Mutex
 	peers     map[string]*peer
@@ -184,7 +186,7 @@ func (r *Replica) lost() {
 // a wrong address), nothing else says so: the first failure is logged and
 // counted as an outage, once.
 func (r *Replica) notReached(err error) {
-	if r.closing.Load() || r.connected.Load() || r.everUp.Load() || r.warnedAtStart.Swap(true) {
+	if r.closing.Load() || r.connected.Load() || r.startTold.Swap(true) {
 		return
 	}
 	r.ctr.outages.Add(1)
@@ -198,7 +200,7 @@ func (r *Replica) back(nc *nats.Conn) {
 	if r.closing.Load() || r.connected.Swap(true) {
 		return
 	}
-	r.everUp.Store(true)
+	r.startTold.Store(true)
 	r.log.Info("NATS reachable: exchanging bookings with the other replicas", zap.String("replica", r.cfg.Name),
 		zap.String("server", nc.ConnectedUrlRedacted()))
 	r.announceWanted.Store(true)

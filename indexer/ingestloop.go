@@ -45,8 +45,8 @@ import (
 // bound a turn by the work it may hold: 16 messages of 4 MiB, each made
 // of the events that cost most to apply, once kept every other
 // publisher of the loop waiting 6-9 s (RELIABILITY.md); a turn now ends
-// after the message that passes 1 MiB, and a message holds at most
-// maxEventsPerMessage events (decode.go).
+// after the message that passes 1 MiB, and a payload holds at most
+// maxEventsPerPayload events (decode.go).
 const (
 	drainBatch = 16
 	drainBytes = 1 << 20

@@ -203,9 +203,8 @@ func (h *Health) sweep() {
 	}
 	h.mu.Unlock()
 	for _, id := range takeOut {
-		h.setDown(id, true)
+		h.setDown(id, true, false)
 		h.shared(id, true)
-		h.tell(id, true, false)
 	}
 	sem := make(chan struct{}, probeParallel)
 	var wg sync.WaitGroup
@@ -237,9 +236,8 @@ func (h *Health) sweep() {
 			}
 			h.mu.Unlock()
 			if back {
-				h.setDown(id, false)
+				h.setDown(id, false, false)
 				h.shared(id, false)
-				h.tell(id, false, false)
 			}
 		}(id, w, *rec.Endpoint)
 	}
@@ -247,8 +245,10 @@ func (h *Health) sweep() {
 }
 
 // setDown marks a worker's ranks down (out of the candidates, index
-// entries dropped) or up again.
-func (h *Health) setDown(id uint64, down bool) {
+// entries dropped) or up again, here or on a peer's word (byPeer), and
+// tells OnChange's fn.
+func (h *Health) setDown(id uint64, down, byPeer bool) {
+	defer h.tell(id, down, byPeer)
 	rec, ok := h.catalog.Worker(id)
 	if !ok {
 		return

@@ -65,8 +65,7 @@ func (h *Health) ObservedByPeer(id uint64, down bool) {
 		return // already so here
 	}
 	h.mu.Unlock()
-	h.setDown(id, down)
-	h.tell(id, down, true)
+	h.setDown(id, down, true)
 }
 
 // TakenOutHere lists the workers this router took out itself and holds
