@@ -338,16 +338,11 @@ func TestProxyFailsOverFromDeadWorker(t *testing.T) {
 	}
 }
 
-// getAdminJSON decodes GET path on the admin endpoint into v.
+// getAdminJSON decodes GET path on the admin endpoint (adminGet) into v.
 func getAdminJSON(t *testing.T, tester *testCaddy, path string, v any) {
 	t.Helper()
-	res, err := tester.Client.Get(fmt.Sprintf("http://localhost:%d%s", testAdminPort, path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if err := json.NewDecoder(res.Body).Decode(v); err != nil || res.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %v", path, res.StatusCode, err)
+	if err := json.Unmarshal([]byte(adminGet(t, tester, path)), v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
 	}
 }
 
