@@ -24,7 +24,8 @@ func testCounter(c prometheus.Counter) float64 {
 // indexer.Figures.
 func TestMetricNamesAndStatsKeys(t *testing.T) {
 	counters := []string{"messages", "batches", "malformed", "stale", "gaps", "replays", "replayed", "lost",
-		"restarts", "rejected", "jumps", "unknown_rank", "disconnects", "behind", "cut", "turned_away", "wrong_topic"}
+		"restarts", "rejected", "jumps", "unknown_rank", "disconnects", "behind", "cut", "turned_away", "wrong_topic",
+		"dial_failures"}
 	want := map[string]prometheus.ValueType{
 		"kvrouter_kv_event_listeners":         prometheus.GaugeValue,
 		"kvrouter_index_entries":              prometheus.GaugeValue,
@@ -71,7 +72,7 @@ func TestStatsFiguresReadTheSnapshot(t *testing.T) {
 	s := indexer.Snapshot{Listeners: 1,
 		Events: indexer.EventCounts{Messages: 2, Batches: 3, Malformed: 4, Stale: 5, Gaps: 6, Replays: 7, Replayed: 8,
 			Lost: 9, Restarts: 10, Rejected: 11, Jumps: 12, UnknownRank: 13, Disconnects: 14, Behind: 24,
-			Cut: 25, TurnedAway: 26, WrongTopic: 27},
+			Cut: 25, TurnedAway: 26, WrongTopic: 27, DialFailures: 28},
 		Index: indexer.IndexCounts{Entries: 15, MaxEntries: 16, Applied: 17, Skipped: 18, UnknownParent: 19,
 			UnknownBlock: 20, TokenCount: 21, Full: 22, Evicted: 23}}
 	want := map[string]uint64{"kv_events.listeners": 1, "kv_events.messages": 2, "kv_events.batches": 3,
@@ -79,7 +80,7 @@ func TestStatsFiguresReadTheSnapshot(t *testing.T) {
 		"kv_events.replayed": 8, "kv_events.lost": 9, "kv_events.restarts": 10, "kv_events.rejected": 11,
 		"kv_events.jumps": 12, "kv_events.unknown_rank": 13, "kv_events.disconnects": 14, "kv_events.behind": 24,
 		"kv_events.cut": 25, "kv_events.turned_away": 26, "kv_events.wrong_topic": 27,
-		"index.entries": 15, "index.max_entries": 16, "index.applied": 17, "index.skipped": 18,
+		"kv_events.dial_failures": 28, "index.entries": 15, "index.max_entries": 16, "index.applied": 17, "index.skipped": 18,
 		"index.unknown_parent": 19, "index.unknown_block": 20, "index.token_count_mismatch": 21,
 		"index.full": 22, "index.evicted": 23}
 	got := map[string]uint64{}

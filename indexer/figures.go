@@ -60,6 +60,8 @@ var Figures = []Figure{
 		func(c *EventCounts) uint64 { return c.TurnedAway }),
 	eventCounter("wrong_topic", "Publisher connections a bind-mode listener cut off for their topic: a worker the catalog does not know, one on another host (kv_events_bind_peers worker_host), or a second topic on one connection.",
 		func(c *EventCounts) uint64 { return c.WrongTopic }),
+	eventCounter("dial_failures", "Connect-mode dials of a publisher that did not end in a subscription: refused, unanswered, or not a ZMTP 3 publisher with NULL security.",
+		func(c *EventCounts) uint64 { return c.DialFailures }),
 
 	{SectionIndex, "entries", "index_entries", "(block, worker rank) entries in the KV index.", true,
 		func(s *Snapshot) uint64 { return uint64(max(s.Index.Entries, 0)) }},

@@ -94,6 +94,7 @@ func (l *Listener) dial(wait time.Duration) {
 				return
 			default:
 			}
+			l.stats.DialFailures.add(1)
 			if c := l.log.Check(level, "kv events: cannot reach the publisher; dialing again"); c != nil {
 				c.Write(zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
 			}

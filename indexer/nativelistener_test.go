@@ -154,6 +154,57 @@ func TestListenerStopsWhileDialing(t *testing.T) {
 	}
 }
 
+// TestListenerCountsFailedDials: every connect-mode dial that does not
+// end in a subscription is counted, whether the publisher refuses the
+// connection or answers with something other than a ZMTP 3 greeting; the
+// log says so once, the count goes on.
+func TestListenerCountsFailedDials(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing := "tcp://" + closed.Addr().String()
+	closed.Close()
+	// An HTTP server where the publisher should be: it answers the
+	// greeting's first bytes with a 400 and hangs up.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	for _, ep := range []string{refusing, "tcp://" + ln.Addr().String()} {
+		core, logs := observer.New(zap.DebugLevel)
+		stats := new(Stats)
+		l, err := StartListener(zctx, New(), stats, zap.New(core), ListenerConfig{Endpoint: ep, Partition: part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "three failed dials counted", func() bool { return stats.DialFailures.Load() >= 3 })
+		l.Stop()
+		if logged, counted := logs.FilterMessageSnippet("cannot reach the publisher").Len(), stats.DialFailures.Load(); uint64(logged) != counted {
+			t.Errorf("%s: %d failed dials logged, %d counted", ep, logged, counted)
+		}
+		if got := stats.Disconnects.Load() + stats.Cut.Load(); got != 0 {
+			t.Errorf("%s: failed dials also counted as %d disconnects or cuts", ep, got)
+		}
+	}
+}
+
 // TestListenerTransports: a libzmq publisher on tcp:// or ipc:// is read
 // natively, with libzmq's source;destination form too (the connection
 // comes from the source given, as libzmq's SUB would dial it); on

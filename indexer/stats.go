@@ -91,19 +91,25 @@ type Stats struct {
 	// not know, a worker on another host, or a second topic on one
 	// connection (topicguard.go).
 	WrongTopic Counter
+	// DialFailures counts connect-mode dials that did not end in a
+	// subscription: the publisher refused or did not answer the dial, or
+	// its greeting or handshake was not a ZMTP 3 publisher's with NULL
+	// security. Only the first failure in a row is logged as a warning;
+	// this count goes on, so a publisher the gateway cannot hear shows.
+	DialFailures Counter
 }
 
 // EventCounts is a copy of Stats at one moment, as plain numbers.
 type EventCounts struct {
 	Messages, Batches, Malformed, Stale, Gaps, Replays, Replayed, Lost,
-	Restarts, Rejected, Jumps, UnknownRank, Disconnects, Behind, Cut, TurnedAway, WrongTopic uint64
+	Restarts, Rejected, Jumps, UnknownRank, Disconnects, Behind, Cut, TurnedAway, WrongTopic, DialFailures uint64
 }
 
 // all lists the counters, in EventCounts' order.
-func (s *Stats) all() [17]*Counter {
-	return [17]*Counter{&s.Messages, &s.Batches, &s.Malformed, &s.Stale, &s.Gaps, &s.Replays,
+func (s *Stats) all() [18]*Counter {
+	return [18]*Counter{&s.Messages, &s.Batches, &s.Malformed, &s.Stale, &s.Gaps, &s.Replays,
 		&s.Replayed, &s.Lost, &s.Restarts, &s.Rejected, &s.Jumps, &s.UnknownRank,
-		&s.Disconnects, &s.Behind, &s.Cut, &s.TurnedAway, &s.WrongTopic}
+		&s.Disconnects, &s.Behind, &s.Cut, &s.TurnedAway, &s.WrongTopic, &s.DialFailures}
 }
 
 // part returns counters of one publisher whose every add also adds to
@@ -118,10 +124,10 @@ func (s *Stats) part() *Stats {
 }
 
 // fields lists c's counts, in the order of Stats.all.
-func (c *EventCounts) fields() [17]*uint64 {
-	return [17]*uint64{&c.Messages, &c.Batches, &c.Malformed, &c.Stale, &c.Gaps, &c.Replays,
+func (c *EventCounts) fields() [18]*uint64 {
+	return [18]*uint64{&c.Messages, &c.Batches, &c.Malformed, &c.Stale, &c.Gaps, &c.Replays,
 		&c.Replayed, &c.Lost, &c.Restarts, &c.Rejected, &c.Jumps, &c.UnknownRank,
-		&c.Disconnects, &c.Behind, &c.Cut, &c.TurnedAway, &c.WrongTopic}
+		&c.Disconnects, &c.Behind, &c.Cut, &c.TurnedAway, &c.WrongTopic, &c.DialFailures}
 }
 
 // plus returns c with o's counts added (saturating).
