@@ -140,6 +140,7 @@ func TestAppBuildErrors(t *testing.T) {
 		{App{PendingTTL: -1}, "pending_ttl must not be negative"},
 		{App{MaxWorkers: -1}, "max_workers must not be negative"},
 		{App{Limits: Limits{KVEventsMaxMessage: 10}}, "kv_events_max_message 10 is below 4096 bytes"},
+		{App{Limits: Limits{IndexMaxMemory: 1000}}, "index_max_memory 1000 is below 16777216 bytes"},
 		{App{BlockSize: 16, Workers: []WorkerConfig{{Endpoint: "a:1"}}}, "workers[0]: worker_id is required"},
 		{App{BlockSize: 16, Workers: []WorkerConfig{w(1, "a:1"), w(1, "b:1")}}, "worker 1: declared more than once"},
 		{App{BlockSize: 16, Workers: []WorkerConfig{w(1, "")}}, "worker 1: endpoint is required"},

@@ -65,7 +65,8 @@ type Limits struct {
 	// (index_max_entries wins when given); when the index is full, the
 	// oldest entries of the worker ranks over their share of the bound are
 	// evicted so that new blocks still count, a block looked up since it
-	// was stored getting a second chance. Default: 2GiB.
+	// was stored getting a second chance. At least 16MiB (about 58,000
+	// entries; index_max_entries sets a smaller index). Default: 2GiB.
 	IndexMaxMemory int64 `json:"index_max_memory,omitempty"`
 
 	// KVEventsMaxMessage bounds one KV-event message, in bytes, all its
@@ -138,8 +139,19 @@ func (l *Limits) apply(cfg *selection.Config) error {
 		// index stayed empty, and nothing said why.
 		return fmt.Errorf("kv_events_max_message %d is below %d bytes, which every real batch passes", l.KVEventsMaxMessage, minMaxMessage)
 	}
+	if l.IndexMaxMemory > 0 && l.IndexMaxMemory < minIndexMemory {
+		// An operator probe set 1KB (meaning 1GB): the index held a few
+		// entries, every store evicted another, and nothing said why.
+		return fmt.Errorf("index_max_memory %d is below %d bytes (about %d entries); use index_max_entries for a smaller index",
+			l.IndexMaxMemory, minIndexMemory, indexer.EntriesForMemory(minIndexMemory))
+	}
 	return nil
 }
+
+// minIndexMemory is index_max_memory's floor: about two engines' caches
+// of 25k blocks each. It catches a unit slip (KB for GB); an index meant
+// to be smaller is set in entries.
+const minIndexMemory = 16 << 20
 
 // minMaxMessage is kv_events_max_message's floor: a batch of a few
 // blocks, with its topic and sequence frames.

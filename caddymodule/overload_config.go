@@ -50,8 +50,8 @@ type OverloadConfig struct {
 	DefaultPriority string `json:"default_priority,omitempty"`
 
 	// WorkerBusyFor is how long a worker that answered 429, or 503 with
-	// Retry-After, counts as busy when its Retry-After gives no time.
-	// Default: 1s.
+	// Retry-After, counts as busy when its Retry-After gives no time; at
+	// most WorkerBusyMax. Default: 1s.
 	WorkerBusyFor caddy.Duration `json:"worker_busy_for,omitempty"`
 
 	// WorkerBusyMax bounds the time a worker's Retry-After marks it busy,
@@ -116,6 +116,11 @@ func (c *OverloadConfig) settings() (overloadSettings, error) {
 	}
 	if s.busyMax == 0 {
 		s.busyMax = defaultWorkerBusyMax
+	}
+	if s.busyFor > s.busyMax {
+		// Each mark would be cut to busy_max: the operator meant one of
+		// the two to be otherwise.
+		return s, fmt.Errorf("overload worker_busy_for %v is longer than worker_busy_max %v, which bounds every busy mark", s.busyFor, s.busyMax)
 	}
 	for i, name := range s.classes {
 		if name == "" || slices.Contains(s.classes[:i], name) {

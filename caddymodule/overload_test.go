@@ -39,6 +39,7 @@ func TestOverloadSettingsDefaultsAndClasses(t *testing.T) {
 		{QueueSize: -1}, {QueueSize: maxQueueSize + 1}, {MaxWait: -1},
 		{PriorityClasses: []string{"a", "a"}}, {PriorityClasses: []string{"a", ""}},
 		{DefaultPriority: "urgent"}, {PriorityClasses: []string{"a"}, DefaultPriority: "normal"},
+		{WorkerBusyFor: 20e9}, {WorkerBusyFor: 3e9, WorkerBusyMax: 2e9},
 	} {
 		if _, err := bad.settings(); err == nil {
 			t.Errorf("%+v accepted", bad)
