@@ -133,6 +133,11 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 		// A pooled buffer goes back when the booking is freed, which
 		// may happen before the caller is done with the response.
 		resp.SequenceHashes = hashes
+		if hashes == nil {
+			// A booking always names its hashes, none included, as
+			// Dynamo's answer does; /select's answer has none.
+			resp.SequenceHashes = Hashes{}
+		}
 	}
 	return resp, nil
 }

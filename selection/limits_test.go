@@ -84,9 +84,16 @@ func TestRegistrationBounds(t *testing.T) {
 			if len(r.Catalog().ListWorkers("", "")) != 0 {
 				t.Fatal("a refused worker is in the catalog")
 			}
-			// The same fields through a patch of a valid worker.
+			// The same fields through a patch of a valid worker; a patch
+			// ignores the partition's names (TestPatchKeepsThePartition).
 			addWorker(t, r, 1, nil)
 			_, err = r.Catalog().PatchWorker(1, req)
+			if tc.name == "model_name" || tc.name == "routing_group" {
+				if rec, _ := r.Catalog().Worker(1); err != nil || rec.ModelName != "default" || rec.RoutingGroup != "default" {
+					t.Fatalf("a patch naming a partition: %v, the worker in %s:%s", err, rec.ModelName, rec.RoutingGroup)
+				}
+				return
+			}
 			mustStatus(t, err, tc.status, tc.errSub)
 			if rec, _ := r.Catalog().Worker(1); rec.DataParallelSize != 1 || *rec.Endpoint != "127.0.0.1:9" {
 				t.Fatalf("a refused patch changed the worker: %+v", rec)

@@ -187,7 +187,6 @@ type selection struct {
 	cached  uint64
 	prefill uint64 // effective prefill tokens
 	newBlks uint64
-	longest uint32
 	potDec  uint64
 	explain []Candidate
 	isl     uint64
@@ -293,12 +292,10 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 		return selection{}, errNoSchedulable(p.key.Model, p.key.Group)
 	}
 	var minPrefill uint64
-	var longest uint32
 	for k, i := range w.cands {
 		if v := &w.views[i]; k == 0 || v.prefillTokens < minPrefill {
 			minPrefill = v.prefillTokens
 		}
-		longest = max(longest, w.tiers[i].Device)
 	}
 	w.costs = resize(w.costs, len(w.cands))
 	nTrack := uint64(len(w.tracking))
@@ -357,7 +354,7 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	}
 	i := w.cands[chosen]
 	v := &w.views[i]
-	sel := selection{rs: v.rs, tiers: w.tiers[i], longest: longest, isl: np.isl,
+	sel := selection{rs: v.rs, tiers: w.tiers[i], isl: np.isl,
 		view: *v, bound: bound, boundSeen: boundSeen, runnerUp: -1}
 	if cheapest {
 		sel.runnerUp = math.Inf(1)
@@ -419,24 +416,37 @@ func response(p *partition, sel *selection, id string) *SelectResponse {
 		CachedTokens:           uint64(sel.tiers.Device) * bs,
 		ExpectedCachedTokens:   uint64(max(sel.tiers.Device, sel.inflight)) * bs,
 		Candidates:             sel.explain,
-		Overlap: Overlap{
-			LongestMatched: uint64(sel.longest) * bs,
-			GPU:            uint64(sel.tiers.Device) * bs,
-			CPU:            uint64(sel.tiers.Device+sel.tiers.Host) * bs,
-			Disk:           uint64(sel.tiers.Device+sel.tiers.Host+sel.tiers.Disk) * bs,
-		},
+		Overlap:                overlapOf(sel.tiers, bs),
 	}
 	return resp
 }
 
+// overlapOf is one rank's overlap summary, in tokens: cpu and disk are
+// cumulative through the tiers above them, and longest_matched is the
+// longest of the three (Dynamo's per-instance summary).
+func overlapOf(t Tiers, bs uint64) Overlap {
+	o := Overlap{GPU: uint64(t.Device) * bs, CPU: uint64(t.Device+t.Host) * bs,
+		Disk: uint64(t.Device+t.Host+t.Disk) * bs}
+	o.LongestMatched = max(o.GPU, o.CPU, o.Disk)
+	return o
+}
+
 // fillDP reports the device match of every rank of the chosen worker,
-// from the snapshot in w (which must still hold this selection's tiers).
+// from the snapshot in w (which must still hold this selection's tiers),
+// and makes the summary the worker's, as Dynamo's is: each figure the
+// largest over its ranks, so that a pick on one rank still says what its
+// worker holds on another.
 func fillDP(w *work, resp *SelectResponse) {
 	bs := uint64(w.blockSize)
 	resp.Overlap.DP = map[string]uint64{}
 	for i := range w.views {
 		if rs := w.views[i].rs; rs.rank.WorkerID == resp.WorkerID {
-			resp.Overlap.DP[strconv.FormatUint(uint64(rs.rank.DPRank), 10)] = uint64(w.tiers[i].Device) * bs
+			o := overlapOf(w.tiers[i], bs)
+			resp.Overlap.DP[strconv.FormatUint(uint64(rs.rank.DPRank), 10)] = o.GPU
+			resp.Overlap.GPU = max(resp.Overlap.GPU, o.GPU)
+			resp.Overlap.CPU = max(resp.Overlap.CPU, o.CPU)
+			resp.Overlap.Disk = max(resp.Overlap.Disk, o.Disk)
+			resp.Overlap.LongestMatched = max(resp.Overlap.LongestMatched, o.LongestMatched)
 		}
 	}
 }
@@ -452,14 +462,13 @@ func (e *selector) busy(sel *selection, resp *SelectResponse, advisory bool) {
 	if !advisory {
 		return
 	}
-	wl := &WorkerLoad{ActivePrefillTokens: rs.prefillTokens}
-	if rs.maxBatched > 0 {
-		v := rs.maxBatched
-		wl.PrefillTokenCapacity = &v
-		if t := e.cfg.get().PrefillBusyThreshold; t != nil {
-			b := float64(rs.prefillTokens) > *t*float64(rs.maxBatched)
-			wl.PrefillBusy = &b
-		}
+	wl := &WorkerLoad{ActivePrefillTokens: rs.prefillTokens, PrefillTokenCapacity: rs.maxBatched}
+	if wl.PrefillTokenCapacity == 0 {
+		wl.PrefillTokenCapacity = DefaultPrefillCapacity
+	}
+	if t := e.cfg.get().PrefillBusyThreshold; t != nil {
+		b := float64(rs.prefillTokens) > *t*float64(wl.PrefillTokenCapacity)
+		wl.PrefillBusy = &b
 	}
 	if rs.totalKV > 0 {
 		v := rs.totalKV

@@ -201,16 +201,24 @@ type Overlap struct {
 
 // WorkerLoad is the advisory load report of a /select response.
 type WorkerLoad struct {
-	ActivePrefillTokens  uint64  `json:"active_prefill_tokens"`
-	PrefillTokenCapacity *uint64 `json:"prefill_token_capacity"`
+	ActivePrefillTokens uint64 `json:"active_prefill_tokens"`
+	// PrefillTokenCapacity is the worker's max_num_batched_tokens, or
+	// DefaultPrefillCapacity when it registered none: always a number, as
+	// Dynamo's clients read it.
+	PrefillTokenCapacity uint64  `json:"prefill_token_capacity"`
 	TotalKVBlocks        *uint64 `json:"total_kv_blocks,omitempty"`
 	PrefillBusy          *bool   `json:"prefill_busy,omitempty"`
 }
 
+// DefaultPrefillCapacity is the prefill capacity reported for a worker
+// registered without max_num_batched_tokens. Dynamo reports the same
+// number there: large enough that such a worker is never prefill-busy.
+const DefaultPrefillCapacity = 10_000_000
+
 // SelectResponse is the answer of /select and /select_and_reserve.
 type SelectResponse struct {
 	SelectionID            string      `json:"selection_id,omitempty"`
-	SequenceHashes         Hashes      `json:"sequence_hashes,omitempty"`
+	SequenceHashes         Hashes      `json:"sequence_hashes,omitzero"` // a booking's, [] for a prompt under one block
 	ISLTokens              *uint64     `json:"isl_tokens,omitempty"`
 	TrackPrefillTokens     *bool       `json:"track_prefill_tokens,omitempty"`
 	ModelName              string      `json:"model_name"`

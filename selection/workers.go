@@ -158,7 +158,12 @@ func (c *Catalog) PatchWorker(id uint64, patch *WorkerRequest) (WorkerRecord, er
 	}
 	rec := old.clone()
 	c.writeMu.Unlock()
-	rec.applyRequest(patch)
+	// A patch changes a worker's fields, never its partition: Dynamo's
+	// patch request has no model_name, routing_group or tenant_id, and
+	// moving a worker is a POST of its whole record.
+	p := *patch
+	p.ModelName, p.RoutingGroup, p.TenantID = nil, nil, nil
+	rec.applyRequest(&p)
 	return c.writeWorker(&rec, false)
 }
 

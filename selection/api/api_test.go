@@ -83,7 +83,7 @@ func TestAPIStatusesAndErrors(t *testing.T) {
 		{"GET", "/ready", "", "", 503, ""},
 		{"GET", "/health", "", "", 200, ""},
 		{"POST", "/replica_sync/register_peer", js, `{"endpoint":"tcp://127.0.0.1:1"}`, 409, "replica sync is disabled"},
-		{"GET", "/replica_sync/peers", "", "", 409, "replica sync is disabled"},
+		{"GET", "/replica_sync/peers", "", "", 200, ""}, // [] (TestReplicaPeersListIsEmpty)
 		{"GET", "/replica_sync/register_peer", "", "", 405, "method not allowed"},
 	}
 	for i, tc := range tests {

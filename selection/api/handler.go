@@ -70,7 +70,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if h.authorizeWrite(w, r) {
 				h.handleUpsert(w, r)
 			}
-		case http.MethodGet:
+		case http.MethodGet, http.MethodHead:
 			q := r.URL.Query()
 			writeJSON(w, http.StatusOK, h.router.Catalog().ListWorkers(q.Get("model_name"), q.Get("routing_group")))
 		default:
@@ -105,7 +105,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// not configured; here it is not implemented yet.
 		h.method(w, r, http.MethodPost, func() { writeError(w, errReplicaSync) })
 	case path == "/replica_sync/peers":
-		h.method(w, r, http.MethodGet, func() { writeError(w, errReplicaSync) })
+		// Dynamo lists no peers while replica sync is off (200 []),
+		// where the two writes above are 409s.
+		h.method(w, r, http.MethodGet, func() { writeJSON(w, http.StatusOK, []string{}) })
 	default:
 		writeError(w, errNoRoute)
 	}
@@ -113,8 +115,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 var statusOK = map[string]string{"status": "ok"}
 
+// method serves fn when the request's method is want; a GET route answers
+// HEAD too, as Dynamo's (axum's) do, and net/http leaves the body out.
 func (h *Handler) method(w http.ResponseWriter, r *http.Request, want string, fn func()) {
-	if r.Method != want {
+	if r.Method != want && (want != http.MethodGet || r.Method != http.MethodHead) {
 		writeError(w, errMethod)
 		return
 	}
