@@ -340,6 +340,12 @@ func (d *Decoder) mapEvent(r *reader, ev *Event) error {
 			err = readExtraKeys(r, ev)
 		case "metadata":
 			err = readSaltMap(r, ev)
+		case "cache_salt":
+			// SGLang's map-form store names its salt at the top level
+			// (and a session_id, skipped below).
+			var s []byte
+			s, err = readOptStr(r)
+			ev.CacheSalt = string(s)
 		case "group_idx":
 			err = readGroup(r, ev)
 		case "kv_cache_spec_kind":

@@ -227,3 +227,50 @@ func TestDecoderShedsLargeScratch(t *testing.T) {
 		t.Fatalf("after shedding: %v", err)
 	}
 }
+
+// TestSGLangMapFormSalt: SGLang's store in the tagged-map form names its
+// cache salt as a top-level member (beside a session_id): the salted
+// pages are indexed under the salt, so the salted prompt matches them and
+// an unsalted one does not.
+func TestSGLangMapFormSalt(t *testing.T) {
+	const page = 4
+	x := New()
+	x.ConfigurePartition(part, page, false)
+	r := selectionRank(3)
+	tokens := []uint32{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	var d Decoder
+	var parent any
+	for p := range len(tokens) / page {
+		h := -int64(2000 + p)
+		pageTokens := []any{}
+		for _, tok := range tokens[p*page : (p+1)*page] {
+			pageTokens = append(pageTokens, tok)
+		}
+		store := map[string]any{"type": "BlockStored", "block_hashes": []any{h}, "parent_block_hash": parent,
+			"token_ids": pageTokens, "block_size": page, "lora_id": nil, "medium": "GPU",
+			"cache_salt": "tenant-a", "session_id": "s-1"}
+		b, err := d.Decode(ref(t, []any{1.0, []any{store}, 0}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Events[0].CacheSalt != "tenant-a" {
+			t.Fatalf("page %d: salt %q", p, b.Events[0].CacheSalt)
+		}
+		if err := x.Apply(part, r, &b.Events[0]); err != nil {
+			t.Fatalf("page %d: %v", p, err)
+		}
+		parent = h
+	}
+	salted := selection.AppendBlockHashes(nil, tokens, page, selection.HashOptions{Seed: selection.SaltedSeed("", "tenant-a")})
+	plain := selection.AppendBlockHashes(nil, tokens, page, selection.HashOptions{})
+	var m selection.Matches
+	x.FindMatches(part, plain, &m)
+	if len(m.List) != 0 {
+		t.Errorf("an unsalted prompt matched the salted pages: %+v", m.List)
+	}
+	m.Reset()
+	x.FindMatches(part, salted, &m)
+	if len(m.List) != 1 || m.List[0].Tiers.Device != 3 {
+		t.Errorf("the salted prompt matched %+v, want 3 device blocks", m.List)
+	}
+}
