@@ -63,6 +63,10 @@ type apiRequest struct {
 	// last ones, or the first when TruncationSide is "right" (truncate).
 	TruncatePromptTokens *int   `json:"truncate_prompt_tokens"`
 	TruncationSide       string `json:"truncation_side"`
+	// SGLang's adapter and cache-namespace members, read with --api
+	// sglang only (sglang.go).
+	LoraPath json.RawMessage `json:"lora_path"`
+	ExtraKey *string         `json:"extra_key"`
 }
 
 // truncate cuts the prompt as vLLM does for truncate_prompt_tokens (-1,

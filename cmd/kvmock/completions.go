@@ -49,7 +49,7 @@ func (w *worker) complete(rw http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(rw, err)
 		return
 	}
-	rq := newRequest(prompt, lora, salt, maxTokens, w.cfg.BlockSize)
+	rq := newRequest(prompt, lora, salt, w.extraKey(req), maxTokens, w.cfg.BlockSize)
 	rq.seq.SkipCacheRead = !req.readsCache(chat)
 	e := w.pickEngine(r)
 	rw.Header().Set("X-Kvmock-Dp-Rank", strconv.Itoa(e.dpRank))
@@ -83,7 +83,7 @@ func (w *worker) decodeCompletion(rw http.ResponseWriter, r *http.Request, chat 
 	if err != nil {
 		return nil, "", nil, err
 	}
-	lora, err := w.resolveModel(req.Model)
+	lora, err := w.resolveAdapter(req)
 	if err == nil {
 		err = req.checkStreamOptions()
 	}

@@ -78,7 +78,17 @@ type Config struct {
 	// routes prefill, on purpose, so that a gateway's test can prove it
 	// notices (tokenize.go).
 	TokenizeSkew TokenizeSkew
+	// API is the request API the workers follow: APIVLLM, or APISGLang
+	// for SGLang's adapter and cache-namespace members (sglang.go). The
+	// KV events keep the --event-encoding form either way.
+	API string
 }
+
+// The request APIs of Config.API.
+const (
+	APIVLLM   = "vllm"
+	APISGLang = "sglang"
+)
 
 // DefaultConfig returns the settings of the command-line defaults. The
 // prefill rate is low enough that a long uncached prompt costs a visible
@@ -103,6 +113,7 @@ func DefaultConfig() Config {
 		MaxModelLen:      131072,
 		ReplayBuffer:     10_000,
 		TokenizeSkew:     SkewNone,
+		API:              APIVLLM,
 	}
 }
 
@@ -141,6 +152,8 @@ func (c *Config) Validate() error {
 		return errors.New("--replay-buffer must be at least 1")
 	case c.Model == "":
 		return errors.New("--model must not be empty")
+	case c.API != APIVLLM && c.API != APISGLang:
+		return errors.New("--api must be vllm or sglang")
 	}
 	if err := c.TokenizeSkew.validate(); err != nil {
 		return err

@@ -75,6 +75,8 @@ func parseFlags(args []string) (Config, error) {
 		"report usage.prompt_tokens_details.cached_tokens (when non-zero), as vLLM's flag of that name; off, usage has no cached tokens")
 	fs.BoolVar(&cfg.EnableForceIncludeUsage, "enable-force-include-usage", false,
 		"end every stream with a usage chunk, as vLLM's flag of that name; off, only requests with stream_options.include_usage get one")
+	fs.StringVar(&cfg.API, "api", cfg.API,
+		"request API: vllm, or sglang (SGLang's lora_path, <model>:<adapter> and extra_key; the events keep --event-encoding's form)")
 	skew := fs.String("tokenize-skew", string(SkewNone),
 		"make /tokenize disagree with what the completion routes prefill, for testing a gateway: none; bos (a chat answer lacks the BOS token the template writes); template (chat is rendered without the tools)")
 	if err := fs.Parse(args); err != nil {

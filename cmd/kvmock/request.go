@@ -26,6 +26,7 @@ type request struct {
 	prompt  []uint32
 	lora    string // the LoRA adapter serving it, "" for the base model
 	salt    string // its cache_salt, "" for none
+	key     string // its SGLang extra_key, "" for none
 	arrived time.Time
 
 	// seq is the scheduler's state (internal/engine): the prompt's block
@@ -55,13 +56,14 @@ type progress struct {
 // newRequest returns a request of the adapter lora ("" for the base
 // model), salted by salt ("" for none), that needs blocks for its prompt
 // and maxTokens output tokens.
-func newRequest(prompt []uint32, lora, salt string, maxTokens, blockSize int) *request {
+func newRequest(prompt []uint32, lora, salt, key string, maxTokens, blockSize int) *request {
 	return &request{
 		prompt:  prompt,
 		lora:    lora,
 		salt:    salt,
+		key:     key,
 		arrived: time.Now(),
-		seq:     enginemodel.NewSeq(len(prompt), blockHashes(prompt, blockSize, lora, salt), maxTokens, blockSize),
+		seq:     enginemodel.NewSeq(len(prompt), blockHashes(prompt, blockSize, lora, salt+keyPart(key)), maxTokens, blockSize),
 		wake:    make(chan struct{}, 1),
 	}
 }

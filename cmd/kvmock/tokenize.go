@@ -54,7 +54,7 @@ func (s TokenizeSkew) validate() error {
 func (w *worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
 	req, err := readRequest(rw, r)
 	if err == nil {
-		_, err = w.resolveModel(req.Model)
+		_, err = w.resolveAdapter(req)
 	}
 	var tokens []uint32
 	var strs []string
