@@ -194,6 +194,8 @@ type openAIRequest struct {
 	cacheReadFields
 	// How the engine cuts the prompt (truncate.go).
 	truncateFields
+	// SGLang's adapter and cache-namespace members (sglangfields.go).
+	sglangFields
 
 	promptTokens []uint32
 }
@@ -279,6 +281,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// is tokenized by one of them (models.go).
 	tr := r
 	adapter := routeAdapter(h.router.Catalog(), req)
+	if adapter == "" {
+		adapter = sglangAdapter(h.router.Catalog(), req, &oai.sglangFields)
+	}
 	if adapter != "" {
 		tr = r.WithContext(withTokenizeAdapter(r.Context(), adapter))
 	}
@@ -400,8 +405,10 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 // or that the engine will read no cache for the request (cacheread.go).
 func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) ([]uint32, string, string) {
 	chat := isChat(r)
-	if oai.skipsPrefixCache(chat) {
-		return nil, "", "" // no worker's cache is read: route by load
+	if oai.skipsPrefixCache(chat) || oai.keyedApart() {
+		// No worker's cache is read, or none the index can see (an
+		// SGLang extra_key): route by load.
+		return nil, "", ""
 	}
 	if oai.TokenIDs != nil {
 		return oai.TokenIDs, oai.LoraName, oai.CacheSalt

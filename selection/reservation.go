@@ -52,7 +52,7 @@ func (r *Router) Reserve(req *SelectRequest, explain bool) (*Reservation, error)
 	// books without the extra catalog lookup, and an unserved one has no
 	// schedulable partition, so it is never booked; whatever else is wrong
 	// with its request, "no such model" is the answer.
-	if err != nil && !r.catalog.servesModel(req.Partition.Key().Model) {
+	if err != nil && !r.catalog.ServesModel(req.Partition.Key().Model) {
 		return nil, errorf(KindNotFound, "The model `%s` does not exist.", req.ModelName)
 	}
 	return h, err

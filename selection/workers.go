@@ -40,10 +40,10 @@ func newCatalog(cfg *liveConfig) *Catalog {
 		models: make(map[string]int), adapters: newAdapterIndex()}
 }
 
-// servesModel reports whether any worker, schedulable or not, names the
+// ServesModel reports whether any worker, schedulable or not, names the
 // model: a proxied request for a model nobody serves is the gateway's own
 // 404, where one for a served model with no schedulable worker is a 503.
-func (c *Catalog) servesModel(model string) bool {
+func (c *Catalog) ServesModel(model string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.models[model] > 0

@@ -1,0 +1,75 @@
+package fidelity
+
+import (
+	"fmt"
+	"testing"
+)
+
+// SGLang's two ways to name a LoRA adapter, through engines that follow
+// SGLang's request API (kvmock --api sglang): "<model>:<adapter>" in
+// model, and the base model with lora_path. Both reach the same adapter
+// and so the same cached blocks, which the engine's events name by the
+// adapter (lora_name). Every prediction must be the engine's reported
+// hit; the base model on the same prompt shares nothing with the adapter.
+// (Before the gateway read these forms, "<model>:<adapter>" was its own
+// 404, and a lora_path request was promised the base model's blocks and
+// found the adapter's.)
+func TestSGLangAdapterForms(t *testing.T) {
+	g := startGateway(t)
+	f := startFleet(t, g, 2, true, "--api", "sglang", "--lora-modules", "sql=/adapters/sql")
+	shared := words("schema", 120)
+	send := func(i int, body map[string]any) answer {
+		t.Helper()
+		body["prompt"] = shared + " " + words(fmt.Sprintf("query%d_", i), 12)
+		body["max_tokens"] = 2
+		g.settle(t, f)
+		a := g.post(t, "/v1/completions", body)
+		if a.status != 200 || !a.reported {
+			t.Fatalf("request %d %v: %d %s", i, body["model"], a.status, a.body)
+		}
+		if want := predicted(t, a); a.usage.cached() != want {
+			t.Errorf("request %d (%v, lora_path %v): the engine reported %d cached tokens, the gateway predicted %d",
+				i, body["model"], body["lora_path"], a.usage.cached(), want)
+		}
+		return a
+	}
+	send(0, map[string]any{"model": model + ":sql"})
+	if a := send(1, map[string]any{"model": model + ":sql"}); a.usage.cached() < 96 {
+		t.Errorf("the adapter's second request found %d of its shared prefix cached", a.usage.cached())
+	}
+	if a := send(2, map[string]any{"model": model, "lora_path": "sql"}); a.usage.cached() < 96 {
+		t.Errorf("lora_path reached the adapter's blocks: %d cached", a.usage.cached())
+	}
+	if a := send(3, map[string]any{"model": model}); a.usage.cached() != 0 {
+		t.Errorf("the base model found %d of the adapter's tokens cached", a.usage.cached())
+	}
+	if a := g.post(t, "/v1/completions", map[string]any{"model": model, "lora_path": "nope", "prompt": shared}); a.status != 400 {
+		t.Errorf("an adapter no worker loaded: %d %s, want the engine's 400", a.status, a.body)
+	}
+}
+
+// An SGLang extra_key keeps a request's blocks apart from every other
+// request's, and SGLang's events do not say which blocks a key holds: a
+// keyed request is routed by load with nothing promised, where the
+// gateway promised it the plain prompt's blocks (which the engine does
+// not read for it).
+func TestSGLangExtraKeyIsRoutedByLoad(t *testing.T) {
+	g := startGateway(t)
+	f := startFleet(t, g, 2, true, "--api", "sglang")
+	prompt := words("policy", 120)
+	for i := range 2 {
+		g.settle(t, f)
+		a := g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": prompt + fmt.Sprint(" plain", i), "max_tokens": 2})
+		if a.status != 200 || a.usage.cached() != predicted(t, a) {
+			t.Fatalf("plain request %d: %d, reported %d cached, predicted %d", i, a.status, a.usage.cached(), predicted(t, a))
+		}
+	}
+	g.settle(t, f)
+	a := g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": prompt + " keyed", "max_tokens": 2, "extra_key": "tenant-b"})
+	if a.status != 200 || !a.reported {
+		t.Fatalf("keyed request: %d %s", a.status, a.body)
+	}
+	if a.usage.cached() != 0 || predicted(t, a) != 0 {
+		t.Errorf("keyed request: the engine reported %d cached tokens, the gateway predicted %d; want 0 and 0", a.usage.cached(), predicted(t, a))
+	}
+}
