@@ -166,6 +166,19 @@ func badRequest(format string, a ...any) *apiError {
 
 // readRequest decodes a request body.
 func readRequest(rw http.ResponseWriter, r *http.Request) (*apiRequest, error) {
+	body, err := readBody(rw, r)
+	if err != nil {
+		return nil, err
+	}
+	var req apiRequest
+	if err := json.Unmarshal(exactMembers(body), &req); err != nil {
+		return nil, badRequest("invalid JSON body: %v", err)
+	}
+	return &req, nil
+}
+
+// readBody reads a request's body, up to maxBody bytes (a 413 past it).
+func readBody(rw http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -174,11 +187,7 @@ func readRequest(rw http.ResponseWriter, r *http.Request) (*apiRequest, error) {
 		}
 		return nil, badRequest("reading the body: %v", err)
 	}
-	var req apiRequest
-	if err := json.Unmarshal(exactMembers(body), &req); err != nil {
-		return nil, badRequest("invalid JSON body: %v", err)
-	}
-	return &req, nil
+	return body, nil
 }
 
 // promptTokens returns the tokens of a completion prompt: the token_ids

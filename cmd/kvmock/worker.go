@@ -52,6 +52,9 @@ func newWorker(cfg *Config, id int, engines []*engine) (*worker, error) {
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("GET /metrics", w.handleMetrics)
 	mux.HandleFunc("GET /v1/models", w.handleModels)
+	if cfg.API == APISGLang {
+		mux.HandleFunc("POST /generate", w.handleGenerate)
+	}
 	w.srv = &http.Server{
 		Handler: mux,
 		// Longer than a gateway keeps an idle connection (Caddy: 2 min).

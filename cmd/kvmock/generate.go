@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// POST /generate, SGLang's native route, served with --api sglang. Its
+// request has no model: the prompt is text (encoded as a completion's
+// prompt is, with the BOS token) or input_ids, either of them a
+// one-element batch too; sampling_params.max_new_tokens is the output
+// length (SGLang's default, 128, when absent); lora_path and extra_key
+// mean what they mean on the OpenAI routes (sglang.go). The answer is
+// {"text", "meta_info"} with prompt_tokens, completion_tokens and
+// cached_tokens in meta_info; a stream sends one such document per token
+// as an SSE event, meta_info's counts growing, then [DONE].
+
+// generateRequest is the part of SGLang's GenerateReqInput kvmock reads.
+type generateRequest struct {
+	Text           json.RawMessage `json:"text"`
+	InputIDs       json.RawMessage `json:"input_ids"`
+	SamplingParams struct {
+		MaxNewTokens *int `json:"max_new_tokens"`
+	} `json:"sampling_params"`
+	Stream   bool            `json:"stream"`
+	LoraPath json.RawMessage `json:"lora_path"`
+	ExtraKey *string         `json:"extra_key"`
+	// SGLang reads no cached block past logprob_start_len when
+	// return_logprob is set; kvmock models the cap at 0 (no cache read)
+	// only, and reads the whole prefix for a later start.
+	ReturnLogprob   bool `json:"return_logprob"`
+	LogprobStartLen *int `json:"logprob_start_len"`
+}
+
+// sglangMaxNewTokens is SGLang's default output length on /generate.
+const sglangMaxNewTokens = 128
+
+// handleGenerate serves POST /generate.
+func (w *worker) handleGenerate(rw http.ResponseWriter, r *http.Request) {
+	rw.Header().Set("X-Kvmock-Worker", strconv.Itoa(w.id))
+	body, err := readBody(rw, r)
+	var g generateRequest
+	if err == nil && json.Unmarshal(body, &g) != nil {
+		err = badRequest("invalid JSON body")
+	}
+	if err == nil && g.Text != nil && g.InputIDs != nil {
+		err = badRequest("Either text or input_ids should be provided.")
+	}
+	// The rest is a completion's: the same prompt rules, adapter and key.
+	req := &apiRequest{Prompt: g.Text, LoraPath: g.LoraPath, ExtraKey: g.ExtraKey, MaxTokens: g.SamplingParams.MaxNewTokens}
+	if g.InputIDs != nil {
+		req.Prompt = g.InputIDs
+	}
+	if req.MaxTokens == nil {
+		n := sglangMaxNewTokens
+		req.MaxTokens = &n
+	}
+	var prompt []uint32
+	var lora string
+	maxTokens := 0
+	if err == nil {
+		lora, err = w.resolveAdapter(req)
+	}
+	if err == nil {
+		prompt, err = promptTokens(req)
+	}
+	if err == nil {
+		maxTokens, err = w.cfg.outputLength(req, len(prompt))
+	}
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	rq := newRequest(prompt, lora, "", w.extraKey(req), maxTokens, w.cfg.BlockSize)
+	rq.seq.SkipCacheRead = g.ReturnLogprob && g.LogprobStartLen != nil && *g.LogprobStartLen == 0
+	e := w.pickEngine(r)
+	e.submit(rq)
+	if !g.Stream {
+		p, ok := wait(r.Context(), e, rq, rq.seq.MaxTokens)
+		if !ok {
+			return
+		}
+		if p.err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = rw.Write(append(appendGenerated(nil, len(prompt), p), '\n'))
+		return
+	}
+	rc := http.NewResponseController(rw)
+	sent := 0
+	for {
+		p, ok := wait(r.Context(), e, rq, sent)
+		if !ok {
+			return
+		}
+		if p.err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		if sent == 0 {
+			rw.Header().Set("Content-Type", "text/event-stream")
+		}
+		var buf []byte
+		for ; sent < p.generated; sent++ {
+			q := p
+			q.generated = sent + 1
+			buf = append(buf, "data: "...)
+			buf = append(appendGenerated(buf, len(prompt), q), "\n\n"...)
+		}
+		if p.done {
+			buf = append(buf, "data: [DONE]\n\n"...)
+		}
+		_, err := rw.Write(buf)
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			rq.aborted.Store(true)
+			e.poke()
+			return
+		}
+		if p.done {
+			return
+		}
+	}
+}
+
+// appendGenerated appends a /generate answer: the text so far and its
+// meta_info.
+func appendGenerated(dst []byte, promptTokens int, p progress) []byte {
+	dst = append(dst, `{"text":"`...)
+	for n := range p.generated {
+		dst = append(dst, outputText(n)...)
+	}
+	dst = append(dst, `","meta_info":{"prompt_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(promptTokens), 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(p.generated), 10)
+	dst = append(dst, `,"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(p.cachedTokens), 10)
+	return append(dst, "}}"...)
+}
