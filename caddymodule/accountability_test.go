@@ -17,9 +17,7 @@ func newLedger() *predictionLedger {
 func usageOf(prompt, cached int64) engineUsage {
 	u := engineUsage{PromptTokens: prompt}
 	if cached >= 0 {
-		u.PromptTokensDetails = &struct {
-			CachedTokens *int64 `json:"cached_tokens"`
-		}{&cached}
+		u.PromptTokensDetails = &cachedDetail{CachedTokens: &cached}
 	}
 	return u
 }

@@ -196,6 +196,8 @@ type openAIRequest struct {
 	truncateFields
 	// SGLang's adapter and cache-namespace members (sglangfields.go).
 	sglangFields
+	// SGLang's /generate prompt (generate.go).
+	generateFields
 
 	promptTokens []uint32
 }
@@ -216,9 +218,9 @@ var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b
 var requests = sync.Pool{New: func() any { return new(openAIRequest) }}
 
 func putRequest(o *openAIRequest) {
-	tokens, prompt := o.TokenIDs[:0], o.promptTokens[:0]
+	tokens, prompt, ids := o.TokenIDs[:0], o.promptTokens[:0], o.inputIDs[:0]
 	*o = openAIRequest{}
-	o.TokenIDs, o.promptTokens = tokens, prompt
+	o.TokenIDs, o.promptTokens, o.inputIDs = tokens, prompt, ids
 	requests.Put(o)
 }
 
@@ -331,7 +333,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	d.annotate(w, r)
 	out := http.ResponseWriter(w)
 	var strip *usageStripper
-	if (h.RequestUsage == nil || *h.RequestUsage) && oai.wantsUsageAdded() && addUsageOption(r, body, lease) {
+	if (h.RequestUsage == nil || *h.RequestUsage) && oai.wantsUsageAdded() && !isGenerate(r) && addUsageOption(r, body, lease) {
 		strip = newUsageStripper(w)
 		out = strip
 	}
@@ -359,7 +361,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return nil
 		}
 	}
-	h.account(pw, req, mode, isChat(r), err == nil)
+	h.account(pw, req, mode, isChat(r), isGenerate(r), err == nil)
 	return err
 }
 
@@ -373,12 +375,15 @@ func isChat(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/chat/
 // worker's end of stream) still counts; one cut before it, or one the
 // worker compressed, has no usage to read: the first is not counted, the
 // second counts as an answer without usage.
-func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode string, chat, complete bool) {
+func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode string, chat, generate, complete bool) {
 	resp := pw.res.Response()
 	if resp == nil || pw.status < 200 || pw.status > 299 {
 		return
 	}
 	u, ok := findUsage(pw.tail.buf)
+	if generate {
+		u, ok = findMetaInfo(pw.tail.buf)
+	}
 	if !ok && !complete {
 		return
 	}
@@ -401,7 +406,8 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on
-// /v1/completions, or the workers' /tokenize. Nil means none could be had,
+// /v1/completions, SGLang's /generate prompt (generate.go), or the
+// workers' /tokenize. Nil means none could be had,
 // or that the engine will read no cache for the request (cacheread.go).
 func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) ([]uint32, string, string) {
 	chat := isChat(r)
@@ -410,13 +416,21 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 		// SGLang extra_key): route by load.
 		return nil, "", ""
 	}
-	if oai.TokenIDs != nil {
+	switch {
+	case isGenerate(r):
+		text, ids, ok := oai.generatePrompt()
+		switch {
+		case !ok || oai.capsCacheRead():
+			return nil, "", ""
+		case ids != nil:
+			return ids, oai.LoraName, oai.CacheSalt
+		}
+		oai.RawPrompt = text // tokenized as a completion's prompt, as SGLang encodes it
+	case oai.TokenIDs != nil:
 		return oai.TokenIDs, oai.LoraName, oai.CacheSalt
-	}
-	if !chat && oai.promptTokens != nil {
+	case !chat && oai.promptTokens != nil:
 		return oai.promptTokens, oai.LoraName, oai.CacheSalt
-	}
-	if !chat && oai.RawPrompt.IsArray() {
+	case !chat && oai.RawPrompt.IsArray():
 		text, ids, ok := promptOfOne(oai.RawPrompt)
 		switch {
 		case !ok:

@@ -42,35 +42,65 @@ func (t *responseTail) write(b []byte) {
 // engineUsage is the part of a usage object the gateway compares with its
 // prediction.
 type engineUsage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens *int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
+	PromptTokens        int64         `json:"prompt_tokens"`
+	PromptTokensDetails *cachedDetail `json:"prompt_tokens_details"`
+}
+
+// cachedDetail is a usage's prompt_tokens_details.
+type cachedDetail struct {
+	CachedTokens *int64 `json:"cached_tokens"`
 }
 
 // usageKey opens a usage field in a JSON answer or SSE chunk.
 var usageKey = []byte(`"usage":`)
+
+// metaInfoKey opens the meta_info field of an SGLang /generate answer or
+// stream chunk, which holds prompt_tokens and cached_tokens itself.
+var metaInfoKey = []byte(`"meta_info":`)
+
+// findMetaInfo is findUsage for SGLang's /generate: the last meta_info's
+// prompt_tokens and cached_tokens, as a usage.
+func findMetaInfo(tail []byte) (engineUsage, bool) {
+	var m struct {
+		PromptTokens int64  `json:"prompt_tokens"`
+		CachedTokens *int64 `json:"cached_tokens"`
+	}
+	if !findLast(tail, metaInfoKey, &m) {
+		return engineUsage{}, false
+	}
+	u := engineUsage{PromptTokens: m.PromptTokens}
+	if m.CachedTokens != nil {
+		u.PromptTokensDetails = &cachedDetail{CachedTokens: m.CachedTokens}
+	}
+	return u, true
+}
 
 // findUsage returns the last usage object in tail: the one a stream's
 // final chunk or a JSON answer ends with. A "usage": null (some servers
 // write one in every chunk) or a key cut off by the tail's start is
 // skipped for the one before it. ok is false when there is none.
 func findUsage(tail []byte) (u engineUsage, ok bool) {
+	return u, findLast(tail, usageKey, &u)
+}
+
+// findLast decodes into v the object of the last member key in tail that
+// holds one and decodes; false when none does.
+func findLast(tail, key []byte, v any) bool {
 	for end := len(tail); end > 0; {
-		i := bytes.LastIndex(tail[:end], usageKey)
+		i := bytes.LastIndex(tail[:end], key)
 		if i < 0 {
-			return u, false
+			return false
 		}
 		end = i
-		v := bytes.TrimLeft(tail[i+len(usageKey):], " \t\r\n")
-		if len(v) == 0 || v[0] != '{' {
+		obj := bytes.TrimLeft(tail[i+len(key):], " \t\r\n")
+		if len(obj) == 0 || obj[0] != '{' {
 			continue
 		}
 		// Decode reads the one object and ignores what follows it.
-		if err := json.NewDecoder(bytes.NewReader(v)).Decode(&u); err != nil {
+		if err := json.NewDecoder(bytes.NewReader(obj)).Decode(v); err != nil {
 			continue
 		}
-		return u, true
+		return true
 	}
-	return u, false
+	return false
 }

@@ -220,9 +220,24 @@ func (g *gateway) post(t *testing.T, path string, body any, header ...string) an
 		t.Fatalf("POST %s: reading the answer: %v", path, err)
 	}
 	for _, doc := range documents(a.body) {
-		var v struct{ Usage *usage }
-		if json.Unmarshal(doc, &v) == nil && v.Usage != nil {
+		var v struct {
+			Usage *usage
+			// SGLang's /generate reports in meta_info instead.
+			MetaInfo *struct {
+				PromptTokens int `json:"prompt_tokens"`
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"meta_info"`
+		}
+		if json.Unmarshal(doc, &v) != nil {
+			continue
+		}
+		if v.Usage != nil {
 			a.usage, a.reported = *v.Usage, true
+		} else if m := v.MetaInfo; m != nil {
+			a.usage.PromptTokens, a.reported = m.PromptTokens, true
+			a.usage.PromptTokensDetails = &struct {
+				CachedTokens int `json:"cached_tokens"`
+			}{m.CachedTokens}
 		}
 	}
 	return a

@@ -73,3 +73,52 @@ func TestSGLangExtraKeyIsRoutedByLoad(t *testing.T) {
 		t.Errorf("keyed request: the engine reported %d cached tokens, the gateway predicted %d; want 0 and 0", a.usage.cached(), predicted(t, a))
 	}
 }
+
+// SGLang's native /generate, with no model: its prompt as input_ids or as
+// text (tokenized as a completion's prompt), a one-element batch of
+// either too, streamed or not. Each is routed by its prefix and its
+// prediction is the engine's reported cached_tokens (meta_info), which
+// the gateway's accounting reads (before, every /generate was routed by
+// load with nothing predicted); a request for the prompt's logprobs from
+// position 0 reads no cache and is routed by load.
+func TestSGLangGenerate(t *testing.T) {
+	g := startGateway(t)
+	f := startFleet(t, g, 2, true, "--api", "sglang")
+	ids := make([]int, 160)
+	for i := range ids {
+		ids[i] = 1000 + i
+	}
+	text := words("manual", 150)
+	send := func(name string, body map[string]any) answer {
+		t.Helper()
+		g.settle(t, f)
+		a := g.post(t, "/generate", body)
+		if a.status != 200 || !a.reported {
+			t.Fatalf("%s: %d %s", name, a.status, a.body)
+		}
+		if want := predicted(t, a); a.usage.cached() != want {
+			t.Errorf("%s: the engine reported %d cached tokens, the gateway predicted %d", name, a.usage.cached(), want)
+		}
+		return a
+	}
+	params := map[string]any{"max_new_tokens": 2}
+	send("input_ids, cold", map[string]any{"input_ids": append(ids, 1), "sampling_params": params})
+	if a := send("input_ids, warm", map[string]any{"input_ids": append(ids, 2), "sampling_params": params}); a.usage.cached() < 144 {
+		t.Errorf("input_ids: %d of the shared prefix cached", a.usage.cached())
+	}
+	if a := send("input_ids, a batch of one", map[string]any{"input_ids": [][]int{append(ids, 3)}, "sampling_params": params}); a.usage.cached() < 144 {
+		t.Errorf("input_ids batch of one: %d cached", a.usage.cached())
+	}
+	send("text, cold", map[string]any{"text": text + " one", "sampling_params": params})
+	if a := send("text, warm, streamed", map[string]any{"text": text + " two", "sampling_params": params, "stream": true}); a.usage.cached() < 128 {
+		t.Errorf("text: %d of the shared prefix cached", a.usage.cached())
+	}
+	a := send("logprobs from the start", map[string]any{"input_ids": append(ids, 4), "sampling_params": params,
+		"return_logprob": true, "logprob_start_len": 0})
+	if predicted(t, a) != 0 {
+		t.Errorf("a request for the prompt's logprobs was promised %d cached tokens", predicted(t, a))
+	}
+	if p := g.predictions(t, model); p.CachedExact < 5 || p.NoUsage != 0 || p.PromptTokensMismatch != 0 {
+		t.Errorf("the gateway's accounting of /generate: %+v", p)
+	}
+}

@@ -42,6 +42,13 @@ type PromptTokenCarrier interface {
 	PromptTokens() *[]uint32
 }
 
+// InputIDsCarrier is implemented by request types that also take SGLang's
+// "input_ids" (its /generate's token prompt) through the fast token
+// decoder, as PromptTokenCarrier does for "prompt".
+type InputIDsCarrier interface {
+	InputIDs() *[]uint32
+}
+
 // DecodeJSON decodes a request body into v (a *SelectRequest,
 // *ReservationRequest, *ScoreRequest or any type embedding Prompt or
 // TokenPrompt). The token
@@ -53,8 +60,15 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 	st := decodeState{tokens: (*ids)[:0]}
 	*ids = nil
 	if ptc, ok := v.(PromptTokenCarrier); ok {
-		st.promptDst = ptc.PromptTokens()
-		*st.promptDst = (*st.promptDst)[:0]
+		st.arrays[0] = tokenMember{name: "prompt", dst: ptc.PromptTokens()}
+	}
+	if ic, ok := v.(InputIDsCarrier); ok {
+		st.arrays[1] = tokenMember{name: "input_ids", dst: ic.InputIDs()}
+	}
+	for i := range st.arrays {
+		if a := &st.arrays[i]; a.dst != nil {
+			*a.dst = (*a.dst)[:0]
+		}
 	}
 	if _, ok := v.(ExactNames); ok {
 		st.exact = namesOf(v)
@@ -74,8 +88,29 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 	if st.tokensFound {
 		*ids = st.tokens
 	}
-	if st.promptDst != nil && !st.promptFound {
-		*st.promptDst = nil // no integer-array prompt: not a reused buffer's leftovers
+	for i := range st.arrays {
+		if a := &st.arrays[i]; a.dst != nil && !a.found {
+			*a.dst = nil // no integer array: not a reused buffer's leftovers
+		}
+	}
+	return nil
+}
+
+// tokenMember is a member besides token_ids that the fast token decoder
+// reads when it is an integer array: "prompt" (PromptTokenCarrier) or
+// "input_ids" (InputIDsCarrier).
+type tokenMember struct {
+	name  string
+	dst   *[]uint32 // where its tokens go; nil when v takes none
+	found bool      // an integer array was read into dst
+}
+
+// arrayFor is the token member named key that is still to be read, or nil.
+func (st *decodeState) arrayFor(key []byte) *tokenMember {
+	for i := range st.arrays {
+		if a := &st.arrays[i]; a.dst != nil && !a.found && string(key) == a.name {
+			return a
+		}
 	}
 	return nil
 }
@@ -84,11 +119,12 @@ func DecodeJSON(body []byte, v promptCarrier) error {
 // found: the token arrays parsed in place, and where they were, so that
 // goccy gets the body without them.
 type decodeState struct {
-	tokens      []uint32  // token_ids, into the caller's reused buffer
-	promptDst   *[]uint32 // where an integer-array "prompt" goes; nil when v takes none
-	seenTokens  bool      // a token_ids member was read: another is a duplicate
-	tokensFound bool      // and it was not null
-	promptFound bool      // an integer-array prompt was read into promptDst
+	tokens      []uint32 // token_ids, into the caller's reused buffer
+	seenTokens  bool     // a token_ids member was read: another is a duplicate
+	tokensFound bool     // and it was not null
+	// arrays are the other members read as token arrays when they are
+	// integer arrays: "prompt", then "input_ids".
+	arrays [2]tokenMember
 	// exact is v's member names when v matches them exactly (ExactNames);
 	// nil when names match with case folded.
 	exact *memberNames
@@ -170,12 +206,13 @@ func (st *decodeState) member(sc *scanner, key []byte, keyStart int) error {
 		}
 		st.seenTokens, st.tokensFound = true, !null
 		st.cut(keyStart, sc.i)
-	case st.promptDst != nil && !st.promptFound && sc.i < len(sc.b) && sc.b[sc.i] == '[' && string(key) == "prompt":
+	case sc.i < len(sc.b) && sc.b[sc.i] == '[' && st.arrayFor(key) != nil:
 		// Try it as token ids; a prompt of strings or a batch of
 		// prompts stays in the body for the generic decoder.
+		a := st.arrayFor(key)
 		start := sc.i
-		if toks, _, err := sc.tokenArray(*st.promptDst, "prompt"); err == nil {
-			*st.promptDst, st.promptFound = toks, true
+		if toks, _, err := sc.tokenArray(*a.dst, a.name); err == nil {
+			*a.dst, a.found = toks, true
 			st.cut(keyStart, sc.i)
 			return nil
 		}

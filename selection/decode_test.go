@@ -286,3 +286,38 @@ func TestDecodeIntegerPrompt(t *testing.T) {
 		t.Fatalf("broken prompt: %v", err)
 	}
 }
+
+// generateBody takes both prompt and SGLang's input_ids as token arrays.
+type generateBody struct {
+	completionBody
+	RawInputIDs RawJSON `json:"input_ids"`
+	ids         []uint32
+}
+
+func (g *generateBody) InputIDs() *[]uint32 { return &g.ids }
+
+// TestDecodeInputIDs: input_ids goes to its own carrier when it is an
+// integer array, and to the generic decoder when it is a batch; prompt
+// goes where it always did, and neither takes the other's place.
+func TestDecodeInputIDs(t *testing.T) {
+	tests := []struct {
+		body      string
+		ids, toks []uint32
+		raw       string
+	}{
+		{`{"input_ids":[1,2,3]}`, []uint32{1, 2, 3}, nil, ""},
+		{`{"input_ids":[[1,2],[3]]}`, nil, nil, `[[1,2],[3]]`},
+		{`{"prompt":[4],"input_ids":[5,6]}`, []uint32{5, 6}, []uint32{4}, ""},
+		{`{"text":"hi"}`, nil, nil, ""},
+	}
+	for i, tc := range tests {
+		var g generateBody
+		g.ids = []uint32{99} // a reused buffer's leftovers
+		if err := DecodeJSON([]byte(tc.body), &g); err != nil {
+			t.Fatalf("Test %d: %v", i, err)
+		}
+		if !slices.Equal(g.ids, tc.ids) || (g.ids == nil) != (tc.ids == nil) || !slices.Equal(g.toks, tc.toks) || string(g.RawInputIDs) != tc.raw {
+			t.Errorf("Test %d: input_ids %v prompt %v raw %q", i, g.ids, g.toks, g.RawInputIDs)
+		}
+	}
+}
