@@ -76,31 +76,34 @@ type WorkerRequest struct {
 	EngineBlockSize *uint32  `json:"engine_block_size,omitempty"`
 }
 
-// WorkerRecord is a catalog entry as the API returns it.
+// WorkerRecord is a catalog entry as the API returns it, in the shape
+// Dynamo's record has: an optional field it always writes is null when
+// unset, and the lists and maps it leaves out when empty are left out
+// (docs/selection-api.md, "Workers").
 type WorkerRecord struct {
 	WorkerID                  uint64            `json:"worker_id"`
 	ModelName                 string            `json:"model_name"`
 	RoutingGroup              string            `json:"routing_group"`
 	Endpoint                  *string           `json:"endpoint"`
-	KVEventsEndpoint          *string           `json:"kv_events_endpoint,omitempty"`
+	KVEventsEndpoint          *string           `json:"kv_events_endpoint"`
 	KVEventsEndpoints         map[string]string `json:"kv_events_endpoints,omitempty"`
-	ReplayEndpoint            *string           `json:"replay_endpoint,omitempty"`
+	ReplayEndpoint            *string           `json:"replay_endpoint"`
 	BlockSize                 *uint32           `json:"block_size"`
 	DataParallelStartRank     uint32            `json:"data_parallel_start_rank"`
 	DataParallelSize          uint32            `json:"data_parallel_size"`
 	MaxNumBatchedTokens       *uint64           `json:"max_num_batched_tokens"`
 	TotalKVBlocks             *uint64           `json:"total_kv_blocks"`
-	StableRoutingID           *string           `json:"stable_routing_id,omitempty"`
-	IsEagle                   *bool             `json:"is_eagle,omitempty"`
+	StableRoutingID           *string           `json:"stable_routing_id"`
+	IsEagle                   *bool             `json:"is_eagle"`
 	Taints                    []string          `json:"taints"`
 	TopologyDomains           map[string]string `json:"topology_domains"`
-	KVTransferDomain          *string           `json:"kv_transfer_domain,omitempty"`
-	KVTransferEnforcement     *string           `json:"kv_transfer_enforcement,omitempty"`
-	KVTransferPreferredWeight *float32          `json:"kv_transfer_preferred_weight,omitempty"`
+	KVTransferDomain          *string           `json:"kv_transfer_domain"`
+	KVTransferEnforcement     *string           `json:"kv_transfer_enforcement"`
+	KVTransferPreferredWeight *float32          `json:"kv_transfer_preferred_weight"`
 	RouterHintWorkerType      *string           `json:"router_hint_worker_type,omitempty"`
-	RouterHintSourceControl   map[string]string `json:"router_hint_source_control_endpoints"`
+	RouterHintSourceControl   map[string]string `json:"router_hint_source_control_endpoints,omitempty"`
 	Lifecycle                 string            `json:"lifecycle"`
-	NotSchedulableReasons     []string          `json:"not_schedulable_reasons"`
+	NotSchedulableReasons     []string          `json:"not_schedulable_reasons,omitempty"`
 	// LoraAdapters are the LoRA adapters the worker serves: a request
 	// naming one goes to this worker's partition, and only to workers
 	// that serve it (docs/engine-facts.md).

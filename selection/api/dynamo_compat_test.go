@@ -136,3 +136,29 @@ func TestBookedAnswerAlwaysHasSequenceHashes(t *testing.T) {
 		t.Errorf("an unbooked select names sequence_hashes: %s", res.raw)
 	}
 }
+
+// TestWorkerRecordShape: a record writes Dynamo's optional fields as null
+// when unset, and leaves out the lists and maps Dynamo leaves out when
+// empty, so a client indexing the record by name finds what it expects.
+func TestWorkerRecordShape(t *testing.T) {
+	srv, _ := apiServer(t, 0)
+	res := call(t, srv, "POST", "/workers", js, `{"worker_id":1,"endpoint":"127.0.0.1:9","block_size":16}`)
+	if res.status != 201 {
+		t.Fatalf("%d %s", res.status, res.raw)
+	}
+	for _, k := range []string{"kv_events_endpoint", "replay_endpoint", "stable_routing_id", "is_eagle",
+		"kv_transfer_domain", "kv_transfer_enforcement", "kv_transfer_preferred_weight", "max_num_batched_tokens"} {
+		if v, ok := res.body[k]; !ok || v != nil {
+			t.Errorf("record member %s: present %v, value %#v; want null", k, ok, v)
+		}
+	}
+	for _, k := range []string{"not_schedulable_reasons", "router_hint_source_control_endpoints", "kv_events_endpoints"} {
+		if _, ok := res.body[k]; ok {
+			t.Errorf("record member %s present while empty: %s", k, res.raw)
+		}
+	}
+	res = call(t, srv, "POST", "/workers", js, `{"worker_id":2,"block_size":16}`)
+	if r, _ := res.body["not_schedulable_reasons"].([]any); len(r) == 0 {
+		t.Errorf("an incomplete record names no reasons: %s", res.raw)
+	}
+}
