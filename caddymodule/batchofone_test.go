@@ -1,0 +1,58 @@
+package caddymodule
+
+import (
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// TestPromptOfOne: a batch of one is its element; anything else is not a
+// prompt the gateway can route by.
+func TestPromptOfOne(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		text string
+		ids  []uint32
+		ok   bool
+	}{
+		{`["hello"]`, `"hello"`, nil, true},
+		{` [ [1, 2, 3] ] `, "", []uint32{1, 2, 3}, true},
+		{`["a","b"]`, "", nil, false},
+		{`[[1,2],"x"]`, "", nil, false},
+		{`[]`, "", nil, false},
+		{`[[]]`, "", nil, false},
+		{`[[1.5]]`, "", nil, false},
+		{`[7]`, "", nil, false},
+		{`"x"`, "", nil, false},
+	} {
+		text, ids, ok := promptOfOne(selection.RawJSON(c.raw))
+		if ok != c.ok || string(text) != c.text || !slices.Equal(ids, c.ids) {
+			t.Errorf("%s: %q %v %v, want %q %v %v", c.raw, text, ids, ok, c.text, c.ids, c.ok)
+		}
+	}
+}
+
+// TestPromptOfOneReadsOneElement: a batch of a million elements is
+// refused after its first, not decoded whole (which allocated some 65
+// times the body). The least of three runs is taken: TotalAlloc counts
+// the whole process.
+func TestPromptOfOneReadsOneElement(t *testing.T) {
+	raw := selection.RawJSON(`["x"` + strings.Repeat(",0", 1<<20) + `]`)
+	least := ^uint64(0)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, ok := promptOfOne(raw)
+		runtime.ReadMemStats(&after)
+		if ok {
+			t.Fatal("a batch of many taken as a batch of one")
+		}
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
+	}
+	if least > uint64(len(raw)) {
+		t.Errorf("refusing a %d-byte batch allocated %d bytes", len(raw), least)
+	}
+}
