@@ -98,6 +98,7 @@ func (p *engineProbe) get(ctx context.Context, endpoint, path string, fn func(io
 	if err != nil {
 		return err
 	}
+	req.Header.Set(viaHeader, processID) // a worker that is this gateway answers 508 (loop.go)
 	res, err := p.client.Do(req)
 	if err != nil {
 		return err

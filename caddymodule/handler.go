@@ -231,11 +231,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
 		return h.serveModels(w) // every catalog model, not one worker's (models.go)
 	}
-	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
-		return next.ServeHTTP(w, r)
-	}
+	// Every request passed on is marked, whatever its method: a GET
+	// that came back went round until a header grew too large.
 	if cameBack(r) {
 		return h.refuse(w, http.StatusLoopDetected, errLoop)
+	}
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+		return next.ServeHTTP(w, r)
 	}
 	arrived := time.Now()
 	bufp := bodies.Get().(*[]byte)
@@ -447,9 +449,9 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 	var err error
 	switch {
 	case chat && len(oai.Messages) > 0:
-		toks, err = h.tokenizer.tokenize(r.Context(), part, chatTokenizeBody(oai))
+		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.CacheSalt, chatTokenizeBody(oai))
 	case oai.RawPrompt.IsString():
-		toks, err = h.tokenizer.tokenize(r.Context(), part, completionTokenizeBody(oai))
+		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.CacheSalt, completionTokenizeBody(oai))
 	default:
 		return nil, "", ""
 	}

@@ -42,9 +42,12 @@ const maxTokenizeTries = 3
 // request, tokenize_body.go). A worker that cannot be reached or answers
 // 5xx is not the model's only tokenizer: the next one is asked, up to
 // maxTokenizeTries, all within the one tokenize_timeout. A 4xx is the
-// request's own fault and would be the same anywhere.
-func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
-	key := tokenCacheKey(part.Model+"\x00"+part.Group, body)
+// request's own fault and would be the same anywhere. salt is the
+// request's cache_salt: answers are kept per salt, so that a tenant's
+// conversation is never answered faster for another tenant having sent
+// it (a timing oracle cache_salt exists to close).
+func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, salt string, body []byte) ([]uint32, error) {
+	key := tokenCacheKey(part.Model+"\x00"+part.Group+"\x00"+salt, body)
 	if toks := t.cache.get(key); toks != nil {
 		return toks, nil
 	}
@@ -93,6 +96,9 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte) ([]ui
 		return nil, false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// A worker whose endpoint is this gateway answers 508 at once, where
+	// the call came back as a request to tokenize, which called again.
+	req.Header.Set(viaHeader, processID)
 	res, err := t.client.Do(req)
 	if err != nil {
 		return nil, true, err

@@ -1,0 +1,105 @@
+package caddymodule
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// countingTokenizer is a worker of model "m" whose /tokenize answers three
+// tokens, counting its calls and keeping the last call's headers.
+func countingTokenizer(t *testing.T) (*selection.Router, *atomic.Int64, *atomic.Value) {
+	t.Helper()
+	var calls atomic.Int64
+	var hdr atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		hdr.Store(r.Header.Clone())
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"count":3,"max_model_len":1000,"tokens":[1,2,3]}`))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents = false
+	router, err := selection.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(router.Close)
+	id, model, ep, bs := uint64(1), "m", srv.Listener.Addr().String(), uint32(16)
+	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs}); err != nil {
+		t.Fatal(err)
+	}
+	return router, &calls, &hdr
+}
+
+// tokensOf runs the handler's tokens for body on path.
+func tokensOf(t *testing.T, h *Handler, path, body string) []uint32 {
+	t.Helper()
+	var o openAIRequest
+	if err := selection.DecodeJSON([]byte(body), &o); err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, path, nil)
+	part := selection.Partition{ModelName: "m"}
+	toks, _, _ := h.tokens(r, &o, part.Key())
+	return toks
+}
+
+// TestTokenizeCacheKeptPerSalt: two tenants' salted requests for the same
+// conversation each ask /tokenize: the second is not answered from the
+// first's entry, which made it measurably faster and told its tenant the
+// conversation had been sent. The same salt is answered from the cache.
+func TestTokenizeCacheKeptPerSalt(t *testing.T) {
+	router, calls, _ := countingTokenizer(t)
+	h := &Handler{router: router, tokenizer: newTokenizer(router, 2*time.Second, 4<<20)}
+	for _, salt := range []string{"tenant-a", "tenant-b", "tenant-a"} {
+		body := `{"model":"m","messages":[{"role":"user","content":"secret"}],"cache_salt":"` + salt + `"}`
+		if toks := tokensOf(t, h, "/v1/chat/completions", body); len(toks) != 3 {
+			t.Fatalf("tokens %v", toks)
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("/tokenize asked %d times for two tenants' three requests, want 2", n)
+	}
+}
+
+// TestTokenizeCallIsMarked: the gateway's own /tokenize call carries this
+// process's mark, so that a worker whose endpoint is the gateway refuses
+// it at once (it came back as a request to tokenize, which called again:
+// a probe saw 4 completions make some 3,800 nested calls).
+func TestTokenizeCallIsMarked(t *testing.T) {
+	router, _, hdr := countingTokenizer(t)
+	h := &Handler{router: router, tokenizer: newTokenizer(router, 2*time.Second, 0)}
+	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"x"}`); len(toks) != 3 {
+		t.Fatalf("tokens %v", toks)
+	}
+	if got, _ := hdr.Load().(http.Header); got.Get(viaHeader) != processID {
+		t.Errorf("the /tokenize call carries %s %q, want this process's id", viaHeader, got.Get(viaHeader))
+	}
+}
+
+// TestLoopGuardCoversEveryMethod: a request that comes back with this
+// process's mark is refused whatever its method (a GET that came back was
+// passed on, round and round until a header grew too large).
+func TestLoopGuardCoversEveryMethod(t *testing.T) {
+	h := &Handler{logger: zap.NewNop()}
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		r := httptest.NewRequest(method, "/v1/anything", nil)
+		r.Header.Set(viaHeader, processID)
+		w := httptest.NewRecorder()
+		passed := false
+		next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { passed = true; return nil })
+		_ = h.ServeHTTP(w, r, next)
+		if passed || w.Code != http.StatusLoopDetected {
+			t.Errorf("%s that came back: passed on %v, status %d; want 508", method, passed, w.Code)
+		}
+	}
+}
