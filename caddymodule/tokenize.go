@@ -62,9 +62,13 @@ func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, s
 func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
 	var endpoints []string
 	adapter := tokenizeAdapter(ctx)
+	var maxLen uint64 // the smallest context length known, 0 for none
 	for _, w := range t.router.Catalog().ListWorkers(part.Model, part.Group) {
 		if w.Schedulable() && w.Endpoint != nil && canTokenize(&w, adapter) {
 			endpoints = append(endpoints, *w.Endpoint)
+			if l := w.MaxModelLen; l != nil && *l > 0 && (maxLen == 0 || *l < maxLen) {
+				maxLen = *l
+			}
 		}
 	}
 	if len(endpoints) == 0 {
@@ -77,7 +81,7 @@ func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey,
 	for i := range min(len(endpoints), maxTokenizeTries) {
 		var toks []uint32
 		var retry bool
-		toks, retry, err = t.ask(ctx, endpoints[(first+uint64(i))%uint64(len(endpoints))], body)
+		toks, retry, err = t.ask(ctx, endpoints[(first+uint64(i))%uint64(len(endpoints))], body, maxLen)
 		if err == nil || !retry || ctx.Err() != nil {
 			return toks, err
 		}
@@ -86,8 +90,11 @@ func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey,
 }
 
 // ask sends body to one worker's /tokenize; retry says whether another
-// worker could answer better.
-func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte) ([]uint32, bool, error) {
+// worker could answer better. A prompt longer than maxLen tokens (the
+// model's context length, 0 when unknown) is an error: the engine will
+// refuse it, and its answer is not read past what maxLen tokens take
+// (a probe's 4 MiB text came back as 12 MB of token ids).
+func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLen uint64) ([]uint32, bool, error) {
 	if !strings.Contains(endpoint, "://") {
 		endpoint = "http://" + endpoint
 	}
@@ -104,12 +111,19 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte) ([]ui
 		return nil, true, err
 	}
 	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	limit := int64(maxTokenizeAnswer)
+	if maxLen > 0 {
+		limit = min(limit, int64(maxLen)*tokenAnswerBytes+tokenAnswerSlack)
+	}
+	b, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
 	if err != nil {
 		return nil, true, err
 	}
 	if res.StatusCode != http.StatusOK {
 		return nil, res.StatusCode >= 500, fmt.Errorf("tokenize: status %d", res.StatusCode)
+	}
+	if int64(len(b)) > limit {
+		return nil, false, fmt.Errorf("tokenize: an answer of more than %d bytes, past the model's %d tokens", limit, maxLen)
 	}
 	var out tokenizeResponse
 	if err := selection.UnmarshalPlain(b, &out); err != nil {
@@ -118,8 +132,20 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte) ([]ui
 	if out.Tokens == nil {
 		return nil, false, errors.New("tokenize: no tokens in the answer")
 	}
+	if maxLen > 0 && uint64(len(out.Tokens)) > maxLen {
+		return nil, false, fmt.Errorf("tokenize: %d tokens, past the model's %d", len(out.Tokens), maxLen)
+	}
 	return out.Tokens, false, nil
 }
+
+// Bounds of a /tokenize answer: at most maxTokenizeAnswer bytes, and
+// with the model's context length known, tokenAnswerBytes a token (ten
+// digits, a comma and a space) and tokenAnswerSlack for the rest.
+const (
+	maxTokenizeAnswer = 64 << 20
+	tokenAnswerBytes  = 12
+	tokenAnswerSlack  = 64 << 10
+)
 
 // quoteJSON writes s as a JSON string.
 func quoteJSON(s string) string {

@@ -103,3 +103,51 @@ func TestLoopGuardCoversEveryMethod(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenizeAnswerBoundedByContext: with the model's context length
+// known, a prompt tokenized past it is routed by load (the engine refuses
+// it), and an answer longer than that many tokens can take is not read
+// whole; within it, the tokens are used.
+func TestTokenizeAnswerBoundedByContext(t *testing.T) {
+	var answer atomic.Int32 // 0: three tokens; 1: 100,000 long ids; 2: 5,000 short ones
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		b := []byte(`{"tokens":[1`)
+		switch answer.Load() {
+		case 0:
+			b = append(b, ",2,3"...)
+		case 1: // some 700 KB: past what 4,096 tokens take
+			for range 99_999 {
+				b = append(b, ",123456"...)
+			}
+		case 2: // within the byte bound, past the count
+			for range 4_999 {
+				b = append(b, ",7"...)
+			}
+		}
+		_, _ = w.Write(append(b, "]}"...))
+	}))
+	defer srv.Close()
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents = false
+	router, err := selection.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer router.Close()
+	id, model, ep, bs, maxLen := uint64(1), "m", srv.Listener.Addr().String(), uint32(16), uint64(4096)
+	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep,
+		BlockSize: &bs, MaxModelLen: &maxLen}); err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{router: router, tokenizer: newTokenizer(router, 2*time.Second, 0), logger: zap.NewNop()}
+	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"short"}`); len(toks) != 3 {
+		t.Fatalf("a prompt within the context: tokens %v", toks)
+	}
+	for mode, what := range map[int32]string{1: "100,000 tokens", 2: "5,000 tokens"} {
+		answer.Store(mode)
+		if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"long"}`); toks != nil {
+			t.Errorf("%s against a context of 4,096 routed by %d tokens", what, len(toks))
+		}
+	}
+}
