@@ -105,10 +105,10 @@ type tokenMember struct {
 	found bool      // an integer array was read into dst
 }
 
-// arrayFor is the token member named key that is still to be read, or nil.
+// arrayFor is the token member named key, or nil.
 func (st *decodeState) arrayFor(key []byte) *tokenMember {
 	for i := range st.arrays {
-		if a := &st.arrays[i]; a.dst != nil && !a.found && string(key) == a.name {
+		if a := &st.arrays[i]; a.dst != nil && string(key) == a.name {
 			return a
 		}
 	}
@@ -206,10 +206,16 @@ func (st *decodeState) member(sc *scanner, key []byte, keyStart int) error {
 		}
 		st.seenTokens, st.tokensFound = true, !null
 		st.cut(keyStart, sc.i)
-	case sc.i < len(sc.b) && sc.b[sc.i] == '[' && st.arrayFor(key) != nil:
+	case st.arrayFor(key) != nil:
+		// The last of repeated members is the one the engine reads
+		// (Python's json): an earlier integer array no longer counts.
+		a := st.arrayFor(key)
+		a.found, *a.dst = false, (*a.dst)[:0]
+		if sc.i >= len(sc.b) || sc.b[sc.i] != '[' {
+			return sc.skipValue(0)
+		}
 		// Try it as token ids; a prompt of strings or a batch of
 		// prompts stays in the body for the generic decoder.
-		a := st.arrayFor(key)
 		start := sc.i
 		if toks, _, err := sc.tokenArray(*a.dst, a.name); err == nil {
 			*a.dst, a.found = toks, true

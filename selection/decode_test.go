@@ -260,6 +260,10 @@ func TestDecodeIntegerPrompt(t *testing.T) {
 		{`{"prompt":[[1,2],[3]],"model":"m"}`, nil, `[[1,2],[3]]`, nil},
 		{`{"token_ids":[9],"model":"m","prompt":[4, 5]}`, []uint32{4, 5}, "", []uint32{9}},
 		{`{"prompt":[7],"token_ids":[8]}`, []uint32{7}, "", []uint32{8}},
+		// Repeated, the last prompt is the engine's (Python's json).
+		{`{"model":"m","prompt":[1,2,3],"prompt":[4,5]}`, []uint32{4, 5}, "", nil},
+		{`{"model":"m","prompt":[1,2,3],"prompt":"text"}`, nil, `"text"`, nil},
+		{`{"model":"m","prompt":"text","prompt":[6]}`, []uint32{6}, `"text"`, nil},
 	}
 	for i, tc := range tests {
 		var c completionBody
