@@ -78,10 +78,9 @@ func templateKwargs(kwargs, documents, effort selection.RawJSON) selection.RawJS
 	if documents.IsSet() {
 		added = append(added, [2]string{"documents", string(bytes.TrimSpace(documents))})
 	}
-	if effort.IsString() {
-		e := bytes.TrimSpace(effort)
-		added = append(added, [2]string{"reasoning_effort", string(e)},
-			[2]string{"enable_thinking", strconv.FormatBool(string(e) != `"none"`)})
+	if e, ok := effort.Text(); ok {
+		added = append(added, [2]string{"reasoning_effort", string(bytes.TrimSpace(effort))},
+			[2]string{"enable_thinking", strconv.FormatBool(e != "none")})
 	}
 	if len(added) == 0 {
 		return kwargs

@@ -96,6 +96,9 @@ func TestTokenizeBodies(t *testing.T) {
 		{"chat, reasoning_effort as vLLM's chat route hands it to the template", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
 			ReasoningEffort: []byte(`"none"`)}}, true,
 			`{"model":"m","messages":[],"chat_template_kwargs":{"reasoning_effort":"none","enable_thinking":false},"reasoning_effort":"none","add_generation_prompt":true,"add_special_tokens":false}`},
+		{"chat, reasoning_effort none with an escape, read as the engine decodes it", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
+			ReasoningEffort: []byte(`"\u006eone"`)}}, true,
+			`{"model":"m","messages":[],"chat_template_kwargs":{"reasoning_effort":"\u006eone","enable_thinking":false},"reasoning_effort":"\u006eone","add_generation_prompt":true,"add_special_tokens":false}`},
 		{"chat, a null reasoning_effort", openAIRequest{Model: "m", Messages: []byte(`[]`), templateFields: templateFields{
 			ReasoningEffort: []byte(`null`), ChatTemplateKwargs: []byte(`{"x":1}`)}}, true,
 			`{"model":"m","messages":[],"chat_template_kwargs":{"x":1},"add_generation_prompt":true,"add_special_tokens":false}`},

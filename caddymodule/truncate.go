@@ -31,7 +31,7 @@ func (f *truncateFields) truncate(toks []uint32) []uint32 {
 	if err != nil || n < 1 || n >= int64(len(toks)) {
 		return toks
 	}
-	if bytes.Equal(bytes.TrimSpace(f.TruncationSide), []byte(`"right"`)) {
+	if side, _ := f.TruncationSide.Text(); side == "right" {
 		return toks[:n]
 	}
 	return toks[len(toks)-int(n):]

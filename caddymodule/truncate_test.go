@@ -20,6 +20,7 @@ func TestTruncateAsVLLM(t *testing.T) {
 		{`{"truncate_prompt_tokens": 2}`, []uint32{4, 5}},
 		{`{"truncate_prompt_tokens": 2, "truncation_side": "left"}`, []uint32{4, 5}},
 		{`{"truncate_prompt_tokens": 2, "truncation_side": "right"}`, []uint32{1, 2}},
+		{`{"truncate_prompt_tokens": 2, "truncation_side": "\u0072ight"}`, []uint32{1, 2}}, // the engine decodes escapes
 		{`{"truncate_prompt_tokens": -1}`, toks},
 		{`{"truncate_prompt_tokens": 0}`, toks},
 		{`{"truncate_prompt_tokens": 9}`, toks},

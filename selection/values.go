@@ -2,6 +2,7 @@ package selection
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -147,3 +148,16 @@ func (r RawJSON) IsSet() bool {
 
 // IsTrue reports whether the value is the literal true.
 func (r RawJSON) IsTrue() bool { return bytes.Equal(bytes.TrimSpace(r), []byte("true")) }
+
+// Text is the value of a JSON string, its escapes decoded ("\u0072ight"
+// is "right", as the engine reads it); ok is false for any other value.
+func (r RawJSON) Text() (s string, ok bool) {
+	v := bytes.TrimSpace(r)
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), true
+	}
+	return s, json.Unmarshal(v, &s) == nil
+}
