@@ -291,9 +291,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if adapter != "" {
 		tr = r.WithContext(withTokenizeAdapter(r.Context(), adapter))
 	}
-	req.TokenIDs, req.LoraName, req.CacheSalt = h.tokens(tr, oai, req.Partition.Key())
+	// The prompt is hashed with the request's cache_salt, and with an
+	// adapter's name only when the request names one the engine's way
+	// (its model, or SGLang's forms): lora_name is a selection-API member
+	// no engine route reads, which would only mislead the gateway.
+	req.TokenIDs = h.tokens(tr, oai, req.Partition.Key())
 	if req.TokenIDs != nil {
-		req.TokenIDs = oai.truncate(req.TokenIDs)
+		req.TokenIDs, req.CacheSalt = oai.truncate(req.TokenIDs), oai.CacheSalt
 	}
 	if adapter != "" {
 		req.LoraName = adapter
@@ -411,39 +415,39 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 // /v1/completions, SGLang's /generate prompt (generate.go), or the
 // workers' /tokenize. Nil means none could be had,
 // or that the engine will read no cache for the request (cacheread.go).
-func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) ([]uint32, string, string) {
+func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) []uint32 {
 	chat := isChat(r)
 	if oai.skipsPrefixCache(chat) || oai.keyedApart() {
 		// No worker's cache is read, or none the index can see (an
 		// SGLang extra_key): route by load.
-		return nil, "", ""
+		return nil
 	}
 	switch {
 	case isGenerate(r):
 		text, ids, ok := oai.generatePrompt()
 		switch {
 		case !ok || oai.capsCacheRead():
-			return nil, "", ""
+			return nil
 		case ids != nil:
-			return ids, oai.LoraName, oai.CacheSalt
+			return ids
 		}
 		oai.RawPrompt = text // tokenized as a completion's prompt, as SGLang encodes it
 	case oai.TokenIDs != nil:
-		return oai.TokenIDs, oai.LoraName, oai.CacheSalt
+		return oai.TokenIDs
 	case !chat && oai.promptTokens != nil:
-		return oai.promptTokens, oai.LoraName, oai.CacheSalt
+		return oai.promptTokens
 	case !chat && oai.RawPrompt.IsArray():
 		text, ids, ok := promptOfOne(oai.RawPrompt)
 		switch {
 		case !ok:
-			return nil, "", "" // a batch of prompts: route by load
+			return nil // a batch of prompts: route by load
 		case ids != nil:
-			return ids, oai.LoraName, oai.CacheSalt
+			return ids
 		}
 		oai.RawPrompt = text // tokenized as the prompt alone
 	}
 	if h.tokenizer == nil {
-		return nil, "", ""
+		return nil
 	}
 	var toks []uint32
 	var err error
@@ -453,16 +457,16 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 	case oai.RawPrompt.IsString():
 		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.CacheSalt, completionTokenizeBody(oai))
 	default:
-		return nil, "", ""
+		return nil
 	}
 	if err != nil {
 		tokenizeFailures.Inc()
 		if c := h.logger.Check(zap.DebugLevel, "tokenize failed"); c != nil {
 			c.Write(zap.Error(err))
 		}
-		return nil, "", ""
+		return nil
 	}
-	return toks, oai.LoraName, oai.CacheSalt
+	return toks
 }
 
 // readAndRestore reads the whole body (413 past limit) and puts it back for

@@ -49,8 +49,7 @@ func tokensOf(t *testing.T, h *Handler, path, body string) []uint32 {
 	}
 	r := httptest.NewRequest(http.MethodPost, path, nil)
 	part := selection.Partition{ModelName: "m"}
-	toks, _, _ := h.tokens(r, &o, part.Key())
-	return toks
+	return h.tokens(r, &o, part.Key())
 }
 
 // TestTokenizeCacheKeptPerSalt: two tenants' salted requests for the same
