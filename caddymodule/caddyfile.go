@@ -335,6 +335,7 @@ func parseRouterHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //
 //	kv_router [<matcher>] {
 //		max_body_size <size>
+//		body_timeout <duration>
 //		routing_group_header <header>
 //		session_header <header>
 //		tokenize on|off
@@ -354,6 +355,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch d.Val() {
 		case "max_body_size":
 			h.MaxBodySize, err = parseSize(d)
+		case "body_timeout":
+			h.BodyTimeout, err = parseDuration(d)
 		case "routing_group_header":
 			h.RoutingGroupHeader, err = singleArg(d)
 		case "session_header":

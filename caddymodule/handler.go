@@ -45,6 +45,13 @@ type Handler struct {
 	// is answered with 413. Default: 16777216 (16 MiB).
 	MaxBodySize int64 `json:"max_body_size,omitempty"`
 
+	// BodyTimeout bounds the time a request's body takes to arrive, from
+	// the handler's first read of it; past it the request is answered 408
+	// and its connection closed, so a client that sends a byte now and
+	// then cannot hold a connection and a body buffer for ever (Caddy's
+	// servers set no such bound by default). Default: 30s.
+	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
+
 	// RoutingGroupHeader names the request header that selects the routing
 	// group within the model. Default: X-Routing-Group.
 	RoutingGroupHeader string `json:"routing_group_header,omitempty"`
@@ -131,6 +138,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MaxBodySize == 0 {
 		h.MaxBodySize = 16 << 20
 	}
+	if h.BodyTimeout == 0 {
+		h.BodyTimeout = caddy.Duration(defaultBodyTimeout)
+	}
 	if h.RoutingGroupHeader == "" {
 		h.RoutingGroupHeader = "X-Routing-Group"
 	}
@@ -165,8 +175,8 @@ func (h *Handler) Validate() error {
 	if h.MaxBodySize < 0 {
 		return errors.New("max_body_size must not be negative")
 	}
-	if h.TokenizeTimeout < 0 {
-		return errors.New("tokenize_timeout must not be negative")
+	if h.TokenizeTimeout < 0 || h.BodyTimeout < 0 {
+		return errors.New("tokenize_timeout and body_timeout must not be negative")
 	}
 	if h.TokenizeCache != nil && *h.TokenizeCache < 0 {
 		return errors.New("tokenize_cache must not be negative")
@@ -242,7 +252,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	arrived := time.Now()
 	bufp := bodies.Get().(*[]byte)
 	lease := new(bodyLease)
-	body, status, err := readAndRestore(r, h.MaxBodySize, (*bufp)[:0], lease)
+	body, status, err := h.readBody(w, r, (*bufp)[:0], lease)
 	if err != nil {
 		bodies.Put(bufp)
 		return h.refuse(w, status, err)
@@ -473,6 +483,27 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 // the proxy: Body, ContentLength and GetBody, so retries can resend it,
 // each reader counted by lease (bodylease.go). On failure it returns the
 // status to answer.
+// readBody is readAndRestore within body_timeout: the connection's read
+// deadline is set for the body and cleared once it is read (the server
+// sets its own for the connection's next request).
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, buf []byte, lease *bodyLease) ([]byte, int, error) {
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(time.Duration(h.BodyTimeout))) == nil
+	body, status, err := readAndRestore(r, h.MaxBodySize, buf, lease)
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	if errors.Is(err, api.ErrBodyTimeout) {
+		w.Header().Set("Connection", "close")
+		return nil, http.StatusRequestTimeout, fmt.Errorf("the request body took longer than body_timeout (%v)", time.Duration(h.BodyTimeout))
+	}
+	return body, status, err
+}
+
+// defaultBodyTimeout is body_timeout's default: a 16 MiB body arrives in
+// it at some 4.5 Mbit/s.
+const defaultBodyTimeout = 30 * time.Second
+
 func readAndRestore(r *http.Request, limit int64, buf []byte, lease *bodyLease) ([]byte, int, error) {
 	if r.ContentLength > limit {
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit)

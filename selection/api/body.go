@@ -5,6 +5,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -16,6 +17,10 @@ import (
 
 // ErrBodyTooLarge is returned by ReadBody past its limit.
 var ErrBodyTooLarge = &selection.Error{Kind: selection.KindTooLarge, Msg: "length limit exceeded"}
+
+// ErrBodyTimeout is returned by ReadBody when a read deadline on the
+// connection passed before the body was whole.
+var ErrBodyTimeout = &selection.Error{Kind: selection.KindBadRequest, Msg: "the request body did not arrive in time"}
 
 // IsJSONContentType accepts application/json and any +json media type.
 func IsJSONContentType(ct string) bool {
@@ -67,6 +72,8 @@ func bodyEnded(buf []byte, limit int64, err error) (bool, error) {
 		return true, ErrBodyTooLarge
 	case errors.Is(err, io.EOF):
 		return true, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return true, ErrBodyTimeout
 	case err != nil:
 		return true, &selection.Error{Kind: selection.KindBadRequest, Msg: "reading request body: " + err.Error()}
 	}
