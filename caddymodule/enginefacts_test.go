@@ -60,17 +60,8 @@ func TestEngineReaderStopsWithItsCallsInFlight(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	cfg := selection.DefaultConfig()
-	cfg.UseKVEvents = false
-	router, err := selection.NewRouter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer router.Close()
 	id := uint64(1)
-	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &srv.URL}); err != nil {
-		t.Fatal(err)
-	}
+	router := routerWith(t, nil, selection.WorkerRequest{WorkerID: &id, Endpoint: &srv.URL})
 	reader := (&EngineFactsConfig{EngineFactsTimeout: caddy.Duration(time.Minute)}).start(router.Catalog(), zap.NewNop())
 	for deadline := time.Now().Add(5 * time.Second); asked.Load() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

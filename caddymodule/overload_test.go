@@ -215,18 +215,9 @@ func TestOverloadFastPathAsksSparingly(t *testing.T) {
 // and found every worker full waits in the queue instead of getting 503,
 // and books the worker once it frees.
 func TestOverloadStaleClearRequeues(t *testing.T) {
-	cfg := selection.DefaultConfig()
-	cfg.UseKVEvents = false
-	cfg.MaxReservationsPerRank = 1
-	router, err := selection.NewRouter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer router.Close()
 	id, endpoint, bs := uint64(1), "127.0.0.1:9", uint32(4)
-	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &endpoint, BlockSize: &bs}); err != nil {
-		t.Fatal(err)
-	}
+	router := routerWith(t, func(c *selection.Config) { c.MaxReservationsPerRank = 1 },
+		selection.WorkerRequest{WorkerID: &id, Endpoint: &endpoint, BlockSize: &bs})
 	s, _ := (&OverloadConfig{}).settings()
 	h := &Handler{router: router, overload: s, queue: newOverloadQueue(s, router.PartitionBusy)}
 	h.queue.clearFor = time.Hour // the first answer is reused throughout

@@ -39,17 +39,8 @@ func BenchmarkTokenizeCache(b *testing.B) {
 	}))
 	defer srv.Close()
 
-	cfg := selection.DefaultConfig()
-	cfg.UseKVEvents = false
-	router, err := selection.NewRouter(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer router.Close()
 	id, model, ep, bs := uint64(1), "m", strings.TrimPrefix(srv.URL, "http://"), uint32(16)
-	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs}); err != nil {
-		b.Fatal(err)
-	}
+	router := routerWith(b, nil, selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs})
 	p := selection.Partition{ModelName: model}
 	part := p.Key()
 	chat := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("word ", n) + `"}],"add_generation_prompt":true,"add_special_tokens":false}`)

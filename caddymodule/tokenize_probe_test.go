@@ -26,17 +26,8 @@ func countingTokenizer(t *testing.T) (*selection.Router, *atomic.Int64, *atomic.
 		_, _ = w.Write([]byte(`{"count":3,"max_model_len":1000,"tokens":[1,2,3]}`))
 	}))
 	t.Cleanup(srv.Close)
-	cfg := selection.DefaultConfig()
-	cfg.UseKVEvents = false
-	router, err := selection.NewRouter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(router.Close)
 	id, model, ep, bs := uint64(1), "m", srv.Listener.Addr().String(), uint32(16)
-	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs}); err != nil {
-		t.Fatal(err)
-	}
+	router := routerWith(t, nil, selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs})
 	return router, &calls, &hdr
 }
 
@@ -127,18 +118,9 @@ func TestTokenizeAnswerBoundedByContext(t *testing.T) {
 		_, _ = w.Write(append(b, "]}"...))
 	}))
 	defer srv.Close()
-	cfg := selection.DefaultConfig()
-	cfg.UseKVEvents = false
-	router, err := selection.NewRouter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer router.Close()
 	id, model, ep, bs, maxLen := uint64(1), "m", srv.Listener.Addr().String(), uint32(16), uint64(4096)
-	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep,
-		BlockSize: &bs, MaxModelLen: &maxLen}); err != nil {
-		t.Fatal(err)
-	}
+	router := routerWith(t, nil, selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep,
+		BlockSize: &bs, MaxModelLen: &maxLen})
 	h := &Handler{router: router, tokenizer: newTokenizer(router, 2*time.Second, 0), logger: zap.NewNop()}
 	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"short"}`); len(toks) != 3 {
 		t.Fatalf("a prompt within the context: tokens %v", toks)

@@ -146,47 +146,67 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 	}
 }
 
-// TestSGLangPageStream applies SGLang's shape: one positional BlockStored
-// per page, signed int64 hashes chained by parent, the cache salt in a
-// {cache_salt} map, the batch always three elements (dp_rank nil).
+// TestSGLangPageStream applies SGLang's shape: one BlockStored per page,
+// signed int64 hashes chained by parent, the cache salt on every page,
+// the batch always three elements (dp_rank nil).
 func TestSGLangPageStream(t *testing.T) {
-	const page = 4
-	x := New()
-	x.ConfigurePartition(part, page, false)
-	r := selectionRank(3)
-	tokens := []uint32{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	var d Decoder
-	var parent any // nil for the first page
-	for p := 0; p < len(tokens)/page; p++ {
-		h := -int64(1000 + p) // SGLang's first-8-bytes-as-int64 is often negative
-		pageTokens := []any{}
-		for _, tok := range tokens[p*page : (p+1)*page] {
-			pageTokens = append(pageTokens, tok)
-		}
-		payload := ref(t, []any{1.0, []any{[]any{"BlockStored", []any{h}, parent, pageTokens, page, nil, "GPU",
-			map[string]any{"cache_salt": "tenant-a"}}}, nil})
-		b, err := d.Decode(payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := x.Apply(part, r, &b.Events[0]); err != nil {
-			t.Fatalf("page %d: %v", p, err)
-		}
-		parent = h
+	// Both forms SGLang's stores take: positional, the salt in a map at
+	// lora_name's place; and the tagged map of recent SGLang, the salt a
+	// top-level member beside session_id.
+	forms := map[string]func(h int64, parent any, pageTokens []any) any{
+		"positional": func(h int64, parent any, pageTokens []any) any {
+			return []any{"BlockStored", []any{h}, parent, pageTokens, page4, nil, "GPU", map[string]any{"cache_salt": "tenant-a"}}
+		},
+		"map": func(h int64, parent any, pageTokens []any) any {
+			return map[string]any{"type": "BlockStored", "block_hashes": []any{h}, "parent_block_hash": parent,
+				"token_ids": pageTokens, "block_size": page4, "lora_id": nil, "medium": "GPU",
+				"cache_salt": "tenant-a", "session_id": "s-1"}
+		},
 	}
-	salted := selection.AppendBlockHashes(nil, tokens, page, selection.HashOptions{Seed: selection.SaltedSeed("", "tenant-a")})
-	plain := selection.AppendBlockHashes(nil, tokens, page, selection.HashOptions{})
-	var m selection.Matches
-	x.FindMatches(part, salted, &m)
-	if len(m.List) != 1 || m.List[0].Tiers.Device != 3 {
-		t.Fatalf("salted prompt matched %+v, want 3 blocks", m.List)
-	}
-	m.Reset()
-	x.FindMatches(part, plain, &m)
-	if len(m.List) != 0 {
-		t.Fatalf("an unsalted prompt matched a salted cache: %+v", m.List)
+	for name, store := range forms {
+		t.Run(name, func(t *testing.T) {
+			x := New()
+			x.ConfigurePartition(part, page4, false)
+			r := selectionRank(3)
+			tokens := []uint32{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+			var d Decoder
+			var parent any // nil for the first page
+			for p := 0; p < len(tokens)/page4; p++ {
+				h := -int64(1000 + p) // SGLang's first-8-bytes-as-int64 is often negative
+				pageTokens := []any{}
+				for _, tok := range tokens[p*page4 : (p+1)*page4] {
+					pageTokens = append(pageTokens, tok)
+				}
+				b, err := d.Decode(ref(t, []any{1.0, []any{store(h, parent, pageTokens)}, nil}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b.Events[0].CacheSalt != "tenant-a" {
+					t.Fatalf("page %d: salt %q", p, b.Events[0].CacheSalt)
+				}
+				if err := x.Apply(part, r, &b.Events[0]); err != nil {
+					t.Fatalf("page %d: %v", p, err)
+				}
+				parent = h
+			}
+			salted := selection.AppendBlockHashes(nil, tokens, page4, selection.HashOptions{Seed: selection.SaltedSeed("", "tenant-a")})
+			plain := selection.AppendBlockHashes(nil, tokens, page4, selection.HashOptions{})
+			var m selection.Matches
+			x.FindMatches(part, salted, &m)
+			if len(m.List) != 1 || m.List[0].Tiers.Device != 3 {
+				t.Fatalf("salted prompt matched %+v, want 3 blocks", m.List)
+			}
+			m.Reset()
+			x.FindMatches(part, plain, &m)
+			if len(m.List) != 0 {
+				t.Fatalf("an unsalted prompt matched a salted cache: %+v", m.List)
+			}
+		})
 	}
 }
+
+// page4 is the page size of TestSGLangPageStream.
+const page4 = 4
 
 func selectionRank(w uint64) selection.Rank { return selection.Rank{WorkerID: w} }
 
@@ -225,52 +245,5 @@ func TestDecoderShedsLargeScratch(t *testing.T) {
 	}
 	if b, err := d.Decode(small); err != nil || len(b.Events) != 1 || len(b.Events[0].BlockHashes) != 2 {
 		t.Fatalf("after shedding: %v", err)
-	}
-}
-
-// TestSGLangMapFormSalt: SGLang's store in the tagged-map form names its
-// cache salt as a top-level member (beside a session_id): the salted
-// pages are indexed under the salt, so the salted prompt matches them and
-// an unsalted one does not.
-func TestSGLangMapFormSalt(t *testing.T) {
-	const page = 4
-	x := New()
-	x.ConfigurePartition(part, page, false)
-	r := selectionRank(3)
-	tokens := []uint32{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	var d Decoder
-	var parent any
-	for p := range len(tokens) / page {
-		h := -int64(2000 + p)
-		pageTokens := []any{}
-		for _, tok := range tokens[p*page : (p+1)*page] {
-			pageTokens = append(pageTokens, tok)
-		}
-		store := map[string]any{"type": "BlockStored", "block_hashes": []any{h}, "parent_block_hash": parent,
-			"token_ids": pageTokens, "block_size": page, "lora_id": nil, "medium": "GPU",
-			"cache_salt": "tenant-a", "session_id": "s-1"}
-		b, err := d.Decode(ref(t, []any{1.0, []any{store}, 0}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b.Events[0].CacheSalt != "tenant-a" {
-			t.Fatalf("page %d: salt %q", p, b.Events[0].CacheSalt)
-		}
-		if err := x.Apply(part, r, &b.Events[0]); err != nil {
-			t.Fatalf("page %d: %v", p, err)
-		}
-		parent = h
-	}
-	salted := selection.AppendBlockHashes(nil, tokens, page, selection.HashOptions{Seed: selection.SaltedSeed("", "tenant-a")})
-	plain := selection.AppendBlockHashes(nil, tokens, page, selection.HashOptions{})
-	var m selection.Matches
-	x.FindMatches(part, plain, &m)
-	if len(m.List) != 0 {
-		t.Errorf("an unsalted prompt matched the salted pages: %+v", m.List)
-	}
-	m.Reset()
-	x.FindMatches(part, salted, &m)
-	if len(m.List) != 1 || m.List[0].Tiers.Device != 3 {
-		t.Errorf("the salted prompt matched %+v, want 3 device blocks", m.List)
 	}
 }

@@ -141,10 +141,24 @@ func (w *worker) whole(rw http.ResponseWriter, r *http.Request, e *engine, rq *r
 	_, _ = rw.Write(out.appendWhole(nil, p))
 }
 
-// stream answers with server-sent events. Nothing, not even the headers,
-// is sent before the first token: a gateway may take the first byte as the
-// end of prefill.
+// stream answers with server-sent events, OpenAI's chunks.
 func (w *worker) stream(rw http.ResponseWriter, r *http.Request, e *engine, rq *request, out *answer, withUsage bool) {
+	var usage func([]byte, progress) []byte
+	if withUsage {
+		usage = out.appendUsageChunk
+	}
+	streamEvents(rw, r, e, rq, func(buf []byte, sent int, p progress) []byte {
+		return out.appendChunk(buf, sent, p.done && sent+1 == p.generated)
+	}, usage)
+}
+
+// streamEvents answers with server-sent events: event appends those of
+// the token at index sent (of p's), end (when not nil) those that follow
+// the last token, and [DONE] ends the stream. Nothing, not even the
+// headers, is sent before the first token: a gateway may take the first
+// byte as the end of prefill.
+func streamEvents(rw http.ResponseWriter, r *http.Request, e *engine, rq *request,
+	event func(buf []byte, sent int, p progress) []byte, end func(buf []byte, p progress) []byte) {
 	rc := http.NewResponseController(rw)
 	sent := 0
 	var buf []byte
@@ -163,14 +177,12 @@ func (w *worker) stream(rw http.ResponseWriter, r *http.Request, e *engine, rq *
 			h.Set("X-Kvmock-Cached-Tokens", strconv.Itoa(p.cachedTokens))
 		}
 		buf = buf[:0]
-		for sent < p.generated {
-			last := p.done && sent+1 == p.generated
-			buf = out.appendChunk(buf, sent, last)
-			sent++
+		for ; sent < p.generated; sent++ {
+			buf = event(buf, sent, p)
 		}
 		if p.done {
-			if withUsage {
-				buf = out.appendUsageChunk(buf, p)
+			if end != nil {
+				buf = end(buf, p)
 			}
 			buf = append(buf, "data: [DONE]\n\n"...)
 		}

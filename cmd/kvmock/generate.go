@@ -88,42 +88,11 @@ func (w *worker) handleGenerate(rw http.ResponseWriter, r *http.Request) {
 		_, _ = rw.Write(append(appendGenerated(nil, len(prompt), p), '\n'))
 		return
 	}
-	rc := http.NewResponseController(rw)
-	sent := 0
-	for {
-		p, ok := wait(r.Context(), e, rq, sent)
-		if !ok {
-			return
-		}
-		if p.err != nil {
-			panic(http.ErrAbortHandler)
-		}
-		if sent == 0 {
-			rw.Header().Set("Content-Type", "text/event-stream")
-		}
-		var buf []byte
-		for ; sent < p.generated; sent++ {
-			q := p
-			q.generated = sent + 1
-			buf = append(buf, "data: "...)
-			buf = append(appendGenerated(buf, len(prompt), q), "\n\n"...)
-		}
-		if p.done {
-			buf = append(buf, "data: [DONE]\n\n"...)
-		}
-		_, err := rw.Write(buf)
-		if err == nil {
-			err = rc.Flush()
-		}
-		if err != nil {
-			rq.aborted.Store(true)
-			e.poke()
-			return
-		}
-		if p.done {
-			return
-		}
-	}
+	streamEvents(rw, r, e, rq, func(buf []byte, sent int, p progress) []byte {
+		p.generated = sent + 1 // meta_info's counts as of this token
+		buf = append(buf, "data: "...)
+		return append(appendGenerated(buf, len(prompt), p), "\n\n"...)
+	}, nil)
 }
 
 // appendGenerated appends a /generate answer: the text so far and its
