@@ -127,18 +127,24 @@ func wait(ctx context.Context, e *engine, rq *request, sent int) (progress, bool
 
 // whole answers with one JSON document once generation is over.
 func (w *worker) whole(rw http.ResponseWriter, r *http.Request, e *engine, rq *request, out *answer) {
+	answerWhole(rw, r, e, rq, func(p progress) []byte { return out.appendWhole(nil, p) })
+}
+
+// answerWhole writes the JSON document doc makes of the request's progress
+// once generation is over.
+func answerWhole(rw http.ResponseWriter, r *http.Request, e *engine, rq *request, doc func(progress) []byte) {
 	// Waiting for more than maxTokens tokens returns only when done.
 	p, ok := wait(r.Context(), e, rq, rq.seq.MaxTokens)
 	if !ok {
 		return
 	}
 	if p.err != nil {
-		// A restarted or stopped vLLM process takes its connections with it.
+		// A restarted or stopped engine process takes its connections with it.
 		panic(http.ErrAbortHandler)
 	}
 	rw.Header().Set("Content-Type", "application/json")
 	rw.Header().Set("X-Kvmock-Cached-Tokens", strconv.Itoa(p.cachedTokens))
-	_, _ = rw.Write(out.appendWhole(nil, p))
+	_, _ = rw.Write(doc(p))
 }
 
 // stream answers with server-sent events, OpenAI's chunks.

@@ -77,15 +77,7 @@ func (w *worker) handleGenerate(rw http.ResponseWriter, r *http.Request) {
 	e := w.pickEngine(r)
 	e.submit(rq)
 	if !g.Stream {
-		p, ok := wait(r.Context(), e, rq, rq.seq.MaxTokens)
-		if !ok {
-			return
-		}
-		if p.err != nil {
-			panic(http.ErrAbortHandler)
-		}
-		rw.Header().Set("Content-Type", "application/json")
-		_, _ = rw.Write(append(appendGenerated(nil, len(prompt), p), '\n'))
+		answerWhole(rw, r, e, rq, func(p progress) []byte { return append(appendGenerated(nil, len(prompt), p), '\n') })
 		return
 	}
 	streamEvents(rw, r, e, rq, func(buf []byte, sent int, p progress) []byte {
