@@ -245,7 +245,10 @@ func TestDumpNotHeldByAStalledClient(t *testing.T) {
 	defer r.Close()
 	addWorker(t, r, 1, func(w *selection.WorkerRequest) { w.KVEventsEndpoint = ptr("tcp://127.0.0.1:5557") })
 	h := NewHandler(r, 0)
-	h.dumpWriteTimeout = 300 * time.Millisecond
+	// Long enough that the second client, which reads as fast as it can,
+	// takes each 32 KiB in time on a loaded machine under -race (at 300 ms
+	// one CI run cut it short); the stalled one is cut after it.
+	h.dumpWriteTimeout = 2 * time.Second
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 
