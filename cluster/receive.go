@@ -22,7 +22,7 @@ func (r *Replica) receive(msg *nats.Msg) {
 	}
 	origin := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
 	var env envelope
-	if err := decode(msg.Data, &env); err != nil || env.Origin != origin || len(env.Events) > maxEventsPerEnv {
+	if err := decode(msg.Data, &env, max(maxEventsPerEnv, r.cfg.MaxHashes, maxDigests)); err != nil || env.Origin != origin || len(env.Events) > maxEventsPerEnv {
 		r.ctr.drop("malformed")
 		return
 	}

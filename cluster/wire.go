@@ -63,4 +63,11 @@ func (e *event) size() int {
 
 func encode(env *envelope) ([]byte, error) { return msgpack.Marshal(env) }
 
-func decode(data []byte, env *envelope) error { return msgpack.Unmarshal(data, env) }
+// decode reads one message, its shape checked first (checkShape): no
+// array or map in it may hold more than maxElems entries.
+func decode(data []byte, env *envelope, maxElems int) error {
+	if err := checkShape(data, maxElems); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(data, env)
+}
