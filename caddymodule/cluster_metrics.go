@@ -20,7 +20,7 @@ var (
 	clusterBytesDesc = prometheus.NewDesc("kvrouter_cluster_bytes_total",
 		"NATS message bytes this replica sent or received, by direction.", []string{"direction"}, nil)
 	clusterDroppedDesc = prometheus.NewDesc("kvrouter_cluster_dropped_total",
-		"Events not sent or not applied, by reason (queue_full, disconnected, publish_error, oversize, malformed, over_bound, unknown_rank, bad_field; catalog_oversize, catalog_malformed, catalog_rejected for the catalog bucket).", []string{"reason"}, nil)
+		"Events not sent or not applied, by reason (queue_full, disconnected, publish_error, oversize, malformed, over_bound, unknown_rank, bad_field, stale_epoch, future_epoch, slow_consumer; catalog_oversize, catalog_malformed, catalog_rejected for the catalog bucket).", []string{"reason"}, nil)
 	clusterRefusedDesc = prometheus.NewDesc("kvrouter_cluster_refused_total",
 		"Messages refused from replicas with other settings (fingerprint), another build (version) or this replica's name (own_name).", []string{"reason"}, nil)
 	clusterLeaseExpiriesDesc = prometheus.NewDesc("kvrouter_cluster_lease_expiries_total",

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"fmt"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -116,5 +118,112 @@ func TestCheckShape(t *testing.T) {
 		if checkShape(b, 4096) == nil {
 			t.Errorf("%s passed", name)
 		}
+	}
+}
+
+// TestPeerNumbersAreBounded: a remote booking's prefill tokens and
+// outputs are refused past maxRemoteTokens: 2^64 - 10,000 prefill tokens
+// wrapped the rank's sum and erased this replica's own 10,000, and 2^62
+// outputs rounded the rank's other decode blocks away for good.
+func TestPeerNumbersAreBounded(t *testing.T) {
+	s := natsServer(t, 0)
+	b := testRouter(t)
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	reserve(t, b, "local", 1, []uint64{1, 2, 3}, 10000)
+	nc := hostilePeer(t, s.ClientURL())
+	publishEnvelope(t, nc, "evil", 1, []event{
+		{Kind: kindReserve, ID: "x", Model: "default", Group: "default", Worker: 1, Prefill: math.MaxUint64 - 9999},
+		{Kind: kindReserve, ID: "y", Model: "default", Group: "default", Worker: 1, Outputs: 1 << 62},
+		{Kind: kindReserve, ID: "z", Model: "default", Group: "default", Worker: 1, Prefill: 500, Outputs: 2},
+	})
+	_ = nc.Flush()
+	waitFor(t, 5*time.Second, "the honest booking applied", func() bool { return b.Remote().Total() == 1 })
+	if got := rb.Stats().Dropped["bad_field"]; got != 2 {
+		t.Errorf("%d bookings dropped as bad_field, want 2", got)
+	}
+	if l := load(b, 1); l.PotentialPrefillTokens != 10500 {
+		t.Errorf("worker 1's prefill load is %d, want this replica's 10,000 and the peer's 500", l.PotentialPrefillTokens)
+	}
+}
+
+// TestPeerIdentityChecks: a name no replica can have is dropped before it
+// is followed (a name that is not UTF-8 became a metric label and failed
+// every scrape), and an epoch far ahead of this replica's clock is not
+// taken as the origin's newest (one message under a's name with epoch
+// 2^64 - 1 dropped a's bookings and made its real messages stale).
+func TestPeerIdentityChecks(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil)
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 5*time.Second, "the replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	nc := hostilePeer(t, s.ClientURL())
+	publishEnvelope(t, nc, "x\xff\xfe", 1, []event{{Kind: kindHeartbeat}})
+	reserve(t, a, "a1", 1, []uint64{1, 2, 3}, 40)
+	waitFor(t, 5*time.Second, "a's booking on b", func() bool { return load(b, 1).ActiveRequests == 1 })
+	publishEnvelope(t, nc, "a", math.MaxUint64, []event{{Kind: kindHeartbeat}})
+	_ = nc.Flush()
+	waitFor(t, 5*time.Second, "the forged epoch dropped", func() bool { return rb.Stats().Dropped["future_epoch"] == 1 })
+	reserve(t, a, "a2", 1, []uint64{4, 5, 6}, 40)
+	waitFor(t, 5*time.Second, "a's next booking on b", func() bool { return load(b, 1).ActiveRequests == 2 })
+	st := rb.Stats()
+	if st.Dropped["malformed"] != 1 || st.Peers != 1 {
+		t.Errorf("the bad name: malformed %d, peers %d; want 1 and 1 (a alone)", st.Dropped["malformed"], st.Peers)
+	}
+	for name := range st.DigestDiff {
+		if checkToken("name", name) != nil {
+			t.Errorf("a peer followed under the name %q", name)
+		}
+	}
+}
+
+// TestHelloFloodIsCoalesced: hellos make a replica announce its bookings
+// at most once a heartbeat, however many come (a second of hellos made a
+// replica with 2,000 bookings announce 73 times, 17,000 times the bytes
+// that asked).
+func TestHelloFloodIsCoalesced(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	slow := func(c *Config) { c.Heartbeat, c.Lease = 500*time.Millisecond, 3*time.Second }
+	ra := startReplica(t, a, s.ClientURL(), "a", slow)
+	rb := startReplica(t, b, s.ClientURL(), "b", slow)
+	waitFor(t, 5*time.Second, "the replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	for i := range 200 {
+		reserve(t, a, fmt.Sprintf("a%d", i), uint64(1+i%2), []uint64{uint64(3*i + 1), uint64(3*i + 2), uint64(3*i + 3)}, 100)
+	}
+	waitFor(t, 10*time.Second, "b holds a's bookings", func() bool { return b.Remote().Total() == 200 })
+	nc := hostilePeer(t, s.ClientURL())
+	before := ra.Stats().Announcements
+	start := time.Now()
+	for time.Since(start) < 2*time.Second {
+		publishEnvelope(t, nc, "evil", uint64(time.Now().UnixNano()), []event{{Kind: kindHello}})
+		time.Sleep(time.Millisecond)
+	}
+	_ = nc.Flush()
+	time.Sleep(200 * time.Millisecond)
+	// Two seconds at a heartbeat of half a second: four or five, not
+	// hundreds.
+	if n := ra.Stats().Announcements - before; n > 6 {
+		t.Errorf("two seconds of hellos made a announce %d times", n)
+	}
+	waitFor(t, 10*time.Second, "b still holds a's bookings", func() bool { return b.Remote().Total() == 200 })
+}
+
+// TestSlowConsumerIsCountedAndRepaired: when NATS drops messages of this
+// replica's subscription (its pending bound passed), the loss is counted
+// and a hello asks the others to announce, which repairs what was lost;
+// before, nothing counted it and nothing asked (lost frees left phantom
+// load until some announcement happened to come).
+func TestSlowConsumerIsCountedAndRepaired(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil)
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 5*time.Second, "the replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	before := ra.Stats().Announcements
+	rb.asyncError(nats.ErrSlowConsumer)
+	waitFor(t, 5*time.Second, "a announces again", func() bool { return ra.Stats().Announcements > before })
+	if got := rb.Stats().Dropped["slow_consumer"]; got != 1 {
+		t.Errorf("slow_consumer counted %d times, want 1", got)
 	}
 }

@@ -21,6 +21,12 @@ func (r *Replica) receive(msg *nats.Msg) {
 		return
 	}
 	origin := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
+	if checkToken("origin", origin) != nil {
+		// Not a name a replica can have: it would reach the metrics as
+		// a label, where a name that is not UTF-8 failed every scrape.
+		r.ctr.drop("malformed")
+		return
+	}
 	var env envelope
 	if err := decode(msg.Data, &env, max(maxEventsPerEnv, r.cfg.MaxHashes, maxDigests)); err != nil || env.Origin != origin || len(env.Events) > maxEventsPerEnv {
 		r.ctr.drop("malformed")
@@ -29,6 +35,14 @@ func (r *Replica) receive(msg *nats.Msg) {
 	if reason := r.refusal(&env); reason != "" {
 		r.ctr.refuse(reason)
 		r.logRefusal(origin, reason, &env)
+		return
+	}
+	if env.Epoch > uint64(time.Now().Add(maxEpochAhead).UnixNano()) {
+		// Epochs start at their process's clock: one far ahead of this
+		// one's is no replica's, and taken as the origin's newest it
+		// would drop the origin's bookings and make its real messages
+		// stale.
+		r.ctr.drop("future_epoch")
 		return
 	}
 	diff, compared := r.compareDigests(&env)
@@ -114,7 +128,8 @@ func (r *Replica) apply(origin string, ev *event) {
 		r.poke()
 	case kindReserve:
 		if len(ev.Hashes) > r.cfg.MaxHashes || len(ev.Session) > maxSessionBytes ||
-			len(ev.Model) > maxPartitionBytes || len(ev.Group) > maxPartitionBytes || ev.Outputs < 0 {
+			len(ev.Model) > maxPartitionBytes || len(ev.Group) > maxPartitionBytes ||
+			ev.Outputs < 0 || ev.Outputs > maxRemoteTokens || ev.Prefill > maxRemoteTokens {
 			r.ctr.drop("bad_field")
 			return
 		}

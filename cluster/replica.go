@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,10 @@ type Replica struct {
 	wake  chan struct{} // a flag below was set
 	// Work for the publisher, set from any goroutine.
 	announceWanted, helloWanted, heartbeatWanted atomic.Bool
-	connected, closing                           atomic.Bool
+	// announcedAt and helloAt are when the publisher last announced and
+	// said hello (its goroutine's alone): each at most once a heartbeat.
+	announcedAt, helloAt time.Time
+	connected, closing   atomic.Bool
 	// startTold is set once NATS was first reached, or its first failure
 	// told (notReached).
 	startTold atomic.Bool
@@ -61,9 +65,17 @@ const (
 	maxPartitionBytes = 256
 	maxBatchEvents    = 1024
 	maxDigests        = 256 // partitions a heartbeat summarises
-	digestEvery       = 10  // heartbeats between index digests
-	subPendingMsgs    = 8192
-	subPendingBytes   = 64 << 20
+	// maxRemoteTokens bounds a remote booking's prefill tokens and output
+	// blocks, as the selection API bounds isl_tokens: a peer's 2^64 - 1
+	// wrapped a rank's prefill sum to near 0, and 2^62 outputs rounded the
+	// rank's other decode blocks away for good.
+	maxRemoteTokens = 1 << 24
+	// maxEpochAhead is how far ahead of this replica's clock a peer's
+	// epoch may be (clocks differ between hosts).
+	maxEpochAhead   = time.Hour
+	digestEvery     = 10 // heartbeats between index digests
+	subPendingMsgs  = 8192
+	subPendingBytes = 64 << 20
 )
 
 // Start connects to NATS (retrying in the background while it is
@@ -97,6 +109,7 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { r.notReached(err) }),
 		nats.ReconnectHandler(r.back),
 		nats.ConnectHandler(r.back),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { r.asyncError(err) }),
 	}
 	if cfg.Credentials != "" {
 		opts = append(opts, nats.UserCredentials(cfg.Credentials))
@@ -164,6 +177,18 @@ func (r *Replica) Stats() Stats {
 	r.mu.Unlock()
 	s.RemoteBookings = r.router.Remote().Total()
 	return s
+}
+
+// asyncError is told what NATS reports outside a call: a subscription
+// whose pending messages passed their bound (subPendingMsgs,
+// subPendingBytes) has lost some, which the other replicas' next
+// announcements repair, so it is counted and a hello asks for them.
+func (r *Replica) asyncError(err error) {
+	if errors.Is(err, nats.ErrSlowConsumer) {
+		r.ctr.drop("slow_consumer")
+		r.helloWanted.Store(true)
+		r.poke()
+	}
 }
 
 // lost runs when the connection drops: this replica routes alone until it
