@@ -227,3 +227,25 @@ func TestSlowConsumerIsCountedAndRepaired(t *testing.T) {
 		t.Errorf("slow_consumer counted %d times, want 1", got)
 	}
 }
+
+// TestDigestFloodWalksTheIndexOnce: messages carrying index digests are
+// compared against one walk of this replica's index a heartbeat, however
+// many come (each walked the index before: 200 of them held the
+// subscription for 6 s on a 100k-entry index).
+func TestDigestFloodWalksTheIndexOnce(t *testing.T) {
+	s := natsServer(t, 0)
+	b := testRouter(t)
+	rb := startReplica(t, b, s.ClientURL(), "b", func(c *Config) { c.Heartbeat, c.Lease = time.Minute, 3*time.Minute })
+	nc := hostilePeer(t, s.ClientURL())
+	for range 200 {
+		publishEnvelope(t, nc, "peer", 1, []event{{Kind: kindHeartbeat, Digests: []digest{{Partition: "default:default", Entries: 1}}}})
+	}
+	_ = nc.Flush()
+	waitFor(t, 10*time.Second, "b reads the 200 messages", func() bool { return rb.Stats().RecvMessages >= 200 })
+	rb.digestMu.Lock()
+	walks := rb.digestWalks
+	rb.digestMu.Unlock()
+	if walks != 1 {
+		t.Errorf("200 digest messages within a heartbeat walked the index %d times, want 1", walks)
+	}
+}

@@ -30,6 +30,12 @@ type Replica struct {
 	wake  chan struct{} // a flag below was set
 	// Work for the publisher, set from any goroutine.
 	announceWanted, helloWanted, heartbeatWanted atomic.Bool
+	// digests are this replica's index digests as last walked, at
+	// digestsAt (ourDigests); digestWalks counts the walks.
+	digestMu    sync.Mutex
+	digests     map[string]selection.IndexDigest
+	digestsAt   time.Time
+	digestWalks int
 	// announcedAt and helloAt are when the publisher last announced and
 	// said hello (its goroutine's alone): each at most once a heartbeat.
 	announcedAt, helloAt time.Time
