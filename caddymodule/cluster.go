@@ -69,6 +69,11 @@ type ClusterSettings struct {
 	// this one; past it they are dropped and counted. Default: 65536.
 	MaxRemoteBookings int `json:"max_remote_bookings,omitempty"`
 
+	// MaxRemoteBlocks bounds the prompt blocks the bookings of one other
+	// replica may hold on this one (each kept, 8 bytes, while it lives);
+	// past it they are dropped and counted. Default: 4194304.
+	MaxRemoteBlocks int `json:"max_remote_blocks,omitempty"`
+
 	// MaxMessageBytes bounds a message sent or read; a larger one read is
 	// dropped and counted. At least 1024, and room for one booking of
 	// max_hashes. Default: 262144 (256 KiB).
@@ -123,7 +128,7 @@ func (s *ClusterSettings) config(fingerprint uint64, log *zap.Logger) (cluster.C
 	cfg := cluster.Config{URLs: s.URLs, Name: name, Prefix: s.Prefix, Credentials: s.Credentials,
 		TLSCA: s.TLSCA, TLSCert: s.TLSCert, TLSKey: s.TLSKey,
 		Heartbeat: time.Duration(s.Heartbeat), Lease: time.Duration(s.Lease),
-		MaxRemoteBookings: s.MaxRemoteBookings, MaxMessageBytes: s.MaxMessageBytes,
+		MaxRemoteBookings: s.MaxRemoteBookings, MaxRemoteBlocks: s.MaxRemoteBlocks, MaxMessageBytes: s.MaxMessageBytes,
 		MaxHashes: s.MaxHashes, QueueLength: s.QueueLength, MaxCatalogValueBytes: s.MaxCatalogValueBytes,
 		Fingerprint: fingerprint, Version: buildVersion(), Logger: log}
 	return cluster.Validate(cfg)

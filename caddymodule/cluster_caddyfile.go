@@ -17,6 +17,7 @@ import (
 //		heartbeat           <duration>
 //		lease               <duration>
 //		max_remote_bookings <count>
+//		max_remote_blocks <count>
 //		max_message_bytes   <size>
 //		max_hashes          <count>
 //		queue_length        <count>
@@ -56,6 +57,8 @@ func (c *ClusterConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) (bool, error)
 			s.Lease, err = parseDuration(d)
 		case "max_remote_bookings":
 			s.MaxRemoteBookings, err = parseCount(d)
+		case "max_remote_blocks":
+			s.MaxRemoteBlocks, err = parseCount(d)
 		case "max_message_bytes":
 			var n int64
 			if n, err = parseSize(d); err == nil {

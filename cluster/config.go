@@ -22,9 +22,13 @@ const (
 	DefaultHeartbeat         = time.Second
 	DefaultLease             = 3 * time.Second
 	DefaultMaxRemoteBookings = 65536
-	DefaultMaxMessageBytes   = 256 << 10
-	DefaultMaxHashes         = 4096
-	DefaultQueueLength       = 65536
+	// DefaultMaxRemoteBlocks bounds the prompt blocks one other replica's
+	// bookings hold here: a client's own bound on one replica
+	// (selection's max_reservation_blocks_per_client), about 34 MiB.
+	DefaultMaxRemoteBlocks = 4 << 20
+	DefaultMaxMessageBytes = 256 << 10
+	DefaultMaxHashes       = 4096
+	DefaultQueueLength     = 65536
 	// DefaultMaxCatalogValueBytes bounds one worker's entry in the catalog
 	// bucket: a registration is a few hundred bytes, its maps and lists
 	// are bounded by the catalog's field bounds.
@@ -53,6 +57,8 @@ type Config struct {
 	Lease time.Duration
 	// MaxRemoteBookings bounds the bookings one other replica may hold here.
 	MaxRemoteBookings int
+	// MaxRemoteBlocks bounds the prompt blocks those bookings hold.
+	MaxRemoteBlocks int
 	// MaxMessageBytes bounds a message, sent or received.
 	MaxMessageBytes int
 	// MaxHashes bounds the tracking hashes a booking carries; a longer
@@ -102,6 +108,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Lease < 2*c.Heartbeat {
 		return c, fmt.Errorf("cluster: lease (%v) must be at least twice the heartbeat (%v)", c.Lease, c.Heartbeat)
 	}
+	if c.MaxRemoteBlocks == 0 {
+		c.MaxRemoteBlocks = DefaultMaxRemoteBlocks
+	}
 	if c.MaxRemoteBookings == 0 {
 		c.MaxRemoteBookings = DefaultMaxRemoteBookings
 	}
@@ -120,7 +129,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxCatalogValueBytes < 1024 {
 		return c, errors.New("cluster: max_catalog_value_bytes must be at least 1024")
 	}
-	if c.MaxRemoteBookings < 0 || c.MaxMessageBytes < 1024 || c.MaxHashes < 0 || c.QueueLength < 1 {
+	if c.MaxRemoteBookings < 0 || c.MaxRemoteBlocks < 0 || c.MaxMessageBytes < 1024 || c.MaxHashes < 0 || c.QueueLength < 1 {
 		return c, errors.New("cluster: max_remote_bookings, max_hashes and queue_length must be positive, max_message_bytes at least 1024")
 	}
 	if c.MaxHashes*9+1024 > c.MaxMessageBytes {

@@ -249,3 +249,37 @@ func TestDigestFloodWalksTheIndexOnce(t *testing.T) {
 		t.Errorf("200 digest messages within a heartbeat walked the index %d times, want 1", walks)
 	}
 }
+
+// TestRemoteBlocksAreBounded: the prompt blocks one peer's bookings hold
+// here are bounded (max_remote_blocks), not only their number: 65,536
+// bookings of 4,096 blocks each held 2 GiB a peer. A booking past the
+// bound is dropped and counted; one freed makes room again.
+func TestRemoteBlocksAreBounded(t *testing.T) {
+	s := natsServer(t, 0)
+	b := testRouter(t)
+	rb := startReplica(t, b, s.ClientURL(), "b", func(c *Config) { c.MaxRemoteBlocks = 100 })
+	nc := hostilePeer(t, s.ClientURL())
+	forty := func(first uint64) []uint64 {
+		h := make([]uint64, 40)
+		for i := range h {
+			h[i] = first + uint64(i)
+		}
+		return h
+	}
+	booking := func(id string, first uint64) event {
+		return event{Kind: kindReserve, ID: id, Model: "default", Group: "default", Worker: 1, Hashes: forty(first)}
+	}
+	publishEnvelope(t, nc, "peer", 1, []event{booking("x", 1), booking("y", 100), booking("z", 200)})
+	_ = nc.Flush()
+	waitFor(t, 5*time.Second, "the third booking dropped", func() bool { return rb.Stats().Dropped["over_bound"] == 1 })
+	if n := b.Remote().Count("peer"); n != 2 {
+		t.Fatalf("%d of the peer's bookings held, want 2 (80 of 100 blocks)", n)
+	}
+	read := rb.Stats().RecvMessages
+	publishEnvelope(t, nc, "peer", 1, []event{{Kind: kindFree, ID: "x"}, booking("z", 200)})
+	_ = nc.Flush()
+	waitFor(t, 5*time.Second, "the free and the booking read", func() bool { return rb.Stats().RecvMessages > read })
+	if n, over := b.Remote().Count("peer"), rb.Stats().Dropped["over_bound"]; n != 2 || over != 1 {
+		t.Errorf("after a free: %d bookings held, %d dropped; want 2 and still 1", n, over)
+	}
+}

@@ -136,6 +136,7 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	_ = r.sub.SetPendingLimits(subPendingMsgs, subPendingBytes)
+	router.Remote().SetMaxBlocksPerOrigin(cfg.MaxRemoteBlocks)
 	router.SetReplicaSink(r)
 	router.Catalog().SetSink(r)
 	router.Health().SetSink(r)

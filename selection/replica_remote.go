@@ -23,6 +23,19 @@ type RemoteBookings struct {
 
 	mu      sync.Mutex
 	origins map[string]map[string]*booking // origin → selection id → booking
+	blocks  map[string]int                 // origin → prompt blocks its bookings hold
+	// maxBlocks bounds blocks per origin (0: no bound): its bookings'
+	// hashes are kept here, and a count of bookings alone let one origin
+	// hold 65,536 of 4,096 blocks each (2 GiB).
+	maxBlocks int
+}
+
+// SetMaxBlocksPerOrigin bounds the prompt blocks one origin's bookings may
+// hold here (0: no bound); a booking past it is RemoteOverBound.
+func (m *RemoteBookings) SetMaxBlocksPerOrigin(n int) {
+	m.mu.Lock()
+	m.maxBlocks = n
+	m.mu.Unlock()
 }
 
 // RemoteOutcome is what became of a remote reservation.
@@ -42,7 +55,7 @@ const (
 )
 
 func newRemoteBookings(c *Catalog, cfg *liveConfig, aff *affinityTable, now func() time.Time) *RemoteBookings {
-	return &RemoteBookings{catalog: c, cfg: cfg, affinity: aff, now: now, origins: map[string]map[string]*booking{}}
+	return &RemoteBookings{catalog: c, cfg: cfg, affinity: aff, now: now, origins: map[string]map[string]*booking{}, blocks: map[string]int{}}
 }
 
 // Remote is the table of other replicas' bookings.
@@ -58,7 +71,7 @@ func (m *RemoteBookings) Reserve(origin string, rec *BookingRecord, maxPerOrigin
 	if _, ok := mine[rec.ID]; ok {
 		return RemoteDuplicate
 	}
-	if maxPerOrigin > 0 && len(mine) >= maxPerOrigin {
+	if maxPerOrigin > 0 && len(mine) >= maxPerOrigin || m.maxBlocks > 0 && m.blocks[origin]+len(rec.Hashes) > m.maxBlocks {
 		return RemoteOverBound
 	}
 	p := m.catalog.partition(rec.Partition.withDefaults())
@@ -88,6 +101,7 @@ func (m *RemoteBookings) Reserve(origin string, rec *BookingRecord, maxPerOrigin
 		m.origins[origin] = mine
 	}
 	mine[rec.ID] = b
+	m.blocks[origin] += len(b.hashes)
 	return RemoteApplied
 }
 
@@ -133,7 +147,7 @@ func (m *RemoteBookings) Free(origin, id string) bool {
 	if len(m.origins[origin]) == 0 {
 		delete(m.origins, origin)
 	}
-	m.releaseLocked(b)
+	m.releaseLocked(origin, b)
 	return true
 }
 
@@ -145,7 +159,7 @@ func (m *RemoteBookings) DropOrigin(origin string) int {
 	mine := m.origins[origin]
 	delete(m.origins, origin)
 	for _, b := range mine {
-		m.releaseLocked(b)
+		m.releaseLocked(origin, b)
 	}
 	return len(mine)
 }
@@ -192,7 +206,7 @@ func (m *RemoteBookings) forgetWorker(id uint64) {
 		for sid, b := range mine {
 			if b.rs.rank.WorkerID == id {
 				delete(mine, sid)
-				m.releaseLocked(b)
+				m.releaseLocked(origin, b)
 			}
 		}
 		if len(mine) == 0 {
@@ -201,7 +215,11 @@ func (m *RemoteBookings) forgetWorker(id uint64) {
 	}
 }
 
-func (m *RemoteBookings) releaseLocked(b *booking) {
+// releaseLocked takes origin's booking b off its rank; m.mu is held.
+func (m *RemoteBookings) releaseLocked(origin string, b *booking) {
+	if m.blocks[origin] -= len(b.hashes); m.blocks[origin] <= 0 {
+		delete(m.blocks, origin)
+	}
 	p := b.part
 	p.mu.Lock()
 	p.load.free(b, m.cfg.get().TrackActiveBlocks)
