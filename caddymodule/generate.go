@@ -40,10 +40,10 @@ func isGenerate(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/g
 // logprob_start_len of 0 or more (-1, its default, asks for none of the
 // prompt's logprobs).
 func (g *generateFields) capsCacheRead() bool {
-	if !g.ReturnLogprob.IsTrue() {
+	if !onlyItem(g.ReturnLogprob).IsTrue() {
 		return false
 	}
-	n, err := strconv.ParseInt(string(bytes.TrimSpace(g.LogprobStartLen)), 10, 64)
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(onlyItem(g.LogprobStartLen))), 10, 64)
 	return err == nil && n >= 0
 }
 

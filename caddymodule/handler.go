@@ -274,6 +274,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// The reservation refers to oai's token buffers until it is released.
 	defer putRequest(oai)
+	if isGenerate(r) {
+		oai.Model = "" // SGLang's /generate has no model member: the engine's own model serves it
+	}
 	if oai.Model == "" {
 		// vLLM serves a request that names no model with its one model.
 		// With several, the request goes to the selection API's default
@@ -495,7 +498,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, buf []byte, l
 	}
 	if errors.Is(err, api.ErrBodyTimeout) {
 		w.Header().Set("Connection", "close")
-		return nil, http.StatusRequestTimeout, fmt.Errorf("the request body took longer than body_timeout (%v)", time.Duration(h.BodyTimeout))
+		return nil, http.StatusRequestTimeout, fmt.Errorf("the request body did not arrive in time (body_timeout %v, or the server's own read timeout)", time.Duration(h.BodyTimeout))
 	}
 	return body, status, err
 }

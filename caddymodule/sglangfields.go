@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 
@@ -26,20 +27,32 @@ type sglangFields struct {
 // keyedApart reports whether the request names an SGLang extra_key, a
 // cache namespace the gateway cannot see.
 func (f *sglangFields) keyedApart() bool {
-	return f.ExtraKey.IsString() && string(f.ExtraKey) != `""`
+	k, _ := onlyItem(f.ExtraKey).Text()
+	return k != ""
 }
 
 // loraPath is the adapter lora_path names, or "" (absent, null, empty or
-// not a string: SGLang's batch form, a list, is for /generate batches).
+// not a string).
 func (f *sglangFields) loraPath() string {
-	if !f.LoraPath.IsString() {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(f.LoraPath, &s) != nil {
-		return ""
-	}
+	s, _ := onlyItem(f.LoraPath).Text()
 	return s
+}
+
+// onlyItem is the element of a one-element list, else v itself. SGLang
+// reads a batch's per-item members as lists, one item each; a batch of
+// one is routed as its element (batchofone.go), so its members are read
+// as the element's. Only the first element is read, and a second ends
+// the reading.
+func onlyItem(v selection.RawJSON) selection.RawJSON {
+	if !v.IsArray() {
+		return v
+	}
+	dec := json.NewDecoder(bytes.NewReader(v))
+	var item json.RawMessage
+	if _, err := dec.Token(); err != nil || !dec.More() || dec.Decode(&item) != nil || dec.More() {
+		return v
+	}
+	return selection.RawJSON(item)
 }
 
 // sglangAdapter resolves SGLang's adapter forms for a request whose model
@@ -56,18 +69,21 @@ func sglangAdapter(c *selection.Catalog, req *selection.SelectRequest, f *sglang
 	model := req.Partition.ModelName
 	adapter := ""
 	if !c.ServesModel(model) {
+		// SGLang splits at the first colon and trims both parts; an empty
+		// adapter is the base model alone.
 		base, name, ok := strings.Cut(model, ":")
-		if !ok || name == "" || !c.ServesModel(base) {
+		base, name = strings.TrimSpace(base), strings.TrimSpace(name)
+		if !ok || !c.ServesModel(base) {
 			return ""
 		}
 		model, adapter = base, name
+		req.Partition.ModelName = model
 	} else {
 		adapter = f.loraPath()
 	}
 	if adapter == "" {
 		return ""
 	}
-	req.Partition.ModelName = model
 	if base, ok := c.AdapterBase(adapter); ok && base == model {
 		req.Placement.RoutingConstraints = &selection.RoutingConstraints{RequiredTaints: []string{selection.AdapterTaint(adapter)}}
 	}

@@ -113,12 +113,15 @@ func TestSGLangGenerate(t *testing.T) {
 	if a := send("text, warm, streamed", map[string]any{"text": text + " two", "sampling_params": params, "stream": true}); a.usage.cached() < 128 {
 		t.Errorf("text: %d of the shared prefix cached", a.usage.cached())
 	}
+	// /generate has no model member: one sent is ignored, as SGLang
+	// ignores it (it was the gateway's 404).
+	send("a model member", map[string]any{"input_ids": append(ids, 5), "sampling_params": params, "model": "nosuch"})
 	a := send("logprobs from the start", map[string]any{"input_ids": append(ids, 4), "sampling_params": params,
 		"return_logprob": true, "logprob_start_len": 0})
 	if predicted(t, a) != 0 {
 		t.Errorf("a request for the prompt's logprobs was promised %d cached tokens", predicted(t, a))
 	}
-	if p := g.predictions(t, model); p.CachedExact < 5 || p.NoUsage != 0 || p.PromptTokensMismatch != 0 {
+	if p := g.predictions(t, model); p.CachedExact < 6 || p.NoUsage != 0 || p.PromptTokensMismatch != 0 {
 		t.Errorf("the gateway's accounting of /generate: %+v", p)
 	}
 }

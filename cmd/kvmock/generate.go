@@ -44,12 +44,13 @@ func (w *worker) handleGenerate(rw http.ResponseWriter, r *http.Request) {
 	if err == nil && json.Unmarshal(body, &g) != nil {
 		err = badRequest("invalid JSON body")
 	}
-	if err == nil && g.Text != nil && g.InputIDs != nil {
+	if err == nil && isSet(g.Text) && isSet(g.InputIDs) {
 		err = badRequest("Either text or input_ids should be provided.")
 	}
-	// The rest is a completion's: the same prompt rules, adapter and key.
+	// The rest is a completion's: the same prompt rules, adapter and key
+	// (a null member is an absent one, as SGLang reads it).
 	req := &apiRequest{Prompt: g.Text, LoraPath: g.LoraPath, ExtraKey: g.ExtraKey, MaxTokens: g.SamplingParams.MaxNewTokens}
-	if g.InputIDs != nil {
+	if isSet(g.InputIDs) {
 		req.Prompt = g.InputIDs
 	}
 	if req.MaxTokens == nil {

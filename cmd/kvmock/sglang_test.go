@@ -100,6 +100,9 @@ func TestSGLangGenerate(t *testing.T) {
 	if res, b := postJSON(t, f.url(1)+"/generate", map[string]any{"text": "a", "input_ids": ids}); res.StatusCode != http.StatusBadRequest {
 		t.Errorf("text and input_ids: %d %s", res.StatusCode, b)
 	}
+	if g := gen(map[string]any{"text": nil, "input_ids": ids, "sampling_params": params}); g.MetaInfo.PromptTokens != 64 {
+		t.Errorf("a null text beside input_ids: %+v", g)
+	}
 	v := newTestFleet(t, nil)
 	if res, _ := postJSON(t, v.url(1)+"/generate", map[string]any{"input_ids": ids}); res.StatusCode != http.StatusNotFound {
 		t.Errorf("/generate under the vLLM API: %d", res.StatusCode)
