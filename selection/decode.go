@@ -206,28 +206,34 @@ func (st *decodeState) member(sc *scanner, key []byte, keyStart int) error {
 		}
 		st.seenTokens, st.tokensFound = true, !null
 		st.cut(keyStart, sc.i)
-	case st.arrayFor(key) != nil:
-		// The last of repeated members is the one the engine reads
-		// (Python's json): an earlier integer array no longer counts.
-		a := st.arrayFor(key)
-		a.found, *a.dst = false, (*a.dst)[:0]
-		if sc.i >= len(sc.b) || sc.b[sc.i] != '[' {
-			return sc.skipValue(0)
-		}
-		// Try it as token ids; a prompt of strings or a batch of
-		// prompts stays in the body for the generic decoder.
-		start := sc.i
-		if toks, _, err := sc.tokenArray(*a.dst, a.name); err == nil {
-			*a.dst, a.found = toks, true
-			st.cut(keyStart, sc.i)
-			return nil
-		}
-		sc.i = start
-		return sc.skipValue(0)
 	default:
+		if a := st.arrayFor(key); a != nil {
+			return st.tokenMember(sc, a, keyStart)
+		}
 		return sc.skipValue(0)
 	}
 	return nil
+}
+
+// tokenMember reads the value of token member a (its key started at
+// keyStart) into a.dst when it is an integer array, and cuts it from what
+// goccy gets; any other value, a prompt of strings or a batch of prompts,
+// stays in the body for the generic decoder.
+func (st *decodeState) tokenMember(sc *scanner, a *tokenMember, keyStart int) error {
+	// The last of repeated members is the one the engine reads (Python's
+	// json): an earlier integer array no longer counts.
+	a.found, *a.dst = false, (*a.dst)[:0]
+	if sc.i >= len(sc.b) || sc.b[sc.i] != '[' {
+		return sc.skipValue(0)
+	}
+	start := sc.i
+	if toks, _, err := sc.tokenArray(*a.dst, a.name); err == nil {
+		*a.dst, a.found = toks, true
+		st.cut(keyStart, sc.i)
+		return nil
+	}
+	sc.i = start
+	return sc.skipValue(0)
 }
 
 // cut records a member goccy does not get.

@@ -446,9 +446,9 @@ func fillDP(w *work, resp *SelectResponse) {
 			resp.Overlap.GPU = max(resp.Overlap.GPU, o.GPU)
 			resp.Overlap.CPU = max(resp.Overlap.CPU, o.CPU)
 			resp.Overlap.Disk = max(resp.Overlap.Disk, o.Disk)
-			resp.Overlap.LongestMatched = max(resp.Overlap.LongestMatched, o.LongestMatched)
 		}
 	}
+	resp.Overlap.LongestMatched = max(resp.Overlap.GPU, resp.Overlap.CPU, resp.Overlap.Disk)
 }
 
 // busy fills decode_busy (and the advisory worker_load) when the
