@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
@@ -13,51 +14,66 @@ import (
 // false for a larger batch (vLLM serves it as several requests, which the
 // gateway cannot route one by one) or anything else, routed by load.
 //
-// raw is valid JSON (the request decoded). It is scanned, not decoded:
-// the first element's bounds are found and a second ends the reading, so
-// a batch of a million elements costs a scan of its first one (decoding
-// the batch whole cost some 80 times the body: a probe's 16 MiB prompt
-// made 1.4 GB), and a batch of one's ids go straight to the strict token
-// decoder, as cheap as the same ids sent flat.
+// Token ids go straight to the strict token decoder, as cheap as the same
+// ids sent flat.
 func promptOfOne(raw selection.RawJSON) (text selection.RawJSON, ids []uint32, ok bool) {
-	b := bytes.TrimSpace(raw)
-	if len(b) < 2 || b[0] != '[' {
-		return nil, nil, false
-	}
-	i := skipSpace(b, 1)
-	start := i
+	item, ok := soleElement(raw)
 	switch {
-	case i < len(b) && b[i] == '"':
-		for i++; i < len(b) && b[i] != '"'; i++ {
-			if b[i] == '\\' {
-				i++ // the escaped byte
-			}
-		}
-	case i < len(b) && b[i] == '[':
-		// A token list holds no nested array or object.
-		for i++; i < len(b) && b[i] != ']'; i++ {
-			if b[i] == '[' || b[i] == '{' {
-				return nil, nil, false
-			}
-		}
-	default:
+	case !ok:
 		return nil, nil, false
-	}
-	if i >= len(b) {
-		return nil, nil, false
-	}
-	item := b[start : i+1]
-	if rest := skipSpace(b, i+1); rest != len(b)-1 || b[rest] != ']' {
-		return nil, nil, false // a second element, or more
-	}
-	if item[0] == '"' {
+	case item[0] == '"':
 		return selection.RawJSON(item), nil, true
+	case item[0] != '[':
+		return nil, nil, false
 	}
 	var list selection.TokenList
 	if list.UnmarshalJSON(item) != nil || len(list) == 0 {
 		return nil, nil, false
 	}
 	return nil, list, true
+}
+
+// soleElement is the element of raw when raw is an array of exactly one
+// string, scalar or flat array (one that holds no array or object); ok is
+// false for anything else. raw is valid JSON (the request decoded). It is
+// scanned, not decoded: the element's bounds are found and a second
+// element ends the reading, so a batch of a million elements costs a scan
+// of its first one (decoding the batch whole cost some 80 times the body:
+// a probe's 16 MiB prompt made 1.4 GB).
+func soleElement(raw []byte) (item []byte, ok bool) {
+	b := bytes.TrimSpace(raw)
+	if len(b) < 2 || b[0] != '[' {
+		return nil, false
+	}
+	i := skipSpace(b, 1)
+	start := i
+	switch {
+	case i >= len(b) || b[i] == '{' || b[i] == ']':
+		return nil, false
+	case b[i] == '"':
+		for i++; i < len(b) && b[i] != '"'; i++ {
+			if b[i] == '\\' {
+				i++ // the escaped byte
+			}
+		}
+	case b[i] == '[':
+		for i++; i < len(b) && b[i] != ']'; i++ {
+			if b[i] == '[' || b[i] == '{' {
+				return nil, false
+			}
+		}
+	default: // a number, true, false or null: up to what ends it
+		for i+1 < len(b) && !strings.ContainsRune(", \t\n\r]", rune(b[i+1])) {
+			i++
+		}
+	}
+	if i >= len(b) {
+		return nil, false
+	}
+	if rest := skipSpace(b, i+1); rest != len(b)-1 || b[rest] != ']' {
+		return nil, false // a second element, or more
+	}
+	return b[start : i+1], true
 }
 
 // skipSpace is the index of the first byte of b from i on that is not

@@ -64,3 +64,17 @@ func leastAlloc(f func()) uint64 {
 	}
 	return least
 }
+
+// TestSoleElement: the element of a one-element array of a string, a
+// scalar or a flat array; nothing for any other value.
+func TestSoleElement(t *testing.T) {
+	for raw, want := range map[string]string{
+		`["a\"]b"]`: `"a\"]b"`, `[ true ]`: `true`, `[-1.5e3]`: `-1.5e3`, `[null]`: `null`, `[[1, 2]]`: `[1, 2]`,
+		`[]`: "", `[1,2]`: "", `[{"a":1}]`: "", `[[[1]]]`: "", `"x"`: "", `[true] x`: "",
+	} {
+		item, ok := soleElement([]byte(raw))
+		if string(item) != want || ok != (want != "") {
+			t.Errorf("%s: %q %v, want %q", raw, item, ok, want)
+		}
+	}
+}

@@ -1,8 +1,6 @@
 package caddymodule
 
 import (
-	"bytes"
-	"encoding/json"
 	"strings"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -41,18 +39,12 @@ func (f *sglangFields) loraPath() string {
 // onlyItem is the element of a one-element list, else v itself. SGLang
 // reads a batch's per-item members as lists, one item each; a batch of
 // one is routed as its element (batchofone.go), so its members are read
-// as the element's. Only the first element is read, and a second ends
-// the reading.
+// as the element's.
 func onlyItem(v selection.RawJSON) selection.RawJSON {
-	if !v.IsArray() {
-		return v
+	if item, ok := soleElement(v); ok {
+		return item
 	}
-	dec := json.NewDecoder(bytes.NewReader(v))
-	var item json.RawMessage
-	if _, err := dec.Token(); err != nil || !dec.More() || dec.Decode(&item) != nil || dec.More() {
-		return v
-	}
-	return selection.RawJSON(item)
+	return v
 }
 
 // sglangAdapter resolves SGLang's adapter forms for a request whose model
