@@ -10,7 +10,7 @@ import (
 )
 
 // generateFields are what the gateway reads of SGLang's native
-// POST /generate (docs/sglang.md, "/generate"): its prompt, as token ids
+// POST /generate (docs/sglang.md, step 2b): its prompt, as token ids
 // in input_ids (read by the fast token decoder: InputIDs) or as text,
 // either of them a one-element batch too, and the members that cap how
 // much of the prompt SGLang reads from its cache. The request has no
@@ -49,8 +49,8 @@ func (g *generateFields) capsCacheRead() bool {
 
 // generatePrompt is a /generate request's prompt: token ids, or text to
 // tokenize as a completion prompt. ok is false when there is none the
-// gateway can read (a batch of several, both text and input_ids, which
-// SGLang refuses, or neither).
+// gateway can read (a batch of several; both text and input_ids, which
+// SGLang versions refuse or read differently; or neither).
 func (g *generateFields) generatePrompt() (text selection.RawJSON, ids []uint32, ok bool) {
 	hasIDs := g.inputIDs != nil || g.RawInputIDs.IsSet()
 	switch {

@@ -399,10 +399,11 @@ func (h *Handler) account(pw *prefillWriter, req *selection.SelectRequest, mode 
 	if resp == nil || pw.status < 200 || pw.status > 299 {
 		return
 	}
-	u, ok := findUsage(pw.tail.buf)
+	find := findUsage
 	if generate {
-		u, ok = findMetaInfo(pw.tail.buf)
+		find = findMetaInfo // SGLang's /generate reports in meta_info
 	}
+	u, ok := find(pw.tail.buf)
 	if !ok && !complete {
 		return
 	}
@@ -426,8 +427,9 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on
 // /v1/completions, SGLang's /generate prompt (generate.go), or the
-// workers' /tokenize. Nil means none could be had,
-// or that the engine will read no cache for the request (cacheread.go).
+// workers' /tokenize. Nil means none could be had, or that the engine
+// will read no cache for the request the index can see (cacheread.go,
+// sglangfields.go).
 func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) []uint32 {
 	chat := isChat(r)
 	if oai.skipsPrefixCache(chat) || oai.keyedApart() {
@@ -486,6 +488,24 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 // the proxy: Body, ContentLength and GetBody, so retries can resend it,
 // each reader counted by lease (bodylease.go). On failure it returns the
 // status to answer.
+func readAndRestore(r *http.Request, limit int64, buf []byte, lease *bodyLease) ([]byte, int, error) {
+	if r.ContentLength > limit {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
+	}
+	body, err := api.ReadBody(buf, r.Body, limit, r.ContentLength)
+	_ = r.Body.Close()
+	if err != nil {
+		if errors.Is(err, api.ErrBodyTooLarge) {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the %d-byte limit", limit)
+		}
+		return nil, http.StatusBadRequest, err
+	}
+	r.Body = lease.reader(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return lease.reader(bytes.NewReader(body)), nil }
+	return body, 0, nil
+}
+
 // readBody is readAndRestore within body_timeout: the connection's read
 // deadline is set for the body and cleared once it is read (the server
 // sets its own for the connection's next request).
@@ -506,24 +526,6 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, buf []byte, l
 // defaultBodyTimeout is body_timeout's default: a 16 MiB body arrives in
 // it at some 4.5 Mbit/s.
 const defaultBodyTimeout = 30 * time.Second
-
-func readAndRestore(r *http.Request, limit int64, buf []byte, lease *bodyLease) ([]byte, int, error) {
-	if r.ContentLength > limit {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the %d-byte limit", r.ContentLength, limit)
-	}
-	body, err := api.ReadBody(buf, r.Body, limit, r.ContentLength)
-	_ = r.Body.Close()
-	if err != nil {
-		if errors.Is(err, api.ErrBodyTooLarge) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the %d-byte limit", limit)
-		}
-		return nil, http.StatusBadRequest, err
-	}
-	r.Body = lease.reader(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return lease.reader(bytes.NewReader(body)), nil }
-	return body, 0, nil
-}
 
 // prefillWriter follows the worker's answer: its status tells the
 // router's health whether the worker works (Reservation.Answered), its

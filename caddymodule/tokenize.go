@@ -123,7 +123,7 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLe
 		return nil, res.StatusCode >= 500, fmt.Errorf("tokenize: status %d", res.StatusCode)
 	}
 	if int64(len(b)) > limit {
-		return nil, false, fmt.Errorf("tokenize: an answer of more than %d bytes, past the model's %d tokens", limit, maxLen)
+		return nil, false, fmt.Errorf("tokenize: an answer of more than %d bytes", limit)
 	}
 	var out tokenizeResponse
 	if err := selection.UnmarshalPlain(b, &out); err != nil {
