@@ -45,9 +45,7 @@ func TestWorkerHealthShared(t *testing.T) {
 	defer srv.Close()
 	s := natsServer(t, 0)
 	a, b := healthRouter(t, srv), healthRouter(t, srv)
-	ra := startReplica(t, a, s.ClientURL(), "a", nil)
-	rb := startReplica(t, b, s.ClientURL(), "b", nil)
-	waitFor(t, 5*time.Second, "replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	ra, rb := joinedPair(t, a, b, s.ClientURL(), nil)
 
 	a.Health().ReportStatus(3, http.StatusBadGateway)
 	waitFor(t, 3*time.Second, "A takes worker 3 out", func() bool { return a.Health().WorkerDown(3) })
@@ -77,9 +75,7 @@ func TestWorkerTakenOutWhileAwayIsAnnounced(t *testing.T) {
 	url := s.ClientURL()
 	port, _ := strconv.Atoi(url[strings.LastIndexByte(url, ':')+1:])
 	a, b := healthRouter(t, srv), healthRouter(t, srv)
-	ra := startReplica(t, a, url, "a", nil)
-	rb := startReplica(t, b, url, "b", nil)
-	waitFor(t, 5*time.Second, "replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	ra, rb := joinedPair(t, a, b, url, nil)
 
 	s.Shutdown()
 	s.WaitForShutdown()

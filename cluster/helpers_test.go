@@ -127,3 +127,14 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 func same(a, b *selection.Router) bool {
 	return load(a, 1) == load(b, 1) && load(a, 2) == load(b, 2)
 }
+
+// joinedPair starts replicas "a" on router a and "b" on router b, both set
+// as tune says (nil: the test defaults), and waits until each hears the
+// other.
+func joinedPair(t *testing.T, a, b *selection.Router, url string, tune func(*Config)) (ra, rb *Replica) {
+	t.Helper()
+	ra = startReplica(t, a, url, "a", tune)
+	rb = startReplica(t, b, url, "b", tune)
+	waitFor(t, 5*time.Second, "replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	return ra, rb
+}

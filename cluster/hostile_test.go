@@ -154,9 +154,7 @@ func TestPeerNumbersAreBounded(t *testing.T) {
 func TestPeerIdentityChecks(t *testing.T) {
 	s := natsServer(t, 0)
 	a, b := testRouter(t), testRouter(t)
-	ra := startReplica(t, a, s.ClientURL(), "a", nil)
-	rb := startReplica(t, b, s.ClientURL(), "b", nil)
-	waitFor(t, 5*time.Second, "the replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	_, rb := joinedPair(t, a, b, s.ClientURL(), nil)
 	nc := hostilePeer(t, s.ClientURL())
 	publishEnvelope(t, nc, "x\xff\xfe", 1, []event{{Kind: kindHeartbeat}})
 	reserve(t, a, "a1", 1, []uint64{1, 2, 3}, 40)
@@ -185,9 +183,7 @@ func TestHelloFloodIsCoalesced(t *testing.T) {
 	s := natsServer(t, 0)
 	a, b := testRouter(t), testRouter(t)
 	slow := func(c *Config) { c.Heartbeat, c.Lease = 500*time.Millisecond, 3*time.Second }
-	ra := startReplica(t, a, s.ClientURL(), "a", slow)
-	rb := startReplica(t, b, s.ClientURL(), "b", slow)
-	waitFor(t, 5*time.Second, "the replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	ra, _ := joinedPair(t, a, b, s.ClientURL(), slow)
 	for i := range 200 {
 		reserve(t, a, fmt.Sprintf("a%d", i), uint64(1+i%2), []uint64{uint64(3*i + 1), uint64(3*i + 2), uint64(3*i + 3)}, 100)
 	}
@@ -217,9 +213,7 @@ func TestHelloFloodIsCoalesced(t *testing.T) {
 func TestSlowConsumerIsCountedAndRepaired(t *testing.T) {
 	s := natsServer(t, 0)
 	a, b := testRouter(t), testRouter(t)
-	ra := startReplica(t, a, s.ClientURL(), "a", nil)
-	rb := startReplica(t, b, s.ClientURL(), "b", nil)
-	waitFor(t, 5*time.Second, "the replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	ra, rb := joinedPair(t, a, b, s.ClientURL(), nil)
 	before := ra.Stats().Announcements
 	rb.asyncError(nats.ErrSlowConsumer)
 	waitFor(t, 5*time.Second, "a announces again", func() bool { return ra.Stats().Announcements > before })

@@ -26,9 +26,7 @@ func TestMain(m *testing.M) {
 func TestReplicasSeeEachOthersBookings(t *testing.T) {
 	s := natsServer(t, 0)
 	a, b := testRouter(t), testRouter(t)
-	ra := startReplica(t, a, s.ClientURL(), "a", nil)
-	rb := startReplica(t, b, s.ClientURL(), "b", nil)
-	waitFor(t, 5*time.Second, "replicas hear each other", func() bool { return ra.Stats().Peers == 1 && rb.Stats().Peers == 1 })
+	joinedPair(t, a, b, s.ClientURL(), nil)
 
 	reserve(t, a, "a1", 1, []uint64{1, 2, 3}, 40)
 	waitFor(t, 2*time.Second, "B sees A's booking", func() bool { return load(b, 1).ActiveRequests == 1 })
