@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -91,24 +92,31 @@ func (r *Replica) publish() {
 			r.send(batch)
 		case <-r.wake:
 		}
-		// An announcement or a hello at most once a heartbeat: a flood of
-		// hellos (or of new names) made one replica announce 73 times a
-		// second, 17,000 times the bytes that asked. One asked for
-		// sooner waits for the next heartbeat's wake-up.
-		if r.announceWanted.Load() && time.Since(r.announcedAt) >= r.cfg.Heartbeat {
-			r.announceWanted.Store(false)
-			r.announcedAt = time.Now()
+		if r.due(&r.announceWanted, &r.announcedAt) {
 			r.announce()
 		}
-		if r.helloWanted.Load() && time.Since(r.helloAt) >= r.cfg.Heartbeat {
-			r.helloWanted.Store(false)
-			r.helloAt = time.Now()
+		if r.due(&r.helloWanted, &r.helloAt) {
 			r.send([]event{{Kind: kindHello}})
 		}
 		if r.heartbeatWanted.Swap(false) {
 			r.heartbeat()
 		}
 	}
+}
+
+// due reports whether a send asked for in wanted may go now, taking the
+// request and noting the time in at when it may. An announcement or a
+// hello goes at most once a heartbeat: a flood of hellos (or of new
+// names) made one replica announce 73 times a second, 17,000 times the
+// bytes that asked. One asked for sooner waits for the next heartbeat's
+// wake-up.
+func (r *Replica) due(wanted *atomic.Bool, at *time.Time) bool {
+	if !wanted.Load() || time.Since(*at) < r.cfg.Heartbeat {
+		return false
+	}
+	wanted.Store(false)
+	*at = time.Now()
+	return true
 }
 
 // announce starts a new epoch, in which this replica's live bookings are
