@@ -32,7 +32,7 @@ func (w *worker) resolveAdapter(req *apiRequest) (string, error) {
 	model, adapter := req.Model, ""
 	if base, name, ok := strings.Cut(model, ":"); ok && base == w.cfg.Model {
 		model, adapter = base, name
-	} else if len(req.LoraPath) > 0 && string(req.LoraPath) != "null" {
+	} else if isSet(req.LoraPath) {
 		if err := json.Unmarshal(req.LoraPath, &adapter); err != nil {
 			return "", badRequest("lora_path must be a string")
 		}
