@@ -59,19 +59,20 @@ func onlyItem(v selection.RawJSON) selection.RawJSON {
 // blocks in its events.
 func sglangAdapter(c *selection.Catalog, req *selection.SelectRequest, f *sglangFields) string {
 	model := req.Partition.ModelName
-	adapter := ""
+	base, name, colon := strings.Cut(model, ":")
+	adapter := f.loraPath()
+	if !colon && adapter == "" {
+		return "" // neither form: the catalog is not asked (every request comes here)
+	}
 	if !c.ServesModel(model) {
 		// SGLang splits at the first colon and trims both parts; an empty
 		// adapter is the base model alone.
-		base, name, ok := strings.Cut(model, ":")
 		base, name = strings.TrimSpace(base), strings.TrimSpace(name)
-		if !ok || !c.ServesModel(base) {
+		if !colon || !c.ServesModel(base) {
 			return ""
 		}
 		model, adapter = base, name
 		req.Partition.ModelName = model
-	} else {
-		adapter = f.loraPath()
 	}
 	if adapter == "" {
 		return ""
