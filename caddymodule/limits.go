@@ -66,7 +66,11 @@ type Limits struct {
 	// oldest entries of the worker ranks over their share of the bound are
 	// evicted so that new blocks still count, a block looked up since it
 	// was stored getting a second chance. At least 16MiB (about 58,000
-	// entries; index_max_entries sets a smaller index). Default: 2GiB.
+	// entries; index_max_entries sets a smaller index). Without KV
+	// events (use_kv_events off) it bounds the approximate index instead,
+	// at a third of it for the same headroom: past that, the prefixes
+	// soonest to expire are evicted (kvrouter_approx_index_evicted_total).
+	// Default: 2GiB.
 	IndexMaxMemory int64 `json:"index_max_memory,omitempty"`
 
 	// KVEventsMaxMessage bounds one KV-event message, in bytes, all its
@@ -160,7 +164,10 @@ const minMaxMessage = 4 << 10
 // eventLimits are the bounds of the KV-event side: the index's entry cap
 // and the listeners' options.
 type eventLimits struct {
-	maxEntries  int64
+	maxEntries int64
+	// approxHeap bounds the approximate index (use_kv_events off), from
+	// the same memory budget.
+	approxHeap  int64
 	ingestCores int // 0: the index's default
 	manager     []indexer.ManagerOption
 }
@@ -168,11 +175,11 @@ type eventLimits struct {
 // events resolves the KV-event bounds; maxEntries is the app's explicit
 // index_max_entries (0 when unset).
 func (l *Limits) events(maxEntries int64) eventLimits {
+	budget := l.IndexMaxMemory
+	if budget == 0 {
+		budget = DefaultIndexMaxMemory
+	}
 	if maxEntries == 0 {
-		budget := l.IndexMaxMemory
-		if budget == 0 {
-			budget = DefaultIndexMaxMemory
-		}
 		maxEntries = indexer.EntriesForMemory(budget)
 	}
 	var opts []indexer.ManagerOption
@@ -185,7 +192,7 @@ func (l *Limits) events(maxEntries int64) eventLimits {
 	if l.KVEventsMaxPeers > 0 {
 		opts = append(opts, indexer.WithMaxPeers(l.KVEventsMaxPeers))
 	}
-	return eventLimits{maxEntries: maxEntries, ingestCores: l.KVEventsCores, manager: opts}
+	return eventLimits{maxEntries: maxEntries, approxHeap: indexer.LiveHeapForMemory(budget), ingestCores: l.KVEventsCores, manager: opts}
 }
 
 // unmarshalCaddyfile reads one bound's subdirective; handled is false for

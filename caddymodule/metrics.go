@@ -49,6 +49,9 @@ func (eventCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- activeReservations
 	ch <- workerIndexBlocks
+	ch <- approxIndexBytes
+	ch <- approxIndexEvicted
+	ch <- approxIndexRefused
 }
 
 func (eventCollector) Collect(ch chan<- prometheus.Metric) {
@@ -57,6 +60,11 @@ func (eventCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(activeReservations, prometheus.GaugeValue, float64(state.router.ActiveReservations()))
+	if room, ok := state.router.ApproxRoom(); ok {
+		ch <- prometheus.MustNewConstMetric(approxIndexBytes, prometheus.GaugeValue, float64(room.Bytes))
+		ch <- prometheus.MustNewConstMetric(approxIndexEvicted, prometheus.CounterValue, float64(room.Evicted))
+		ch <- prometheus.MustNewConstMetric(approxIndexRefused, prometheus.CounterValue, float64(room.Refused))
+	}
 	if state.events == nil {
 		return
 	}
@@ -141,6 +149,12 @@ var (
 	})
 	activeReservations = prometheus.NewDesc("kvrouter_active_reservations",
 		"Reservations held by requests in flight and by selection API clients.", nil, nil)
+	approxIndexBytes = prometheus.NewDesc("kvrouter_approx_index_bytes",
+		"The approximate index's heap, estimated (use_kv_events off); bounded by a third of index_max_memory.", nil, nil)
+	approxIndexEvicted = prometheus.NewDesc("kvrouter_approx_index_evicted_total",
+		"(block, worker rank) holds the approximate index dropped before approx_ttl to stay within its bound, those soonest to expire first.", nil, nil)
+	approxIndexRefused = prometheus.NewDesc("kvrouter_approx_index_refused_total",
+		"(block, worker rank) holds the approximate index did not record: a booking larger than its whole bound.", nil, nil)
 	workerIndexBlocks = prometheus.NewDesc("kvrouter_worker_index_blocks",
 		"Blocks the KV index holds for each worker rank.", []string{"worker_id", "dp_rank"}, nil)
 )

@@ -96,6 +96,13 @@ func newRouterState(cfg selection.Config, created eventSettings, limits eventLim
 		}
 		s.events = m
 		opts = append(opts, selection.WithIndexer(m.Index), selection.WithCatalogHook(m.OnCatalogChange))
+	} else {
+		// Bookings feed this index: without a bound, the rate of new
+		// prompts (or of other replicas' records) times approx_ttl is
+		// what it holds.
+		ai := selection.NewApproxIndex(cfg.ApproxTTL)
+		ai.SetMaxMemory(limits.approxHeap)
+		opts = append(opts, selection.WithIndexer(ai))
 	}
 	r, err := selection.NewRouter(cfg, opts...)
 	if err != nil {

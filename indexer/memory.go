@@ -44,6 +44,17 @@ func EntriesForMemory(bytes int64) int64 {
 	return max(1, bytes/(BytesPerEntry*gcHeadroom))
 }
 
+// LiveHeapForMemory is the live heap a memory budget in bytes leaves an
+// index, with the collector's headroom taken off: the approximate index's
+// bound (selection.ApproxIndex.SetMaxMemory) when the router runs without
+// KV events. A budget of 0 or less gives 0 (no bound).
+func LiveHeapForMemory(bytes int64) int64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return max(1, bytes/gcHeadroom)
+}
+
 // rebuildMin is the size below which a table or slab is not worth
 // rebuilding: small ones cost little.
 const rebuildMin = 4096

@@ -22,6 +22,7 @@ type ApproxIndex struct {
 	mu        sync.RWMutex
 	parts     map[PartitionKey]*approxEdge // roots
 	lastSweep time.Time
+	room      approxRoom // what it holds against its bound (approx_room.go); under mu
 }
 
 type approxEdge struct {
@@ -106,10 +107,14 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 		a.sweepLocked(now.UnixNano())
 		a.lastSweep = now
 	}
+	if !a.roomFor(len(keys), now.UnixNano()) {
+		return
+	}
 	e := a.parts[p]
 	if e == nil {
 		e = &approxEdge{}
 		a.parts[p] = e
+		a.room.bytes += approxEdgeBytes
 	}
 	for pos := 0; pos < len(keys); {
 		next := e.child(keys[pos])
@@ -117,15 +122,18 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 			// A new run: copy its keys, the pooled buffer is reused.
 			next = &approxEdge{keys: append([]uint64(nil), keys[pos:]...), locals: append([]uint64(nil), blocks[pos:]...)}
 			e.addChild(next)
+			a.room.bytes += edgeCost(len(next.keys), 0)
 		}
 		m := commonPrefix(next.keys, keys[pos:])
 		if m < len(next.keys) {
 			next.split(m)
+			a.room.bytes += edgeCost(0, len(next.holds))
 		}
 		if h := next.hold(r); h != nil {
 			h.expires = exp
 		} else {
 			next.holds = append(next.holds, approxHold{rank: r, expires: exp})
+			a.room.bytes += approxHoldBytes
 		}
 		pos += m
 		e = next
@@ -134,31 +142,46 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 
 // sweepLocked drops expired holds and the edges left with none.
 func (a *ApproxIndex) sweepLocked(now int64) {
+	a.pruneLocked(func(h approxHold) bool { return h.expires > now }, now)
+}
+
+// pruneLocked keeps the holds keep accepts, drops the edges and roots left
+// with none, and takes what they held off the room; holds dropped before
+// their expiry (at now) are counted as evicted.
+func (a *ApproxIndex) pruneLocked(keep func(approxHold) bool, now int64) {
 	for p, root := range a.parts {
-		root.prune(func(h approxHold) bool { return h.expires > now })
+		var f freed
+		root.prune(keep, now, &f)
 		if len(root.children) == 0 {
 			delete(a.parts, p)
+			f.bytes += approxEdgeBytes
 		}
+		a.room.bytes -= f.bytes
+		a.room.evicted.Add(f.liveBlocks)
 	}
 }
 
 // prune keeps, below e, the holds keep accepts, and drops the edges left
 // with none: a rank's holds form a prefix of every path, so an edge with
-// no holds has none below it either.
-func (e *approxEdge) prune(keep func(approxHold) bool) {
+// no holds has none below it either. What it drops is added to f.
+func (e *approxEdge) prune(keep func(approxHold) bool, now int64, f *freed) {
 	for k, c := range e.children {
 		live := c.holds[:0]
 		for _, h := range c.holds {
 			if keep(h) {
 				live = append(live, h)
+			} else {
+				f.hold(h, len(c.keys), now)
 			}
 		}
+		clear(c.holds[len(live):])
 		c.holds = live
 		if len(live) == 0 {
 			delete(e.children, k)
+			c.drop(now, f)
 			continue
 		}
-		c.prune(keep)
+		c.prune(keep, now, f)
 	}
 }
 
@@ -232,7 +255,10 @@ func (a *ApproxIndex) RemoveWorker(p PartitionKey, workerID uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if root := a.parts[p]; root != nil {
-		root.prune(func(h approxHold) bool { return h.rank.WorkerID != workerID })
+		var f freed
+		root.prune(func(h approxHold) bool { return h.rank.WorkerID != workerID }, a.now().UnixNano(), &f)
+		// The root stays, empty or not: the sweep drops empty roots.
+		a.room.bytes -= f.bytes
 	}
 }
 

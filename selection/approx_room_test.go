@@ -1,0 +1,193 @@
+package selection
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// trieCost walks the index and sums what its parts cost, for comparing
+// with the running estimate the index keeps.
+func trieCost(a *ApproxIndex) int64 {
+	var sum int64
+	var walk func(e *approxEdge)
+	walk = func(e *approxEdge) {
+		sum += edgeCost(len(e.keys), len(e.holds))
+		for _, c := range e.children {
+			walk(c)
+		}
+	}
+	for _, root := range a.parts {
+		walk(root)
+	}
+	return sum
+}
+
+// TestApproxRoomKeepsItsCount: after random records (new runs, splits,
+// refreshed and new holds), worker removals, sweeps and evictions, the
+// running estimate is what a walk of the trie adds up to, and it returns
+// to 0 once every hold has expired.
+func TestApproxRoomKeepsItsCount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 7))
+	now := time.Unix(1000, 0)
+	ai := NewApproxIndex(time.Minute)
+	ai.now = func() time.Time { return now }
+	ai.SetMaxMemory(24 << 10)
+	bases := make([][]uint64, 6)
+	for i := range bases {
+		bases[i] = make([]uint64, 96)
+		for j := range bases[i] {
+			bases[i][j] = rng.Uint64()
+		}
+	}
+	parts := []PartitionKey{{"m", "g"}, {"m2", "g"}}
+	for step := range 6000 {
+		p := parts[rng.IntN(len(parts))]
+		switch rng.IntN(12) {
+		case 0:
+			now = now.Add(time.Duration(rng.IntN(20)) * time.Second)
+		case 1:
+			ai.RemoveWorker(p, uint64(rng.IntN(5)))
+		case 2:
+			// A prompt of its own: a new run from the root.
+			fresh := make([]uint64, 1+rng.IntN(64))
+			for i := range fresh {
+				fresh[i] = rng.Uint64()
+			}
+			ai.RecordBooking(p, Rank{uint64(rng.IntN(5)), 0}, fresh)
+		default:
+			base := bases[rng.IntN(len(bases))]
+			ai.RecordBooking(p, Rank{uint64(rng.IntN(5)), uint32(rng.IntN(2))}, base[:1+rng.IntN(len(base))])
+		}
+		if got, want := ai.room.bytes, trieCost(ai); got != want {
+			t.Fatalf("step %d: estimate %d, the trie adds up to %d", step, got, want)
+		}
+		if ai.room.bytes > ai.room.maxBytes {
+			t.Fatalf("step %d: %d bytes over the bound %d", step, ai.room.bytes, ai.room.maxBytes)
+		}
+	}
+	if r := ai.Room(); r.Evicted == 0 {
+		t.Fatalf("the bound was never reached (%+v): the test did not test eviction", r)
+	}
+	now = now.Add(2 * time.Minute)
+	ai.mu.Lock()
+	ai.sweepLocked(now.UnixNano())
+	ai.mu.Unlock()
+	if r := ai.Room(); r.Bytes != 0 || len(ai.parts) != 0 {
+		t.Fatalf("everything expired, yet %d bytes and %d partitions are left", r.Bytes, len(ai.parts))
+	}
+}
+
+// TestApproxRoomEstimate: the estimate is within a third of what the
+// index's records add to the heap, for prompts that share prefixes (many
+// short edges) and for unique ones (few long edges).
+func TestApproxRoomEstimate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shared bool
+	}{{"shared_prefixes", true}, {"unique", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, 13))
+			base := make([]uint64, 4096)
+			for i := range base {
+				base[i] = rng.Uint64()
+			}
+			prompts := make([][]uint64, 20000)
+			for i := range prompts {
+				n := 1 + rng.IntN(64)
+				p := make([]uint64, n)
+				if tc.shared {
+					// The base's first blocks, then a tail of its own:
+					// a split and a new run each time.
+					cut := rng.IntN(n)
+					copy(p, base[:cut])
+					for j := cut; j < n; j++ {
+						p[j] = rng.Uint64()
+					}
+				} else {
+					for j := range p {
+						p[j] = rng.Uint64()
+					}
+				}
+				prompts[i] = p
+			}
+			ai := NewApproxIndex(time.Hour)
+			before := liveHeap()
+			for i, p := range prompts {
+				ai.RecordBooking(PartitionKey{"m", "g"}, Rank{uint64(i % 8), 0}, p)
+			}
+			grown := liveHeap() - before
+			est := ai.Room().Bytes
+			runtime.KeepAlive(prompts)
+			ratio := float64(est) / float64(grown)
+			t.Logf("estimate %d B, heap grew %d B: %.2f", est, grown, ratio)
+			if ratio < 0.75 || ratio > 1.33 {
+				t.Fatalf("estimate %d B against the heap's %d B (%.2f): recalibrate the costs in approx_room.go", est, grown, ratio)
+			}
+		})
+	}
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// TestApproxRoomEvictsWhatIsNotBooked: once the bound is reached, the
+// holds soonest to expire go first, so a prefix booked all along stays
+// while the prompts booked once and not again are evicted; the index
+// stays within its bound.
+func TestApproxRoomEvictsWhatIsNotBooked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(1000, 0)
+	ai := NewApproxIndex(time.Minute)
+	ai.now = func() time.Time { return now }
+	ai.SetMaxMemory(64 << 10)
+	k := PartitionKey{"m", "g"}
+	hot := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	var first []uint64
+	for i := range 2000 {
+		now = now.Add(10 * time.Millisecond)
+		ai.RecordBooking(k, Rank{1, 0}, hot)
+		cold := make([]uint64, 16)
+		for j := range cold {
+			cold[j] = rng.Uint64()
+		}
+		if i == 0 {
+			first = cold
+		}
+		ai.RecordBooking(k, Rank{2, 0}, cold)
+	}
+	r := ai.Room()
+	if r.Bytes > r.MaxBytes || r.Evicted == 0 {
+		t.Fatalf("%+v: want evictions and the index within its bound", r)
+	}
+	var m Matches
+	ai.FindMatches(k, hot, &m)
+	if len(m.List) != 1 || m.List[0].Tiers.Device != uint32(len(hot)) {
+		t.Fatalf("the prefix booked all along was evicted: %+v", m.List)
+	}
+	m = Matches{}
+	ai.FindMatches(k, first, &m)
+	if len(m.List) != 0 {
+		t.Fatalf("the first prompt, booked once 20 s ago, is still held: %+v", m.List)
+	}
+}
+
+// TestApproxRoomRefusesWhatCannotFit: a record larger than the whole bound
+// is refused and counted, and the index does not grow.
+func TestApproxRoomRefusesWhatCannotFit(t *testing.T) {
+	ai := NewApproxIndex(time.Minute)
+	ai.SetMaxMemory(4 << 10)
+	blocks := make([]uint64, 200) // 200 × 40 B: past 4 KiB
+	for i := range blocks {
+		blocks[i] = uint64(i + 1)
+	}
+	ai.RecordBooking(PartitionKey{"m", "g"}, Rank{1, 0}, blocks)
+	if r := ai.Room(); r.Refused != 200 || r.Bytes != 0 {
+		t.Fatalf("%+v: want the record's 200 blocks refused and nothing held", r)
+	}
+}
