@@ -107,6 +107,7 @@ type Handler struct {
 	queue     *overloadQueue // nil with the queue off
 	router    *selection.Router
 	tokenizer *tokenizer
+	contexts  *contextLimits
 	logger    *zap.Logger
 }
 
@@ -129,6 +130,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.router = app.Router()
+	h.contexts = newContextLimits(h.router.Catalog())
 	if h.overload, err = h.Overload.settings(); err != nil {
 		return err
 	}
@@ -308,9 +310,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// adapter's name only when the request names one the engine's way
 	// (its model, or SGLang's forms): lora_name is a selection-API member
 	// no engine route reads, which would only mislead the gateway.
-	req.TokenIDs = h.tokens(tr, oai, req.Partition.Key())
+	req.TokenIDs = h.routingTokens(tr, oai, req.Partition.Key())
 	if req.TokenIDs != nil {
-		req.TokenIDs, req.CacheSalt = oai.truncate(req.TokenIDs), oai.CacheSalt
+		req.CacheSalt = oai.CacheSalt
 	}
 	if adapter != "" {
 		req.LoraName = adapter
@@ -423,6 +425,22 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 	}
 	writeOpenAIError(w, status, err.Error())
 	return nil
+}
+
+// routingTokens are the tokens the engine will prefill: the prompt's, cut
+// as the request asks (truncate.go); nil when the request is routed by
+// load, which includes a prompt longer than its workers' context: the
+// engine refuses it, and nothing of it is worth hashing or booking.
+func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) []uint32 {
+	toks := h.tokens(r, oai, part)
+	if toks == nil {
+		return nil
+	}
+	toks = oai.truncate(toks)
+	if h.contexts.overContext(part, len(toks)) {
+		return nil
+	}
+	return toks
 }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on

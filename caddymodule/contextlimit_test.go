@@ -1,0 +1,86 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// idsPrompt is a completion body whose prompt is n token ids, with extra
+// members appended.
+func idsPrompt(model string, n int, extra string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"model":%q%s,"prompt":[`, model, extra)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, i+1)
+	}
+	b.WriteString("]}")
+	return b.String()
+}
+
+// routingTokensOf runs what the handler routes body by, on model's
+// partition.
+func routingTokensOf(t *testing.T, h *Handler, model, body string) []uint32 {
+	t.Helper()
+	var o openAIRequest
+	if err := selection.DecodeJSON([]byte(body), &o); err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	part := selection.Partition{ModelName: model}
+	return h.routingTokens(r, &o, part.Key())
+}
+
+// TestPromptOverContextIsRoutedByLoad: a prompt of token ids longer than
+// every worker of its model takes (their largest max_model_len) is one
+// the engine refuses: it is routed by load, not hashed or booked. A
+// prompt cut to fit by truncate_prompt_tokens is routed by its tokens,
+// as is any prompt of a model whose context is not known. A catalog
+// change is seen at once.
+func TestPromptOverContextIsRoutedByLoad(t *testing.T) {
+	w := func(id uint64, model string, maxLen uint64) selection.WorkerRequest {
+		ep, bs := fmt.Sprintf("127.0.0.1:%d", 9000+id), uint32(16)
+		req := selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs}
+		if maxLen > 0 {
+			req.MaxModelLen = &maxLen
+		}
+		return req
+	}
+	router := routerWith(t, nil, w(1, "m", 100), w(2, "m", 200), w(3, "n", 0))
+	h := &Handler{router: router, contexts: newContextLimits(router.Catalog())}
+	for _, tc := range []struct {
+		model string
+		n     int
+		extra string
+		want  int // tokens routed by; 0: by load
+	}{
+		{"m", 200, "", 200},
+		{"m", 201, "", 0},
+		{"m", 4000, "", 0},
+		{"m", 4000, `,"truncate_prompt_tokens":150`, 150},
+		{"n", 100000, "", 100000},
+		{"unknown", 300, "", 300},
+	} {
+		toks := routingTokensOf(t, h, tc.model, idsPrompt(tc.model, tc.n, tc.extra))
+		if len(toks) != tc.want || (tc.want == 0) != (toks == nil) {
+			t.Errorf("%s, %d ids%s: routed by %d tokens (nil %v), want %d", tc.model, tc.n, tc.extra, len(toks), toks == nil, tc.want)
+		}
+	}
+	if len(h.contexts.byPart) != 2 {
+		t.Errorf("kept figures for %d partitions, want 2 (a name no worker serves is not kept)", len(h.contexts.byPart))
+	}
+	longer := uint64(500)
+	if _, err := router.Catalog().PatchWorker(2, &selection.WorkerRequest{MaxModelLen: &longer}); err != nil {
+		t.Fatal(err)
+	}
+	if toks := routingTokensOf(t, h, "m", idsPrompt("m", 400, "")); len(toks) != 400 {
+		t.Fatalf("after a worker's context grew to 500: routed by %d tokens, want 400", len(toks))
+	}
+}
