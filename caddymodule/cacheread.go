@@ -26,7 +26,7 @@ func (f *cacheReadFields) skipsPrefixCache(chat bool) bool {
 	switch {
 	case f.PromptLogprobs.IsSet():
 		return true
-	case !f.Echo.IsTrue():
+	case !laxTrue(f.Echo):
 		return false
 	case chat:
 		return f.TopLogprobs == nil || f.TopLogprobs.IsSet()

@@ -9,7 +9,8 @@ import (
 // TestSkipsPrefixCacheAsVLLM: the requests for which vLLM reads no prefix
 // cache, as its request models make prompt_logprobs: the member itself
 // (chat or completions), echo with logprobs on completions, and echo on
-// chat unless top_logprobs (default 0) is sent as null.
+// chat unless top_logprobs (default 0) is sent as null. echo is read as
+// vLLM's pydantic reads a bool.
 func TestSkipsPrefixCacheAsVLLM(t *testing.T) {
 	cases := []struct {
 		body string
@@ -23,6 +24,10 @@ func TestSkipsPrefixCacheAsVLLM(t *testing.T) {
 		{`{"prompt": "x", "echo": true, "logprobs": null}`, false, false},
 		{`{"prompt": "x", "echo": true, "logprobs": 1}`, false, true},
 		{`{"prompt": "x", "echo": false, "logprobs": 1}`, false, false},
+		{`{"prompt": "x", "echo": "true", "logprobs": 1}`, false, true},
+		{`{"prompt": "x", "echo": 1, "logprobs": 1}`, false, true},
+		{`{"prompt": "x", "echo": "no", "logprobs": 1}`, false, false},
+		{`{"messages": [], "echo": "yes"}`, true, true},
 		{`{"prompt": "x", "logprobs": 5}`, false, false},
 		{`{"messages": [], "prompt_logprobs": 2}`, true, true},
 		{`{"messages": [], "echo": true}`, true, true},

@@ -37,7 +37,7 @@ type streamFields struct {
 // wantsUsageAdded reports whether s is a stream that did not ask for usage
 // and names no stream_options at all.
 func (s *streamFields) wantsUsageAdded() bool {
-	return s.Stream.IsTrue() && !s.StreamOptions.IsSet()
+	return laxTrue(s.Stream) && !s.StreamOptions.IsSet()
 }
 
 // addUsageOption makes r's body body with usageOption in place of its

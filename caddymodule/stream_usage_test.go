@@ -128,6 +128,10 @@ func TestAddUsageOption(t *testing.T) {
 		{streamFields{Stream: []byte("true"), StreamOptions: []byte(`{"include_usage":false}`)}, false},
 		{streamFields{Stream: []byte("false")}, false},
 		{streamFields{}, false},
+		// vLLM's pydantic reads these as true and streams.
+		{streamFields{Stream: []byte(`"true"`)}, true},
+		{streamFields{Stream: []byte("1")}, true},
+		{streamFields{Stream: []byte(`"off"`)}, false},
 	} {
 		if got := c.f.wantsUsageAdded(); got != c.want {
 			t.Errorf("%s/%s: %v, want %v", c.f.Stream, c.f.StreamOptions, got, c.want)

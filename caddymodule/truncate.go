@@ -1,11 +1,6 @@
 package caddymodule
 
-import (
-	"bytes"
-	"strconv"
-
-	"github.com/kvrouter/caddy-kvrouter/selection"
-)
+import "github.com/kvrouter/caddy-kvrouter/selection"
 
 // truncateFields are vLLM's request members that cut the prompt before it
 // is prefilled: truncate_prompt_tokens keeps N of its tokens, the last N
@@ -23,12 +18,8 @@ type truncateFields struct {
 // (the model's max_model_len) is left alone: the gateway does not know
 // that length, and a prompt within it is not cut.
 func (f *truncateFields) truncate(toks []uint32) []uint32 {
-	v := bytes.TrimSpace(f.TruncatePromptTokens)
-	if len(v) == 0 {
-		return toks
-	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil || n < 1 || n >= int64(len(toks)) {
+	n, ok := laxInt(f.TruncatePromptTokens)
+	if !ok || n < 1 || n >= int64(len(toks)) {
 		return toks
 	}
 	if side, _ := f.TruncationSide.Text(); side == "right" {

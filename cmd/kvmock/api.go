@@ -43,7 +43,7 @@ type apiRequest struct {
 	// output length; the second is the chat API's newer name.
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Stream              bool            `json:"stream"`
+	Stream              pyBool          `json:"stream"`
 	StreamOptions       json.RawMessage `json:"stream_options"`
 	// ReasoningEffort reaches the chat template on the chat route only
 	// (chatInputOf).
@@ -56,12 +56,12 @@ type apiRequest struct {
 	// The members that make vLLM ask for the prompt's logprobs, and then
 	// not read its prefix cache for the request (readsCache).
 	PromptLogprobs json.RawMessage `json:"prompt_logprobs"`
-	Echo           bool            `json:"echo"`
+	Echo           pyBool          `json:"echo"`
 	Logprobs       json.RawMessage `json:"logprobs"`
 	TopLogprobs    json.RawMessage `json:"top_logprobs"`
 	// TruncatePromptTokens keeps that many of the prompt's tokens: the
 	// last ones, or the first when TruncationSide is "right" (truncate).
-	TruncatePromptTokens *int   `json:"truncate_prompt_tokens"`
+	TruncatePromptTokens *pyInt `json:"truncate_prompt_tokens"`
 	TruncationSide       string `json:"truncation_side"`
 	// SGLang's adapter and cache-namespace members, read with --api
 	// sglang only (sglang.go).
@@ -72,14 +72,17 @@ type apiRequest struct {
 // truncate cuts the prompt as vLLM does for truncate_prompt_tokens (-1,
 // the model's length, is not modelled: kvmock's prompts fit it).
 func (req *apiRequest) truncate(prompt []uint32) []uint32 {
-	n := req.TruncatePromptTokens
-	if n == nil || *n < 1 || *n >= len(prompt) {
+	if req.TruncatePromptTokens == nil {
+		return prompt
+	}
+	n := int(*req.TruncatePromptTokens)
+	if n < 1 || n >= len(prompt) {
 		return prompt
 	}
 	if req.TruncationSide == "right" {
-		return prompt[:*n]
+		return prompt[:n]
 	}
-	return prompt[len(prompt)-*n:]
+	return prompt[len(prompt)-n:]
 }
 
 // readsCache reports whether vLLM reads its prefix cache for the request:
@@ -91,7 +94,7 @@ func (req *apiRequest) readsCache(chat bool) bool {
 	switch {
 	case isSet(req.PromptLogprobs):
 		return false
-	case !req.Echo:
+	case !bool(req.Echo):
 		return true
 	case chat:
 		return req.TopLogprobs != nil && !isSet(req.TopLogprobs)
@@ -131,7 +134,7 @@ func (req *apiRequest) includeUsage(force bool) bool {
 // stream, as vLLM does (an empty object passes, as it does there).
 func (req *apiRequest) checkStreamOptions() error {
 	raw := bytes.TrimSpace(req.StreamOptions)
-	if req.Stream || len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("{}")) {
+	if bool(req.Stream) || len(raw) == 0 || bytes.Equal(raw, []byte("null")) || bytes.Equal(raw, []byte("{}")) {
 		return nil
 	}
 	return &apiError{status: http.StatusBadRequest, msg: "Stream options can only be defined when `stream=True`.", param: "stream_options"}

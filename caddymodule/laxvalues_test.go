@@ -1,0 +1,48 @@
+package caddymodule
+
+import (
+	"testing"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// TestLaxBool: what pydantic's lax mode takes for a bool, and what it
+// refuses (read as absent).
+func TestLaxBool(t *testing.T) {
+	for in, want := range map[string]struct{ b, ok bool }{
+		`true`: {true, true}, `false`: {false, true}, ` true `: {true, true},
+		`1`: {true, true}, `0`: {false, true}, `1.0`: {true, true}, `0.0`: {false, true},
+		`"true"`: {true, true}, `"True"`: {true, true}, `"YES"`: {true, true}, `"on"`: {true, true},
+		`"t"`: {true, true}, `"y"`: {true, true}, `"1"`: {true, true}, `"tru\u0065"`: {true, true},
+		`"false"`: {false, true}, `"no"`: {false, true}, `"off"`: {false, true}, `"f"`: {false, true},
+		`"n"`: {false, true}, `"0"`: {false, true},
+		``: {false, false}, `null`: {false, false}, `2`: {false, false}, `0.5`: {false, false},
+		`"maybe"`: {false, false}, `""`: {false, false}, `[true]`: {false, false}, `{}`: {false, false},
+	} {
+		b, ok := laxBool(selection.RawJSON(in))
+		if b != want.b || ok != want.ok {
+			t.Errorf("%s: %v %v, want %v %v", in, b, ok, want.b, want.ok)
+		}
+	}
+}
+
+// TestLaxInt: what pydantic's lax mode takes for an int, and what it
+// refuses (read as absent).
+func TestLaxInt(t *testing.T) {
+	type result struct {
+		n  int64
+		ok bool
+	}
+	for in, want := range map[string]result{
+		`2`: {2, true}, `-1`: {-1, true}, `2.0`: {2, true}, `2e3`: {2000, true},
+		`true`: {1, true}, `false`: {0, true},
+		`"2"`: {2, true}, `" 2 "`: {2, true}, `"2.0"`: {2, true}, `"-1"`: {-1, true}, `"+3"`: {3, true},
+		``: {0, false}, `null`: {0, false}, `2.5`: {0, false}, `1e300`: {0, false},
+		`"2.5"`: {0, false}, `"two"`: {0, false}, `"2."`: {0, false}, `""`: {0, false}, `[2]`: {0, false},
+	} {
+		n, ok := laxInt(selection.RawJSON(in))
+		if n != want.n || ok != want.ok {
+			t.Errorf("%s: %d %v, want %d %v", in, n, ok, want.n, want.ok)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// vLLM validates its requests with pydantic in lax mode, so a member
+// typed bool or int takes more than JSON's own type: "true", 1 or "yes"
+// for a bool, "2", 2.0 or true for an int. kvmock reads the members that
+// change what it prefills, reads from its cache or streams the same way;
+// a value pydantic refuses is a 400, as in vLLM.
+
+// pyBool is a bool read as pydantic's lax mode reads one.
+type pyBool bool
+
+func (b *pyBool) UnmarshalJSON(data []byte) error {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	switch x := v.(type) {
+	case nil:
+		*b = false // Optional[bool]: None, which vLLM treats as false
+		return nil
+	case bool:
+		*b = pyBool(x)
+		return nil
+	case float64:
+		if x == 0 || x == 1 {
+			*b = x == 1
+			return nil
+		}
+	case string:
+		switch strings.ToLower(x) {
+		case "1", "on", "t", "true", "y", "yes":
+			*b = true
+			return nil
+		case "0", "off", "f", "false", "n", "no":
+			*b = false
+			return nil
+		}
+	}
+	return fmt.Errorf("Input should be a valid boolean, got %s", data)
+}
+
+// pyInt is an int read as pydantic's lax mode reads one.
+type pyInt int
+
+func (n *pyInt) UnmarshalJSON(data []byte) error {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	switch x := v.(type) {
+	case bool:
+		*n = 0
+		if x {
+			*n = 1
+		}
+		return nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			*n = pyInt(x)
+			return nil
+		}
+	case string:
+		s := strings.TrimSpace(x)
+		if i := strings.IndexByte(s, '.'); i >= 0 && i < len(s)-1 && strings.Trim(s[i+1:], "0") == "" {
+			s = s[:i]
+		}
+		if i, err := strconv.Atoi(s); err == nil {
+			*n = pyInt(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("Input should be a valid integer, got %s", data)
+}
