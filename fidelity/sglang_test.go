@@ -43,6 +43,14 @@ func TestSGLangAdapterForms(t *testing.T) {
 	if a := send(3, map[string]any{"model": model}); a.usage.cached() != 0 {
 		t.Errorf("the base model found %d of the adapter's tokens cached", a.usage.cached())
 	}
+	// SGLang trims both parts of the colon form, and reads an empty
+	// adapter as the base model.
+	if a := send(4, map[string]any{"model": " " + model + " : sql "}); a.usage.cached() < 96 {
+		t.Errorf("the spaced colon form reached the adapter's blocks: %d cached", a.usage.cached())
+	}
+	if a := send(5, map[string]any{"model": model + ":"}); a.usage.cached() < 96 {
+		t.Errorf("an empty adapter is the base model, whose shared prefix request 3 cached: %d cached", a.usage.cached())
+	}
 	if a := g.post(t, "/v1/completions", map[string]any{"model": model, "lora_path": "nope", "prompt": shared}); a.status != 400 {
 		t.Errorf("an adapter no worker loaded: %d %s, want the engine's 400", a.status, a.body)
 	}

@@ -30,8 +30,10 @@ func (w *worker) resolveAdapter(req *apiRequest) (string, error) {
 		return w.resolveModel(req.Model)
 	}
 	model, adapter := req.Model, ""
-	if base, name, ok := strings.Cut(model, ":"); ok && base == w.cfg.Model {
-		model, adapter = base, name
+	// SGLang splits a model it does not serve at the first colon and
+	// trims both parts; an empty adapter is the base model alone.
+	if base, name, ok := strings.Cut(model, ":"); ok && model != w.cfg.Model && strings.TrimSpace(base) == w.cfg.Model {
+		model, adapter = strings.TrimSpace(base), strings.TrimSpace(name)
 	} else if isSet(req.LoraPath) {
 		if err := json.Unmarshal(req.LoraPath, &adapter); err != nil {
 			return "", badRequest("lora_path must be a string")
