@@ -303,6 +303,15 @@ func (c *catalogSync) apply(e jetstream.KeyValueEntry) {
 			c.markSynced(id)
 			return
 		}
+		if !c.isSynced(id) {
+			// A worker this gateway declares or discovers is its own: an
+			// entry under its id, from another replica's API or from
+			// whoever can write the bucket, would replace it here (and a
+			// deletion after it would then remove it) until the next
+			// reload.
+			r.ctr.drop("catalog_local")
+			return
+		}
 	}
 	if _, err := cat.UpsertWorker(v.Worker); err != nil {
 		r.ctr.drop("catalog_rejected")
@@ -312,6 +321,12 @@ func (c *catalogSync) apply(e jetstream.KeyValueEntry) {
 	}
 	c.markSynced(id)
 	r.ctr.catalogApplied.Add(1)
+}
+
+func (c *catalogSync) isSynced(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced[id]
 }
 
 func (c *catalogSync) markSynced(id uint64) {

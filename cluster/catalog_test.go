@@ -263,3 +263,43 @@ func TestCatalogWriteVisibleLatency(t *testing.T) {
 	slices.Sort(lat)
 	t.Logf("worker registered through A's API, in B's catalog: p50 %v p99 %v max %v (100 registrations, the HTTP call included)", lat[50], lat[98], lat[99])
 }
+
+// TestCatalogKeepsDeclaredWorkers: a bucket entry under the id of a worker
+// this replica declares itself (its config, or discovery) does not
+// replace it, and a deletion after it does not remove it; both are
+// counted. It used to replace the declared record, and the deletion then
+// removed the worker until the next reload.
+func TestCatalogKeepsDeclaredWorkers(t *testing.T) {
+	s := natsServer(t, 0)
+	b := testRouter(t) // workers 1 and 2, declared: not written through the API
+	rb := startReplica(t, b, s.ClientURL(), "b", nil)
+	waitFor(t, 5*time.Second, "B watches the bucket", func() bool { return rb.Stats().CatalogSynced })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, bucketName(DefaultPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(key, v string) {
+		if _, err := kv.Put(ctx, key, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("1", `{"origin":"x","fingerprint":42,"version":"test","worker":{"worker_id":1,"endpoint":"127.0.0.1:6666","block_size":16}}`)
+	put("1", `{"origin":"x","fingerprint":42,"version":"test","deleted":true}`)
+	// A worker the bucket brought may be changed through it, as before.
+	put("60", `{"origin":"x","fingerprint":42,"version":"test","worker":{"worker_id":60,"endpoint":"127.0.0.1:60","block_size":16}}`)
+	put("60", `{"origin":"x","fingerprint":42,"version":"test","worker":{"worker_id":60,"endpoint":"127.0.0.1:61","block_size":16}}`)
+	waitFor(t, 3*time.Second, "B applies the entries for worker 60", func() bool { return endpointOn(b, 60) == "127.0.0.1:61" })
+	if ep := endpointOn(b, 1); ep != "127.0.0.1:9" {
+		t.Fatalf("declared worker 1: endpoint %q, want its own 127.0.0.1:9", ep)
+	}
+	if n := rb.Stats().Dropped["catalog_local"]; n != 1 {
+		t.Fatalf("catalog_local drops: %d, want 1 (the replacement; the deletion is ignored as before)", n)
+	}
+}

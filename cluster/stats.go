@@ -48,7 +48,7 @@ type Stats struct {
 // Drop and refusal reasons.
 var (
 	dropReasons = []string{"queue_full", "disconnected", "publish_error", "oversize", "malformed", "over_bound", "unknown_rank", "bad_field", "stale_epoch",
-		"future_epoch", "slow_consumer", "catalog_oversize", "catalog_malformed", "catalog_rejected"}
+		"future_epoch", "slow_consumer", "catalog_oversize", "catalog_malformed", "catalog_rejected", "catalog_local"}
 	refuseReasons = []string{"fingerprint", "version", "own_name"}
 )
 
