@@ -21,6 +21,9 @@ type binding struct {
 	rank     Rank
 	leases   int
 	deadline time.Time // idle deadline, meaningful when leases == 0
+	// byPeer: made for another replica's booking and not leased here
+	// since; such bindings take at most half the table (peerShare).
+	byPeer bool
 }
 
 type affinityTable struct {
@@ -31,6 +34,7 @@ type affinityTable struct {
 
 	mu       sync.Mutex
 	bindings map[sessionKey]*binding
+	byPeers  int // bindings with byPeer set
 }
 
 func newAffinityTable(ttl time.Duration, soft bool, capacity int, now func() time.Time) *affinityTable {
@@ -54,6 +58,16 @@ func (a *affinityTable) bound(k sessionKey) (Rank, bool) {
 func (a *affinityTable) forget(k sessionKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if b := a.bindings[k]; b != nil {
+		a.dropLocked(k, b)
+	}
+}
+
+// dropLocked removes k's binding b. a.mu must be held.
+func (a *affinityTable) dropLocked(k sessionKey, b *binding) {
+	if b.byPeer {
+		a.byPeers--
+	}
 	delete(a.bindings, k)
 }
 
@@ -64,7 +78,7 @@ func (a *affinityTable) forgetWorker(id uint64) {
 	defer a.mu.Unlock()
 	for k, b := range a.bindings {
 		if b.rank.WorkerID == id {
-			delete(a.bindings, k)
+			a.dropLocked(k, b)
 		}
 	}
 }
@@ -83,13 +97,18 @@ func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
 	}
 	if b.rank != r {
 		if !a.soft {
-			delete(a.bindings, k)
+			a.dropLocked(k, b)
 			return false, errorf(KindBadRequest, "session %s is bound to worker %d dp_rank %d; dispatch to worker %d dp_rank %d rejected",
 				k.id, b.rank.WorkerID, b.rank.DPRank, r.WorkerID, r.DPRank)
 		}
 		b.rank = r
 	}
 	b.leases++
+	if b.byPeer {
+		// Leased here too: this replica's own session now.
+		b.byPeer = false
+		a.byPeers--
+	}
 	return true, nil
 }
 
@@ -98,7 +117,7 @@ func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
 func (a *affinityTable) liveBinding(k sessionKey, now time.Time) *binding {
 	b := a.bindings[k]
 	if b != nil && b.leases == 0 && !b.deadline.After(now) {
-		delete(a.bindings, k)
+		a.dropLocked(k, b)
 		return nil
 	}
 	return b
@@ -133,7 +152,7 @@ func (a *affinityTable) sweep() {
 	defer a.mu.Unlock()
 	for k, b := range a.bindings {
 		if b.leases == 0 && !b.deadline.After(now) {
-			delete(a.bindings, k)
+			a.dropLocked(k, b)
 		}
 	}
 }

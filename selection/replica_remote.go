@@ -239,9 +239,21 @@ func (a *affinityTable) adopt(k sessionKey, r Rank) bool {
 	defer a.mu.Unlock()
 	b := a.liveBinding(k, now)
 	if b == nil {
-		return a.bindNew(k, r)
+		// Other replicas' sessions take at most half the table, so that a
+		// peer's bookings (a peer's bound is 65,536, as the table's) leave
+		// this replica's own sessions room to bind.
+		if a.byPeers >= peerShare(a.cap) || !a.bindNew(k, r) {
+			return false
+		}
+		a.bindings[k].byPeer = true
+		a.byPeers++
+		return true
 	}
 	b.rank = r
 	b.leases++
 	return true
 }
+
+// peerShare is how many of a table of capacity bindings other replicas'
+// bookings may make.
+func peerShare(capacity int) int { return max(capacity/2, 1) }
