@@ -68,7 +68,7 @@ type Limits struct {
 	// was stored getting a second chance. At least 16MiB (about 58,000
 	// entries; index_max_entries sets a smaller index). Without KV
 	// events (use_kv_events off) it bounds the approximate index instead,
-	// at a third of it for the same headroom: past that, the prefixes
+	// at a third of it for the same headroom: past that, the holds
 	// soonest to expire are evicted (kvrouter_approx_index_evicted_total).
 	// Default: 2GiB.
 	IndexMaxMemory int64 `json:"index_max_memory,omitempty"`

@@ -19,10 +19,14 @@ type ApproxIndex struct {
 	ttl time.Duration
 	now func() time.Time
 
-	mu        sync.RWMutex
-	parts     map[PartitionKey]*approxEdge // roots
-	lastSweep time.Time
-	room      approxRoom // what it holds against its bound (approx_room.go); under mu
+	mu       sync.RWMutex
+	parts    map[PartitionKey]*approxEdge // roots
+	rootKeys map[*approxEdge]PartitionKey // the roots' partitions, to drop an emptied root
+	// expiries holds an entry per hold set or refreshed, in the order they
+	// were, so in the order they expire: expired and evicted holds are
+	// taken from its front without a walk of the trie (approx_expiry.go).
+	expiries approxQueue
+	room     approxRoom // what it holds against its bound (approx_room.go); under mu
 }
 
 type approxEdge struct {
@@ -31,6 +35,7 @@ type approxEdge struct {
 	parent   *approxEdge
 	children map[uint64]*approxEdge
 	holds    []approxHold
+	removed  bool // cut from the trie: the queue's entries for it are stale
 }
 
 type approxHold struct {
@@ -40,17 +45,15 @@ type approxHold struct {
 
 // NewApproxIndex returns an approximate index whose entries live for ttl.
 func NewApproxIndex(ttl time.Duration) *ApproxIndex {
-	return &ApproxIndex{ttl: ttl, now: time.Now, parts: make(map[PartitionKey]*approxEdge)}
+	return &ApproxIndex{ttl: ttl, now: time.Now, parts: make(map[PartitionKey]*approxEdge), rootKeys: make(map[*approxEdge]PartitionKey)}
 }
 
 // keysPool holds the chain keys of a prompt while a call runs.
 var keysPool = sync.Pool{New: func() any { k := make([]uint64, 0, 1024); return &k }}
 
 func (e *approxEdge) hold(r Rank) *approxHold {
-	for i := range e.holds {
-		if e.holds[i].rank == r {
-			return &e.holds[i]
-		}
+	if i := holdIndex(e, r); i >= 0 {
+		return &e.holds[i]
 	}
 	return nil
 }
@@ -70,16 +73,22 @@ func (e *approxEdge) addChild(c *approxEdge) {
 	e.children[c.keys[0]] = c
 }
 
-// split cuts e after k blocks; the tail keeps e's children and holds.
-func (e *approxEdge) split(k int) {
-	tail := &approxEdge{keys: e.keys[k:], locals: e.locals[k:], children: e.children,
+// split cuts e after k blocks and returns the new edge of the first k,
+// which takes e's place under its parent with copies of its holds; e
+// keeps the rest, its children, and its entries in the expiry queue: the
+// deeper edge's holds must not outlive the shallower's (what a rank holds
+// is a prefix), and the head's copies, queued now, go after them.
+func (a *ApproxIndex) split(e *approxEdge, k int) *approxEdge {
+	head := &approxEdge{keys: e.keys[:k:k], locals: e.locals[:k:k], parent: e.parent,
 		holds: append([]approxHold(nil), e.holds...)}
-	for _, c := range tail.children {
-		c.parent = tail
+	head.parent.children[head.keys[0]] = head
+	e.keys, e.locals = e.keys[k:], e.locals[k:]
+	head.addChild(e)
+	for _, h := range head.holds {
+		a.expiries.push(head, h.rank, h.expires)
 	}
-	e.keys, e.locals = e.keys[:k:k], e.locals[:k:k]
-	e.children = nil
-	e.addChild(tail)
+	a.room.bytes += edgeCost(0, len(head.holds)) + int64(len(head.holds))*approxQueueBytes
+	return head
 }
 
 // RecordBooking marks blocks as cached on r until the TTL passes.
@@ -103,10 +112,7 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 	exp := now.Add(a.ttl).UnixNano()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if now.Sub(a.lastSweep) > a.ttl/4 {
-		a.sweepLocked(now.UnixNano())
-		a.lastSweep = now
-	}
+	a.expireLocked(now.UnixNano())
 	if !a.roomFor(len(keys), now.UnixNano()) {
 		return
 	}
@@ -114,8 +120,11 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 	if e == nil {
 		e = &approxEdge{}
 		a.parts[p] = e
+		a.rootKeys[e] = p
 		a.room.bytes += approxEdgeBytes
 	}
+	var onStack [16]*approxEdge
+	path := onStack[:0]
 	for pos := 0; pos < len(keys); {
 		next := e.child(keys[pos])
 		if next == nil {
@@ -126,8 +135,7 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 		}
 		m := commonPrefix(next.keys, keys[pos:])
 		if m < len(next.keys) {
-			next.split(m)
-			a.room.bytes += edgeCost(0, len(next.holds))
+			next = a.split(next, m)
 		}
 		if h := next.hold(r); h != nil {
 			h.expires = exp
@@ -135,53 +143,39 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 			next.holds = append(next.holds, approxHold{rank: r, expires: exp})
 			a.room.bytes += approxHoldBytes
 		}
+		path = append(path, next)
 		pos += m
 		e = next
 	}
-}
-
-// sweepLocked drops expired holds and the edges left with none.
-func (a *ApproxIndex) sweepLocked(now int64) {
-	a.pruneLocked(func(h approxHold) bool { return h.expires > now }, now)
-}
-
-// pruneLocked keeps the holds keep accepts, drops the edges and roots left
-// with none, and takes what they held off the room; holds dropped before
-// their expiry (at now) are counted as evicted.
-func (a *ApproxIndex) pruneLocked(keep func(approxHold) bool, now int64) {
-	for p, root := range a.parts {
-		var f freed
-		root.prune(keep, now, &f)
-		if len(root.children) == 0 {
-			delete(a.parts, p)
-			f.bytes += approxEdgeBytes
-		}
-		a.room.bytes -= f.bytes
-		a.room.evicted.Add(f.liveBlocks)
+	// Deepest first: within one record, the holds expire together, and an
+	// eviction that stops between them must leave a prefix.
+	for i := len(path) - 1; i >= 0; i-- {
+		a.expiries.push(path[i], r, exp)
 	}
+	a.room.bytes += int64(len(path)) * approxQueueBytes
 }
 
 // prune keeps, below e, the holds keep accepts, and drops the edges left
 // with none: a rank's holds form a prefix of every path, so an edge with
-// no holds has none below it either. What it drops is added to f.
-func (e *approxEdge) prune(keep func(approxHold) bool, now int64, f *freed) {
+// no holds has none below it either. What it drops is added to f; the
+// queue's entries for it go stale.
+func (e *approxEdge) prune(keep func(approxHold) bool, f *freed) {
 	for k, c := range e.children {
 		live := c.holds[:0]
 		for _, h := range c.holds {
 			if keep(h) {
 				live = append(live, h)
-			} else {
-				f.hold(h, len(c.keys), now)
 			}
 		}
+		f.bytes += int64(len(c.holds)-len(live)) * approxHoldBytes
 		clear(c.holds[len(live):])
 		c.holds = live
 		if len(live) == 0 {
 			delete(e.children, k)
-			c.drop(now, f)
+			c.drop(f)
 			continue
 		}
-		c.prune(keep, now, f)
+		c.prune(keep, f)
 	}
 }
 
@@ -228,18 +222,22 @@ func (a *ApproxIndex) FindMatchesChain(p PartitionKey, keys []uint64, out *Match
 			if h.expires <= now {
 				continue
 			}
-			// A rank live here is live on every shallower edge: its
-			// entry is already in the list unless this is its first edge.
-			found := false
+			if pos == 0 {
+				out.List = append(out.List, Match{Rank: h.rank, Tiers: Tiers{Device: uint32(m)}})
+				continue
+			}
+			// A rank counts here only if it held every block before
+			// this edge: its match then ends where this edge starts. A
+			// rank can hold a deeper edge and not a shallower one for a
+			// while (an eviction takes a split's shallower copy of its
+			// hold first), and must not be credited with the gap.
 			for i := start; i < len(out.List); i++ {
 				if out.List[i].Rank == h.rank {
-					out.List[i].Tiers.Device = uint32(pos + m)
-					found = true
+					if out.List[i].Tiers.Device == uint32(pos) {
+						out.List[i].Tiers.Device = uint32(pos + m)
+					}
 					break
 				}
-			}
-			if !found {
-				out.List = append(out.List, Match{Rank: h.rank, Tiers: Tiers{Device: uint32(pos + m)}})
 			}
 		}
 		if m < len(next.keys) {
@@ -256,9 +254,9 @@ func (a *ApproxIndex) RemoveWorker(p PartitionKey, workerID uint64) {
 	defer a.mu.Unlock()
 	if root := a.parts[p]; root != nil {
 		var f freed
-		root.prune(func(h approxHold) bool { return h.rank.WorkerID != workerID }, a.now().UnixNano(), &f)
-		// The root stays, empty or not: the sweep drops empty roots.
+		root.prune(func(h approxHold) bool { return h.rank.WorkerID != workerID }, &f)
 		a.room.bytes -= f.bytes
+		a.dropIfEmptyLocked(root)
 	}
 }
 

@@ -6,26 +6,33 @@ import (
 	"time"
 )
 
-// BenchmarkApproxRecord books 64-block prompts that share a 32-block
-// prefix and end in blocks of their own, as a chat's system prompt and
-// conversations do: a split and a new run each time. bounded keeps the
-// index at 8 MiB, so it evicts in its steady state; unbounded is the
-// index as it was before it had a bound.
+// BenchmarkApproxRecord books prompts into the approximate index and
+// reports, besides the mean, the longest single booking (max-µs): what a
+// booking that finds the index full waits for, lookups with it.
+//
+//   - unbounded, bounded: 64-block prompts that share a 32-block prefix
+//     and end in blocks of their own, as a chat's system prompt and
+//     conversations do (a split and a new run each time); bounded keeps
+//     the index at 8 MiB, so it evicts in its steady state. unbounded is
+//     the index as it was before it had a bound.
+//   - bounded_single_block: prompts of one block each, in an index bound
+//     at 64 MiB: the shape with the most edges a byte (about 300,000).
 func BenchmarkApproxRecord(b *testing.B) {
 	for _, tc := range []struct {
-		name  string
-		bound int64
-	}{{"unbounded", 0}, {"bounded", 8 << 20}} {
+		name   string
+		bound  int64
+		blocks int
+	}{{"unbounded", 0, 64}, {"bounded", 8 << 20, 64}, {"bounded_single_block", 64 << 20, 1}} {
 		b.Run(tc.name, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 1))
-			shared := make([]uint64, 32)
+			shared := make([]uint64, tc.blocks/2)
 			for i := range shared {
 				shared[i] = rng.Uint64()
 			}
 			prompts := make([][]uint64, 4096)
 			for i := range prompts {
-				p := append(make([]uint64, 0, 64), shared...)
-				for len(p) < 64 {
+				p := append(make([]uint64, 0, tc.blocks), shared...)
+				for len(p) < tc.blocks {
 					p = append(p, rng.Uint64())
 				}
 				prompts[i] = p
@@ -33,15 +40,31 @@ func BenchmarkApproxRecord(b *testing.B) {
 			ai := NewApproxIndex(time.Hour)
 			if tc.bound > 0 {
 				ai.SetMaxMemory(tc.bound)
+				// Fill it first: the steady state is a full index.
+				for i := 0; ai.Room().Evicted == 0; i++ {
+					p := prompts[i%len(prompts)]
+					p[len(p)-1] = rng.Uint64()
+					ai.RecordBooking(PartitionKey{"m", "g"}, Rank{uint64(i % 16), 0}, p)
+				}
 			}
 			k := PartitionKey{"m", "g"}
+			var longest time.Duration
+			var overMs int
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				p := prompts[i%len(prompts)]
-				p[63] = uint64(i) // a tail no earlier booking had
+				p[len(p)-1] = uint64(i) // a block no earlier booking had
+				start := time.Now()
 				ai.RecordBooking(k, Rank{uint64(i % 16), 0}, p)
+				d := time.Since(start)
+				longest = max(longest, d)
+				if d > time.Millisecond {
+					overMs++
+				}
 			}
+			b.ReportMetric(float64(longest.Microseconds()), "max-µs")
+			b.ReportMetric(float64(overMs), "over-1ms")
 		})
 	}
 }

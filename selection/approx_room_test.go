@@ -21,7 +21,7 @@ func trieCost(a *ApproxIndex) int64 {
 	for _, root := range a.parts {
 		walk(root)
 	}
-	return sum
+	return sum + int64(a.expiries.len())*approxQueueBytes
 }
 
 // TestApproxRoomKeepsItsCount: after random records (new runs, splits,
@@ -72,7 +72,7 @@ func TestApproxRoomKeepsItsCount(t *testing.T) {
 	}
 	now = now.Add(2 * time.Minute)
 	ai.mu.Lock()
-	ai.sweepLocked(now.UnixNano())
+	ai.expireLocked(now.UnixNano())
 	ai.mu.Unlock()
 	if r := ai.Room(); r.Bytes != 0 || len(ai.parts) != 0 {
 		t.Fatalf("everything expired, yet %d bytes and %d partitions are left", r.Bytes, len(ai.parts))
@@ -189,5 +189,39 @@ func TestApproxRoomRefusesWhatCannotFit(t *testing.T) {
 	ai.RecordBooking(PartitionKey{"m", "g"}, Rank{1, 0}, blocks)
 	if r := ai.Room(); r.Refused != 200 || r.Bytes != 0 {
 		t.Fatalf("%+v: want the record's 200 blocks refused and nothing held", r)
+	}
+}
+
+// TestApproxEvictionLeavesPrefixes: a split queues its shallower copy of a
+// hold after the deeper original, so an eviction can take a rank's hold
+// on a shallower edge while a deeper one keeps it for a while. The lookup
+// must not credit the rank with the blocks it no longer holds before that
+// edge.
+func TestApproxEvictionLeavesPrefixes(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ai := NewApproxIndex(time.Hour)
+	ai.now = func() time.Time { return now }
+	k := PartitionKey{"m", "g"}
+	r, s, u := Rank{WorkerID: 1}, Rank{WorkerID: 2}, Rank{WorkerID: 3}
+	record := func(rk Rank, keys ...uint64) {
+		now = now.Add(time.Second)
+		ai.RecordBookingChain(k, rk, keys, keys)
+	}
+	record(r, 1, 2, 3, 4, 5, 6, 7, 8) // one edge
+	record(s, 1, 2, 3, 4, 20)         // split: [1-4] over [5-8] and [20]
+	record(u, 1, 2, 3, 4, 5, 6, 30)   // split of [5-8]: [5 6] over [7 8] and [30]
+	ai.mu.Lock()
+	ai.takeFrontLocked(now.UnixNano()) // r's hold on [7 8]: the edge goes
+	ai.takeFrontLocked(now.UnixNano()) // r's hold on [1-4]
+	ai.mu.Unlock()
+	var m Matches
+	ai.FindMatchesChain(k, []uint64{1, 2, 3, 4, 5, 6}, &m)
+	for _, got := range m.List {
+		if got.Rank == r {
+			t.Fatalf("rank %v matched %d blocks after its hold on the first 4 was evicted: %+v", r, got.Tiers.Device, m.List)
+		}
+	}
+	if len(m.List) != 2 {
+		t.Fatalf("matches %+v, want s (4 blocks) and u (6)", m.List)
 	}
 }
