@@ -151,6 +151,9 @@ func (g *selfGuard) isOwnAdmin(ip net.IP, port string) bool {
 		return false
 	}
 	req.Host = host
+	// Marked as every call the gateway makes: one that reaches its own
+	// proxy comes back as a request and is refused at once.
+	req.Header.Set(viaHeader, processID)
 	res, err := g.client.Do(req)
 	if err != nil {
 		return false

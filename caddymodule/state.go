@@ -81,7 +81,8 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 func newRouterState(cfg selection.Config, created eventSettings, limits eventLimits, logger *zap.Logger) (*routerState, error) {
 	bind := created.KVEventsBind
 	s := &routerState{fromConfig: map[uint64]struct{}{}, created: created, logger: logger}
-	opts := []selection.Option{selection.WithEndpointCheck(newSelfGuard().check), selection.WithSelectTiming(observeSelectTiming)}
+	opts := []selection.Option{selection.WithEndpointCheck(newSelfGuard().check), selection.WithSelectTiming(observeSelectTiming),
+		selection.WithProbeHeader(viaHeader, processID)}
 	if cfg.UseKVEvents {
 		idx := indexer.New()
 		idx.MaxEntries = limits.maxEntries

@@ -132,3 +132,38 @@ func TestTokenizeAnswerBoundedByContext(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthProbeIsMarked: the router the gateway builds sends its health
+// probes (GET /health on a worker taken out) with this process's mark, as
+// every other call it makes, so a worker whose endpoint is the gateway
+// refuses the probe at once rather than passing it on once.
+func TestHealthProbeIsMarked(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			got.Store(r.Header.Get(viaHeader))
+		}
+	}))
+	defer srv.Close()
+	cfg := selection.DefaultConfig()
+	cfg.UseKVEvents, cfg.WorkerDownAfter = false, 20*time.Millisecond
+	s, err := newRouterState(cfg, eventSettings{}, (&Limits{}).events(0), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Destruct() }()
+	id, ep, bs := uint64(1), srv.Listener.Addr().String(), uint32(16)
+	if _, err := s.router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}); err != nil {
+		t.Fatal(err)
+	}
+	s.router.Health().ReportFailure(id)
+	for deadline := time.Now().Add(5 * time.Second); got.Load() == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker was never probed")
+		}
+		s.router.Sweep()
+	}
+	if v := got.Load().(string); v != processID {
+		t.Fatalf("the probe carried %s %q, want this process's id", viaHeader, v)
+	}
+}

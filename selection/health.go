@@ -73,6 +73,8 @@ type Health struct {
 	out healthOut
 	// changed hears every take-out and return (OnChange); nil for none.
 	changed atomic.Pointer[func(id uint64, down, byPeer bool)]
+	// probeHeader is sent with every GET /health (WithProbeHeader).
+	probeHeader http.Header
 }
 
 // OnChange sets fn to hear each worker taken out (down) or brought back,
@@ -226,7 +228,7 @@ func (h *Health) sweep() {
 		go func(id uint64, w *workerHealth, endpoint string) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if !probeHealthy(endpoint, probeTimeout(grace)) {
+			if !probeHealthy(endpoint, probeTimeout(grace), h.probeHeader) {
 				return
 			}
 			h.mu.Lock()
@@ -279,14 +281,18 @@ func healthURL(endpoint string) string {
 	return (&url.URL{Scheme: scheme, Host: host, Path: "/health"}).String()
 }
 
-// probeHealthy reports whether GET /health on endpoint answers 2xx within
-// timeout. It reads at most probeMaxBody bytes of the answer.
-func probeHealthy(endpoint string, timeout time.Duration) bool {
+// probeHealthy reports whether GET /health on endpoint, with header,
+// answers 2xx within timeout. It reads at most probeMaxBody bytes of the
+// answer.
+func probeHealthy(endpoint string, timeout time.Duration, header http.Header) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthURL(endpoint), nil)
 	if err != nil {
 		return false
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	resp, err := probeClient.Do(req)
 	if err != nil {

@@ -247,3 +247,34 @@ func TestHealthSweepInterval(t *testing.T) {
 		t.Fatalf("WorkerDownAfter defaults to %v, the docs say 30s", DefaultConfig().WorkerDownAfter)
 	}
 }
+
+// TestHealthProbeCarriesHeader: WithProbeHeader's header goes with every
+// GET /health, so that the gateway can mark its probes as its own
+// requests (a worker whose endpoint leads back to it is refused at once).
+func TestHealthProbeCarriesHeader(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Values("X-Kvrouter-Via"))
+	}))
+	defer srv.Close()
+	now := time.Unix(0, 0)
+	var mu sync.Mutex
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	r, err := NewRouter(cfg, WithProbeHeader("x-kvrouter-via", "gw-1"),
+		WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	addWorker(t, r, 1, func(w *WorkerRequest) { w.Endpoint = ptr(srv.Listener.Addr().String()) })
+	r.Health().ReportFailure(1)
+	mu.Lock()
+	now = now.Add(cfg.WorkerDownAfter)
+	mu.Unlock()
+	r.Sweep() // taken out
+	r.Sweep() // probed
+	if v, _ := got.Load().([]string); len(v) != 1 || v[0] != "gw-1" {
+		t.Fatalf("the probe carried X-Kvrouter-Via %q, want [gw-1]", v)
+	}
+}

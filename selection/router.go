@@ -2,6 +2,7 @@ package selection
 
 import (
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -47,6 +48,8 @@ type Router struct {
 	book     *bookings
 	pending  *pendingCache
 	affinity *affinityTable // nil when session affinity is off
+	// probeHeader is WithProbeHeader's, for the health probes.
+	probeHeader http.Header
 	// selectTiming is WithSelectTiming's hook, nil without it.
 	selectTiming func(SelectTiming)
 
@@ -66,6 +69,13 @@ type Option func(*Router)
 // WithIndexer makes the router read overlaps from idx (the event-fed KV
 // index). Without it, a router with UseKVEvents off uses an ApproxIndex.
 func WithIndexer(idx Indexer) Option { return func(r *Router) { r.index = idx } }
+
+// WithProbeHeader sends a header with every health probe (GET /health on
+// a worker that was taken out): the gateway's loop mark, so that a
+// worker whose endpoint leads back to the gateway is refused at once.
+func WithProbeHeader(name, value string) Option {
+	return func(r *Router) { r.probeHeader = http.Header{http.CanonicalHeaderKey(name): {value}} }
+}
 
 // WithClock replaces time.Now, for tests of expiry.
 func WithClock(now func() time.Time) Option { return func(r *Router) { r.now = now } }
@@ -110,7 +120,7 @@ func NewRouter(cfg Config, opts ...Option) (*Router, error) {
 		r.affinity = newAffinityTable(cfg.SessionAffinityTTL, cfg.SessionAffinitySoft, cfg.SessionTableCap, r.now)
 	}
 	r.catalog.index, r.catalog.forget = r.index, r.forgetServer
-	r.health = &Health{cfg: r.cfg, now: r.now, catalog: r.catalog}
+	r.health = &Health{cfg: r.cfg, now: r.now, catalog: r.catalog, probeHeader: r.probeHeader}
 	r.book = newBookings(r.cfg, r.now, r.affinity)
 	r.remote = newRemoteBookings(r.catalog, r.cfg, r.affinity, r.now)
 	r.sel = &selector{cfg: r.cfg, index: r.index, recorder: recorder, catalog: r.catalog,
