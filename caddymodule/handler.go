@@ -291,6 +291,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		Partition: selection.Partition{ModelName: oai.Model, RoutingGroup: r.Header.Get(h.RoutingGroupHeader)},
 		Placement: selection.Placement{SessionID: r.Header.Get(h.SessionHeader)},
 		Lean:      true,
+		// In approximate mode, the prompt counts as cached on its worker
+		// once the worker answers 2xx: a 400 (a prompt the engine
+		// refused) or a worker failed over from caches nothing.
+		RecordOnAnswer: true,
 	}
 	if req.Placement.SessionID == "" {
 		req.Placement.SessionID = oai.SessionID

@@ -39,6 +39,13 @@ type gateway struct {
 // it answers.
 func startGateway(t *testing.T) *gateway {
 	t.Helper()
+	return startGatewayWith(t, "")
+}
+
+// startGatewayWith is startGateway with more kv_router options (lines of
+// the global option's block).
+func startGatewayWith(t *testing.T, options string) *gateway {
+	t.Helper()
 	g := &gateway{token: randomToken()}
 	p, _, err := proctest.StartCaddy(t, 3, func(pp []int) string {
 		g.admin = fmt.Sprintf("http://127.0.0.1:%d", pp[0])
@@ -51,6 +58,7 @@ func startGateway(t *testing.T) *gateway {
 	grace_period 1s
 	kv_router {
 		block_size %d
+		%s
 	}
 }
 
@@ -69,7 +77,7 @@ func startGateway(t *testing.T) *gateway {
 		write_token {env.KVROUTER_WRITE_TOKEN}
 	}
 }
-`, pp[0], blockSize, pp[1], pp[2])
+`, pp[0], blockSize, options, pp[1], pp[2])
 	}, []string{"KVROUTER_WRITE_TOKEN=" + g.token}, func([]int) bool {
 		return status(g.api+"/health") == http.StatusOK && status(g.admin+"/kv_router/stats") == http.StatusOK
 	})

@@ -126,7 +126,11 @@ func (e *selector) selectRequest(req *SelectRequest, book, explain bool) (*Selec
 		fillDP(w, resp)
 	}
 	e.book.commit(id, b)
-	e.recordBooking(key, sel.rs.rank, w)
+	if req.RecordOnAnswer {
+		resp.record = e.deferRecord(key, sel.rs.rank, w)
+	} else {
+		e.recordBooking(key, sel.rs.rank, w)
+	}
 	isl, track := np.isl, s.trackPrefill
 	resp.ISLTokens, resp.TrackPrefillTokens = &isl, &track
 	if buf == nil {

@@ -102,6 +102,10 @@ func (h *Reservation) Answered(status int) {
 	}
 	h.told = true
 	h.books.reportStatus(h.resp.WorkerID, status)
+	if d := h.resp.record; d != nil && status >= 200 && status < 300 {
+		h.resp.record = nil
+		h.books.record(d)
+	}
 }
 
 // PrefillDone marks the current booking's prefill complete (the first
@@ -191,6 +195,7 @@ type ledger interface {
 	free(id string) error
 	reportStatus(workerID uint64, status int)
 	reportFailure(workerID uint64)
+	record(d *deferredRecord)
 }
 
 // routerLedger is a Router seen as a ledger.
@@ -218,3 +223,5 @@ func (l *routerLedger) reportStatus(workerID uint64, status int) {
 }
 
 func (l *routerLedger) reportFailure(workerID uint64) { l.router().Health().ReportFailure(workerID) }
+
+func (l *routerLedger) record(d *deferredRecord) { l.router().sel.record(d) }

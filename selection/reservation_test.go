@@ -70,12 +70,18 @@ func (l *tracingLedger) reportFailure(workerID uint64) {
 	l.inner.reportFailure(workerID)
 }
 
+func (l *tracingLedger) record(d *deferredRecord) {
+	l.add(ledgerCall{op: "record", id: l.cur})
+	l.inner.record(d)
+}
+
 // checkLifecycle checks one released handle's log: every booking is freed
 // exactly once and used only before that, its prefill completes at most
-// once, the health hears about it at most once, and no rank is booked
-// twice (each new booking excludes every rank booked before).
+// once, the health hears about it at most once, its deferred record is
+// recorded at most once, and no rank is booked twice (each new booking
+// excludes every rank booked before).
 func checkLifecycle(log []ledgerCall) error {
-	type state struct{ prefills, health, frees int }
+	type state struct{ prefills, health, frees, records int }
 	bookings := map[string]*state{}
 	var booked []Rank
 	for i, c := range log {
@@ -111,9 +117,11 @@ func checkLifecycle(log []ledgerCall) error {
 			s.frees++
 		case "status", "failure":
 			s.health++
+		case "record":
+			s.records++
 		}
-		if s.prefills > 1 || s.health > 1 || s.frees > 1 {
-			return fmt.Errorf("call %d: booking %s: %d prefills, %d health reports, %d frees", i, c.id, s.prefills, s.health, s.frees)
+		if s.prefills > 1 || s.health > 1 || s.frees > 1 || s.records > 1 {
+			return fmt.Errorf("call %d: booking %s: %d prefills, %d health reports, %d frees, %d records", i, c.id, s.prefills, s.health, s.frees, s.records)
 		}
 	}
 	for id, s := range bookings {
@@ -264,7 +272,7 @@ func TestReservationPropertyMatchesModel(t *testing.T) {
 	for step := range 3000 {
 		if len(live) < 2 || rng.IntN(8) == 0 {
 			l := &tracingLedger{inner: (*routerLedger)(r)}
-			h, err := reserve(l, &SelectRequest{Prompt: promptOf(rng)}, false)
+			h, err := reserve(l, &SelectRequest{Prompt: promptOf(rng), RecordOnAnswer: rng.IntN(2) == 0}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -375,7 +383,7 @@ func TestReservationPropertyConcurrent(t *testing.T) {
 		ledgers[i] = &tracingLedger{inner: (*routerLedger)(r)}
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 3))
-			h, err := reserve(ledgers[i], &SelectRequest{Prompt: promptOf(rng)}, i%2 == 0)
+			h, err := reserve(ledgers[i], &SelectRequest{Prompt: promptOf(rng), RecordOnAnswer: i%3 == 0}, i%2 == 0)
 			if err != nil {
 				t.Error(err)
 				return
@@ -497,4 +505,59 @@ func TestReserveRefusesUnservedModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustStatus(t, reserve("m"), 404, "does not exist")
+}
+
+// TestRecordOnAnswer: in approximate mode a booking made with
+// RecordOnAnswer (the proxy's) is recorded as cached on its rank once the
+// worker answers 2xx, not when it is booked: a rank that failed over, or a
+// worker's 400 (a prompt the engine refused) or 503, records nothing.
+func TestRecordOnAnswer(t *testing.T) {
+	r, _ := reservationRouter(t)
+	held := func() map[uint64]int {
+		out := map[uint64]int{}
+		for _, d := range r.Queries().Dump() {
+			for _, ev := range d.Events {
+				out[ev.WorkerID]++
+			}
+		}
+		return out
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for _, status := range []int{400, 503, 429} {
+		h, err := r.Reserve(&SelectRequest{Prompt: promptOf(rng), Lean: true, RecordOnAnswer: true}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Answered(status)
+		h.Release()
+		if got := held(); len(got) != 0 {
+			t.Fatalf("after a %d: the index holds %v, want nothing", status, got)
+		}
+	}
+	h, err := r.Reserve(&SelectRequest{Prompt: Prompt{TokenIDs: make([]uint32, 64)}, Lean: true, RecordOnAnswer: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := h.Response().WorkerID
+	if len(held()) != 0 {
+		t.Fatal("recorded on booking")
+	}
+	if !h.Failed() {
+		t.Fatal("no rank to fail over to")
+	}
+	answered := h.Response().WorkerID
+	h.Answered(200)
+	h.Answered(200) // once
+	h.Release()
+	got := held()
+	if len(got) != 1 || got[answered] != 4 || got[failed] != 0 && failed != answered {
+		t.Fatalf("held %v: want the 4 blocks on the rank that answered (%d), none on the one that failed (%d)", got, answered, failed)
+	}
+	// Without it (the selection API), a booking is recorded at once.
+	if _, err := r.SelectAndReserve(&SelectRequest{Prompt: Prompt{TokenIDs: make([]uint32, 64)}, Placement: Placement{ExcludeRanks: []Rank{{WorkerID: answered}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(); len(got) != 2 {
+		t.Fatalf("the selection API's booking was not recorded on booking: %v", got)
+	}
 }

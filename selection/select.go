@@ -76,6 +76,36 @@ func (e *selector) recordBooking(key PartitionKey, rank Rank, w *work) {
 	e.recorder.RecordBooking(key, rank, w.blocks)
 }
 
+// deferredRecord is a booking's record for an index that learns from
+// bookings, kept until the worker answers (SelectRequest.RecordOnAnswer).
+type deferredRecord struct {
+	key           PartitionKey
+	rank          Rank
+	blocks, chain []uint64 // chain is nil when the keys are not the tracking hashes
+}
+
+// deferRecord copies what recordBooking would record, for later; nil when
+// nothing learns from bookings.
+func (e *selector) deferRecord(key PartitionKey, rank Rank, w *work) *deferredRecord {
+	if e.recorder == nil || len(w.blocks) == 0 {
+		return nil
+	}
+	d := &deferredRecord{key: key, rank: rank, blocks: slices.Clone(w.blocks)}
+	if _, ok := e.recorder.(ChainRecorder); ok && w.chained {
+		d.chain = slices.Clone(w.tracking)
+	}
+	return d
+}
+
+// record feeds a deferred record to the index.
+func (e *selector) record(d *deferredRecord) {
+	if d.chain != nil {
+		e.recorder.(ChainRecorder).RecordBookingChain(d.key, d.rank, d.blocks, d.chain)
+		return
+	}
+	e.recorder.RecordBooking(d.key, d.rank, d.blocks)
+}
+
 func putWork(w *work) {
 	w.blocks, w.tracking = w.blocks[:0], w.tracking[:0]
 	w.matches.Reset()

@@ -155,6 +155,13 @@ type SelectRequest struct {
 	// part of the wire format: the proxy path sets it to save allocations
 	// on every request.
 	Lean bool `json:"-"`
+	// RecordOnAnswer, in approximate mode, records the booked prompt as
+	// cached on its rank only once the worker answers 2xx
+	// (Reservation.Answered), not when it is booked: a prompt the engine
+	// refused (a 400), or a rank that failed and was replaced, caches
+	// nothing. Not part of the wire format: the proxy path sets it; the
+	// selection API records on booking, as Dynamo does.
+	RecordOnAnswer bool `json:"-"`
 	// Client identifies who books, for Config.MaxReservationsPerClient.
 	// Not part of the wire format: api.Handler sets the remote IP; empty (the
 	// proxy path) is exempt from the bound.
@@ -245,6 +252,10 @@ type SelectResponse struct {
 	// Candidates is the per-rank breakdown, filled only when asked for
 	// (Explain); never serialized on the selection API.
 	Candidates []Candidate `json:"-"`
+
+	// record is the booking's deferred record (RecordOnAnswer), nil once
+	// recorded or when there is none.
+	record *deferredRecord
 }
 
 // Candidate is one rank's row of a selection, for explain output.
