@@ -28,7 +28,8 @@ type Limits struct {
 	// refused with 409, so the ranks can never use up the descriptors the
 	// gateway needs to accept connections. Default: 4096, or fewer when the
 	// process's descriptor limit is lower: what the limit holds after 4,096
-	// descriptors are set aside (2,010 ranks with a 20,000 limit).
+	// descriptors are set aside (1,988 ranks with a 20,000 limit), or half
+	// of a limit of 8,192 or less (256 ranks with a 4,096 limit).
 	MaxRanks int `json:"max_ranks,omitempty"`
 
 	// MaxReservationsPerWorker bounds the outstanding reservations on one
