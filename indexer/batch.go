@@ -55,7 +55,7 @@ func (x *Index) applyEvents(p selection.PartitionKey, r selection.Rank, events [
 		clears := len(t.clears)
 		for i := range n {
 			ev := &events[i]
-			if ev.Skip {
+			if ev.Skip || (ev.HasGroup && !t.follows(r, ev)) {
 				skipped++
 				continue
 			}

@@ -39,6 +39,7 @@ func (t *tree) detachRank(x *Index, r selection.Rank) {
 	t.clears = append(t.clears, &clearing{table: m, items: q.items[q.first:]})
 	q.items, q.first = nil, 0
 	t.rankPeaks[id] = 0
+	t.groups[id] = 0 // a restarted engine names its groups again
 	delete(t.ranks, r)
 	x.rankTables.Add(-1)
 }

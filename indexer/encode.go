@@ -36,6 +36,10 @@ type StoredBlocks struct {
 	// the block overlaps ("" for none), written as vLLM's
 	// [identifier, offset] pair; nil for a text prompt.
 	MM []string
+	// Group is the store's group_idx; SpecKind, when set, its
+	// kv_cache_spec_kind (a hybrid model's groups name their kinds).
+	Group    int
+	SpecKind string
 }
 
 // AppendBatch appends a payload [ts, events, dp_rank] to dst. Each event is
@@ -70,6 +74,9 @@ func AppendBatch(dst []byte, enc Encoding, ts float64, dpRank int, events ...any
 type Removal struct {
 	BlockHashes []uint64
 	Medium      string
+	// Group, when Grouped, is written as the removal's group_idx.
+	Group   int
+	Grouped bool
 }
 
 // Clear is an AllBlocksCleared event.
@@ -82,11 +89,15 @@ func appendStored(dst []byte, enc Encoding, e *StoredBlocks) []byte {
 		}
 		return dst
 	}
+	fields := 10
+	if e.SpecKind != "" {
+		fields++
+	}
 	if enc == EncodingMap {
-		dst = appendMapHeader(dst, 10)
+		dst = appendMapHeader(dst, fields)
 		dst = appendStr(appendStr(dst, "type"), "BlockStored")
 	} else {
-		dst = appendStr(appendArrayHeader(dst, 10), "BlockStored")
+		dst = appendStr(appendArrayHeader(dst, fields), "BlockStored")
 	}
 	dst = appendHashes(field(dst, "block_hashes"), e.BlockHashes)
 	dst = field(dst, "parent_block_hash")
@@ -104,7 +115,11 @@ func appendStored(dst []byte, enc Encoding, e *StoredBlocks) []byte {
 	dst = appendOptStr(field(dst, "medium"), e.Medium)
 	dst = appendOptStr(field(dst, "lora_name"), e.LoraName)
 	dst = appendExtraKeys(field(dst, "extra_keys"), e)
-	return appendInt(field(dst, "group_idx"), 0)
+	dst = appendInt(field(dst, "group_idx"), int64(e.Group))
+	if e.SpecKind != "" {
+		dst = appendOptStr(field(dst, "kv_cache_spec_kind"), e.SpecKind)
+	}
+	return dst
 }
 
 // appendExtraKeys writes a store's extra_keys as vLLM fills them: per
@@ -155,14 +170,26 @@ func btoi(b bool) int {
 }
 
 func appendRemoved(dst []byte, enc Encoding, e Removal) []byte {
+	fields := 3
+	if e.Grouped {
+		fields++
+	}
 	if enc == EncodingMap {
-		dst = appendMapHeader(dst, 3)
+		dst = appendMapHeader(dst, fields)
 		dst = appendStr(appendStr(dst, "type"), "BlockRemoved")
 		dst = appendHashes(appendStr(dst, "block_hashes"), e.BlockHashes)
-		return appendOptStr(appendStr(dst, "medium"), e.Medium)
+		dst = appendOptStr(appendStr(dst, "medium"), e.Medium)
+		if e.Grouped {
+			dst = appendInt(appendStr(dst, "group_idx"), int64(e.Group))
+		}
+		return dst
 	}
-	dst = appendStr(appendArrayHeader(dst, 3), "BlockRemoved")
-	return appendOptStr(appendHashes(dst, e.BlockHashes), e.Medium)
+	dst = appendStr(appendArrayHeader(dst, fields), "BlockRemoved")
+	dst = appendOptStr(appendHashes(dst, e.BlockHashes), e.Medium)
+	if e.Grouped {
+		dst = appendInt(dst, int64(e.Group))
+	}
+	return dst
 }
 
 func appendHashes(dst []byte, hs []uint64) []byte {

@@ -61,9 +61,16 @@ type Event struct {
 	// extraKeys is a store's extra_keys as sent, until settleExtraKeys
 	// reads it.
 	extraKeys []byte
-	// Skip is set for events the index must ignore: another attention
-	// group (sliding window, Mamba), an unknown medium, remote locality.
+	// Skip is set for events the index must ignore: a group that is not
+	// full attention (sliding window, Mamba), an unknown medium, remote
+	// locality.
 	Skip bool
+	// Group is the event's group_idx (a hybrid model's KV-cache group),
+	// when HasGroup; FullKind says its kv_cache_spec_kind named full
+	// attention. Which group of a rank the index follows: groups.go.
+	Group    int64
+	HasGroup bool
+	FullKind bool
 }
 
 // Batch is one decoded message payload.

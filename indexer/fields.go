@@ -304,20 +304,22 @@ func readMedium(r *reader, ev *Event) error {
 	return nil
 }
 
-// readGroup applies group_idx: only group 0 is indexed.
+// readGroup reads group_idx; which group of a rank is indexed is the
+// rank's (groups.go).
 func readGroup(r *reader, ev *Event) error {
 	g, ok, err := readOptInt(r)
-	if ok && g != 0 {
-		ev.Skip = true
-	}
+	ev.Group, ev.HasGroup = g, ok
 	return err
 }
 
-// readSpecKind applies kv_cache_spec_kind: only full-attention groups are indexed.
+// readSpecKind applies kv_cache_spec_kind: only full-attention groups are
+// indexed (and of those, one a rank: groups.go).
 func readSpecKind(r *reader, ev *Event) error {
 	k, err := readOptStr(r)
 	switch string(k) {
-	case "", "full_attention", "mla_attention", "sink_full_attention":
+	case "":
+	case "full_attention", "mla_attention", "sink_full_attention":
+		ev.FullKind = true
 	default:
 		ev.Skip = true
 	}

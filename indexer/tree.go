@@ -44,8 +44,11 @@ type tree struct {
 	// peaks remember the largest size of the node table and of each
 	// rank's table since they were last rebuilt: tables never shrink.
 	nodesPeak int
-	rankPeaks []int    // by rank id
-	shrink    []uint32 // ranks whose table fell to a quarter of its peak (noteShrink)
+	rankPeaks []int // by rank id
+	// groups is the KV-cache group each rank's events are followed in,
+	// plus one (0: not yet known), by rank id (groups.go).
+	groups []int64
+	shrink []uint32 // ranks whose table fell to a quarter of its peak (noteShrink)
 	// hashes is a store's scratch: its keys' hashes in the node table,
 	// then its engine hashes' in the rank's table (store, warm.go); kept
 	// between stores up to hashesKeep.
@@ -86,6 +89,7 @@ func (t *tree) rankID(r selection.Rank) uint32 {
 		t.rankList = append(t.rankList, r)
 		t.rankPeaks = append(t.rankPeaks, 0)
 		t.queues = append(t.queues, evictQueue{})
+		t.groups = append(t.groups, 0)
 	}
 	return id
 }

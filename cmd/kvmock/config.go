@@ -42,6 +42,12 @@ type Config struct {
 	KVBlocks int
 	// Encoding is the event encoding of the published payloads.
 	Encoding indexer.Encoding
+	// KVCacheGroups, when set, are the kinds of a hybrid model's KV-cache
+	// groups, by group_idx, as vLLM's hybrid cache manager publishes
+	// them: every store and removal goes out once per group, tagged with
+	// its group_idx (and a store with its kv_cache_spec_kind). The cache
+	// itself stays one: kvmock models the full-attention group's hits.
+	KVCacheGroups []string
 	// Model is the served model name.
 	Model string
 	// PrefillRate is how many uncached prompt tokens a rank computes per second.

@@ -273,6 +273,35 @@ func (e *engine) cacheEvents(changes []enginemodel.CacheEvent[*request]) []any {
 	return events
 }
 
+// perGroup repeats events once per KV-cache group, as vLLM's hybrid cache
+// manager publishes them: each group's copy tagged with its group_idx,
+// a store's also with its group's kind.
+func (e *engine) perGroup(events []any) []any {
+	kinds := e.cfg.KVCacheGroups
+	if len(kinds) == 0 {
+		return events
+	}
+	out := make([]any, 0, len(events)*len(kinds))
+	for _, ev := range events {
+		switch v := ev.(type) {
+		case *indexer.StoredBlocks:
+			for g, kind := range kinds {
+				c := *v
+				c.Group, c.SpecKind = g, kind
+				out = append(out, &c)
+			}
+		case indexer.Removal:
+			for g := range kinds {
+				v.Group, v.Grouped = g, true
+				out = append(out, v)
+			}
+		default: // AllBlocksCleared: once, for every group
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 // publish encodes one batch and hands it to the sender.
 func (e *engine) publish(events []any) {
 	for _, ev := range events {
@@ -280,6 +309,7 @@ func (e *engine) publish(events []any) {
 			e.stats.evictions.Add(1)
 		}
 	}
+	events = e.perGroup(events)
 	ts := float64(time.Now().UnixNano()) / 1e9
 	payload := indexer.AppendBatch(nil, e.cfg.Encoding, ts, e.dpRank, events...)
 	e.out.publish(e.pub, payload, len(events))

@@ -23,6 +23,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,12 +78,17 @@ func parseFlags(args []string) (Config, error) {
 		"end every stream with a usage chunk, as vLLM's flag of that name; off, only requests with stream_options.include_usage get one")
 	fs.StringVar(&cfg.API, "api", cfg.API,
 		"request API: vllm, or sglang (SGLang's lora_path, <model>:<adapter> and extra_key; the events keep --event-encoding's form)")
+	groups := fs.String("kv-cache-groups", "",
+		"a hybrid model's KV-cache groups by group_idx, as kinds separated by commas (e.g. sliding_window,full_attention, as gpt-oss): each KV event goes out once per group; empty: one group, as a model of full attention alone")
 	skew := fs.String("tokenize-skew", string(SkewNone),
 		"make /tokenize disagree with what the completion routes prefill, for testing a gateway: none; bos (a chat answer lacks the BOS token the template writes); template (chat is rendered without the tools)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	cfg.TokenizeSkew = TokenizeSkew(*skew)
+	if *groups != "" {
+		cfg.KVCacheGroups = strings.Split(*groups, ",")
+	}
 	var err error
 	if cfg.LoraModules, err = parseLoraModules(*loraModules); err != nil {
 		return cfg, err
