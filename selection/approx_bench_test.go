@@ -2,6 +2,7 @@ package selection
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -65,6 +66,36 @@ func BenchmarkApproxRecord(b *testing.B) {
 			}
 			b.ReportMetric(float64(longest.Microseconds()), "max-µs")
 			b.ReportMetric(float64(overMs), "over-1ms")
+		})
+	}
+}
+
+// BenchmarkApproxLookupManyRanks looks up a 64-block prompt that ranks
+// ranks each hold a prefix of (rank i the first 1 + i%64 blocks), so its
+// path is 64 edges each held by a share of the ranks: a scan of the
+// lookup's list per hold per edge was quadratic in the ranks.
+func BenchmarkApproxLookupManyRanks(b *testing.B) {
+	for _, ranks := range []int{16, 256, 4096} {
+		b.Run(strconv.Itoa(ranks), func(b *testing.B) {
+			ai := NewApproxIndex(time.Hour)
+			k := PartitionKey{"m", "g"}
+			prompt := make([]uint64, 64)
+			for i := range prompt {
+				prompt[i] = uint64(i) + 1
+			}
+			for i := range ranks {
+				ai.RecordBooking(k, Rank{uint64(i), 0}, prompt[:1+i%64])
+			}
+			keys := AppendSequenceHashes(nil, prompt)
+			var m Matches
+			b.ResetTimer()
+			for b.Loop() {
+				m.List = m.List[:0]
+				ai.FindMatchesChain(k, keys, &m)
+			}
+			if len(m.List) != ranks {
+				b.Fatalf("%d matches, want %d", len(m.List), ranks)
+			}
 		})
 	}
 }

@@ -95,10 +95,11 @@ func (a *ApproxIndex) takeFrontLocked(now int64) {
 	for e.parent != nil && len(e.holds) == 0 && len(e.children) == 0 {
 		parent := e.parent
 		delete(parent.children, e.keys[0])
-		a.room.bytes -= edgeCost(len(e.keys), 0)
+		a.room.bytes -= edgeCost(len(e.keys), 0) + mapCost(e)
 		e.cut()
 		e = parent
 	}
+	e.shrinkChildren()
 	a.dropIfEmptyLocked(e)
 }
 
@@ -110,7 +111,7 @@ func (a *ApproxIndex) dropIfEmptyLocked(e *approxEdge) {
 	}
 	delete(a.parts, p)
 	delete(a.rootKeys, e)
-	a.room.bytes -= approxEdgeBytes
+	a.room.bytes -= approxEdgeBytes + mapCost(e)
 }
 
 func holdIndex(e *approxEdge, r Rank) int {

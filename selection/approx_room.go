@@ -13,11 +13,13 @@ import "sync/atomic"
 
 // What the index's parts cost on the heap, estimated (TestApproxRoomEstimate
 // compares the sum with the heap's growth): an edge (its struct and its
-// entry in its parent's map, or the map itself), a block (its chain key
-// and its local hash), a rank's hold on an edge, and an entry in the
-// expiry queue (32 bytes, and the slice's room to grow).
+// entry in its parent's map), the map of an edge's children (its header
+// and first group of slots), a block (its chain key and its local hash),
+// a rank's hold on an edge, and an entry in the expiry queue (32 bytes,
+// and its chunk's room to grow).
 const (
-	approxEdgeBytes  = 176
+	approxEdgeBytes  = 128
+	approxMapBytes   = 208
 	approxBlockBytes = 16
 	approxHoldBytes  = 24
 	approxQueueBytes = 40
@@ -37,6 +39,14 @@ func edgeCost(blocks, holds int) int64 {
 	return approxEdgeBytes + int64(blocks)*approxBlockBytes + int64(holds)*approxHoldBytes
 }
 
+// mapCost is e's map of children, if it has one.
+func mapCost(e *approxEdge) int64 {
+	if e.children == nil {
+		return 0
+	}
+	return approxMapBytes
+}
+
 // freed adds up what a prune drops.
 type freed struct {
 	bytes int64
@@ -45,7 +55,7 @@ type freed struct {
 // drop adds e and everything below it, once it is cut from the trie, and
 // marks them removed.
 func (e *approxEdge) drop(f *freed) {
-	f.bytes += edgeCost(len(e.keys), len(e.holds))
+	f.bytes += edgeCost(len(e.keys), len(e.holds)) + mapCost(e)
 	for _, c := range e.children {
 		c.drop(f)
 	}
@@ -76,7 +86,7 @@ func (a *ApproxIndex) roomFor(blocks int, now int64) bool {
 	if a.room.maxBytes == 0 {
 		return true
 	}
-	need := int64(blocks)*(approxBlockBytes+approxHoldBytes+approxQueueBytes) + 2*approxEdgeBytes
+	need := int64(blocks)*(approxBlockBytes+approxHoldBytes+approxQueueBytes) + 2*(approxEdgeBytes+approxMapBytes)
 	for a.room.bytes+need > a.room.maxBytes && a.expiries.len() > 0 {
 		a.takeFrontLocked(now)
 	}

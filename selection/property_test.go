@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -41,7 +42,14 @@ func (m *naiveApprox) depth(r Rank, keys []uint64, now int64) uint32 {
 
 // TestApproxIndexMatchesNaiveModel runs random bookings, clock moves and
 // lookups against ApproxIndex and the naive model; every lookup must agree.
+// With 60 ranks, a lookup finds them by a map rather than by a scan.
 func TestApproxIndexMatchesNaiveModel(t *testing.T) {
+	for _, ranks := range []int{6, 60} {
+		t.Run(fmt.Sprint(ranks, "_ranks"), func(t *testing.T) { approxMatchesNaiveModel(t, ranks) })
+	}
+}
+
+func approxMatchesNaiveModel(t *testing.T, ranks int) {
 	rng := rand.New(rand.NewPCG(5, 9))
 	now := time.Unix(1000, 0)
 	ai := NewApproxIndex(time.Minute)
@@ -64,7 +72,7 @@ func TestApproxIndexMatchesNaiveModel(t *testing.T) {
 			now = now.Add(time.Duration(rng.IntN(40)) * time.Second)
 		case 1, 2, 3:
 			blocks := prompt()
-			r := Rank{uint64(rng.IntN(6)), 0}
+			r := Rank{uint64(rng.IntN(ranks)), 0}
 			ai.RecordBooking(k, r, blocks)
 			ref.record(r, AppendSequenceHashes(nil, blocks), now.UnixNano())
 		default:
