@@ -18,7 +18,15 @@ type cacheReadFields struct {
 	Echo           selection.RawJSON `json:"echo"`
 	Logprobs       selection.RawJSON `json:"logprobs"`
 	TopLogprobs    selection.RawJSON `json:"top_logprobs"`
+	// PromptEmbeds are prompt embeddings (vLLM's --enable-prompt-embeds),
+	// which the engine prefills, alone or beside the prompt, and hashes
+	// into its blocks: nothing the gateway can hash.
+	PromptEmbeds selection.RawJSON `json:"prompt_embeds"`
 }
+
+// embedsPrompt reports whether the request's prompt is, or has, prompt
+// embeddings.
+func (f *cacheReadFields) embedsPrompt() bool { return f.PromptEmbeds.IsSet() }
 
 // skipsPrefixCache reports whether vLLM will not read its prefix cache
 // for the request (chat: a /v1/chat/completions request).

@@ -84,3 +84,18 @@ func TestPromptOverContextIsRoutedByLoad(t *testing.T) {
 		t.Fatalf("after a worker's context grew to 500: routed by %d tokens, want 400", len(toks))
 	}
 }
+
+// TestPromptEmbedsAreRoutedByLoad: vLLM prefills prompt embeddings (with
+// --enable-prompt-embeds), alone or as a batch beside the prompt, and
+// hashes them into its blocks; the gateway cannot, so such a request is
+// routed by load where it was routed by its prompt's tokens alone.
+func TestPromptEmbedsAreRoutedByLoad(t *testing.T) {
+	router := routerWith(t, nil)
+	h := &Handler{router: router, contexts: newContextLimits(router.Catalog())}
+	if toks := routingTokensOf(t, h, "m", idsPrompt("m", 64, `,"prompt_embeds":"AAAA"`)); toks != nil {
+		t.Fatalf("a prompt beside prompt_embeds was routed by its %d tokens", len(toks))
+	}
+	if toks := routingTokensOf(t, h, "m", idsPrompt("m", 64, `,"prompt_embeds":null`)); len(toks) != 64 {
+		t.Fatalf("prompt_embeds null: routed by %d tokens, want 64", len(toks))
+	}
+}

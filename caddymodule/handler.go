@@ -270,7 +270,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}()
 	oai := requests.Get().(*openAIRequest)
-	if err := selection.DecodeJSON(body, oai); err != nil {
+	if boundary, form := isForm(r); form {
+		// An audio route's form (formbody.go): routed by load.
+		model, err := formModel(body, boundary)
+		if err != nil {
+			putRequest(oai)
+			return h.refuse(w, http.StatusBadRequest, err)
+		}
+		oai.Model = model
+	} else if err := selection.DecodeJSON(body, oai); err != nil {
 		putRequest(oai)
 		return h.refuse(w, selection.StatusOf(err), err)
 	}
@@ -386,13 +394,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return nil
 		}
 	}
-	h.account(pw, req, mode, isChat(r), isGenerate(r), err == nil)
+	if predicted(r) {
+		h.account(pw, req, mode, isChat(r), isGenerate(r), err == nil)
+	}
 	return err
 }
 
 // isChat reports whether r is a chat completion, whose prompt the engine
 // renders with its chat template.
 func isChat(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/chat/completions") }
+
+// predicted reports whether r's route is one whose answers report usage
+// the prediction counters read: completions, chat completions and SGLang's
+// /generate. Others (vLLM's /v1/responses, whose usage names its cached
+// tokens otherwise; the audio routes; embeddings) are routed, not counted.
+func predicted(r *http.Request) bool {
+	return strings.HasSuffix(r.URL.Path, "/completions") || isGenerate(r)
+}
 
 // account compares the prediction made for req with the usage the engine
 // reported in a 2xx answer (accountability.go). An answer cut short after
@@ -454,9 +472,9 @@ func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part select
 // sglangfields.go).
 func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) []uint32 {
 	chat := isChat(r)
-	if oai.skipsPrefixCache(chat) || oai.keyedApart() {
+	if oai.skipsPrefixCache(chat) || oai.keyedApart() || oai.embedsPrompt() {
 		// No worker's cache is read, or none the index can see (an
-		// SGLang extra_key): route by load.
+		// SGLang extra_key, prompt embeddings): route by load.
 		return nil
 	}
 	switch {
