@@ -44,7 +44,7 @@ func (b *pyBool) UnmarshalJSON(data []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("Input should be a valid boolean, got %s", data)
+	return fmt.Errorf("input should be a valid boolean, got %s", data)
 }
 
 // pyInt is an int read as pydantic's lax mode reads one.
@@ -77,5 +77,5 @@ func (n *pyInt) UnmarshalJSON(data []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("Input should be a valid integer, got %s", data)
+	return fmt.Errorf("input should be a valid integer, got %s", data)
 }
