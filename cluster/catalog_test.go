@@ -190,6 +190,29 @@ func TestCatalogWithoutJetStream(t *testing.T) {
 	}
 }
 
+// bucketWriter puts raw entries in the catalog bucket on url, as whoever
+// can write it (another replica's build, an operator's tool) would.
+func bucketWriter(t *testing.T, url string) func(key, value string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, bucketName(DefaultPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(key, value string) {
+		t.Helper()
+		if _, err := kv.Put(ctx, key, []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestCatalogRefusesOtherSettings: a bucket entry from a replica with
 // another settings fingerprint is refused and counted, so is one whose key
 // is not its worker's id; a write over the value bound is not put.
@@ -198,22 +221,7 @@ func TestCatalogRefusesOtherSettings(t *testing.T) {
 	b := testRouter(t)
 	rb := startReplica(t, b, s.ClientURL(), "b", func(c *Config) { c.MaxCatalogValueBytes = 1024 })
 	waitFor(t, 5*time.Second, "B watches the bucket", func() bool { return rb.Stats().CatalogSynced })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, bucketName(DefaultPrefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(key, v string) {
-		if _, err := kv.Put(ctx, key, []byte(v)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := bucketWriter(t, s.ClientURL())
 	put("50", `{"origin":"x","fingerprint":7,"version":"test","worker":{"worker_id":50,"endpoint":"127.0.0.1:50","block_size":16}}`)
 	put("51", `{"origin":"x","fingerprint":42,"version":"test","worker":{"worker_id":52,"endpoint":"127.0.0.1:51","block_size":16}}`)
 	// Over the value bound: the server refuses it (the bucket's bound) and
@@ -274,22 +282,7 @@ func TestCatalogKeepsDeclaredWorkers(t *testing.T) {
 	b := testRouter(t) // workers 1 and 2, declared: not written through the API
 	rb := startReplica(t, b, s.ClientURL(), "b", nil)
 	waitFor(t, 5*time.Second, "B watches the bucket", func() bool { return rb.Stats().CatalogSynced })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, bucketName(DefaultPrefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(key, v string) {
-		if _, err := kv.Put(ctx, key, []byte(v)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := bucketWriter(t, s.ClientURL())
 	put("1", `{"origin":"x","fingerprint":42,"version":"test","worker":{"worker_id":1,"endpoint":"127.0.0.1:6666","block_size":16}}`)
 	put("1", `{"origin":"x","fingerprint":42,"version":"test","deleted":true}`)
 	// A worker the bucket brought may be changed through it, as before.
