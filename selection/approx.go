@@ -29,6 +29,10 @@ type ApproxIndex struct {
 	// taken from its front without a walk of the trie (approx_expiry.go).
 	expiries approxQueue
 	room     approxRoom // what it holds against its bound (approx_room.go); under mu
+	// removed are the workers removed from each partition in the last
+	// TTL, whose older holds no longer count (approx_removed.go).
+	removed    removals
+	lastForget int64 // when removals were last looked over
 }
 
 type approxEdge struct {
@@ -51,7 +55,8 @@ type approxHold struct {
 
 // NewApproxIndex returns an approximate index whose entries live for ttl.
 func NewApproxIndex(ttl time.Duration) *ApproxIndex {
-	return &ApproxIndex{ttl: ttl, now: time.Now, parts: make(map[PartitionKey]*approxEdge), rootKeys: make(map[*approxEdge]PartitionKey)}
+	return &ApproxIndex{ttl: ttl, now: time.Now, parts: make(map[PartitionKey]*approxEdge), rootKeys: make(map[*approxEdge]PartitionKey),
+		removed: removals{}}
 }
 
 // keysPool holds the chain keys of a prompt while a call runs.
@@ -183,31 +188,6 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 	a.room.bytes += int64(len(path)) * approxQueueBytes
 }
 
-// prune keeps, below e, the holds keep accepts, and drops the edges left
-// with none: a rank's holds form a prefix of every path, so an edge with
-// no holds has none below it either. What it drops is added to f; the
-// queue's entries for it go stale.
-func (e *approxEdge) prune(keep func(approxHold) bool, f *freed) {
-	for k, c := range e.children {
-		live := c.holds[:0]
-		for _, h := range c.holds {
-			if keep(h) {
-				live = append(live, h)
-			}
-		}
-		f.bytes += int64(len(c.holds)-len(live)) * approxHoldBytes
-		clear(c.holds[len(live):])
-		c.holds = live
-		if len(live) == 0 {
-			delete(e.children, k)
-			c.drop(f)
-			continue
-		}
-		c.prune(keep, f)
-	}
-	e.shrinkChildren()
-}
-
 // FindMatches implements Indexer. Only the device tier is ever populated.
 func (a *ApproxIndex) FindMatches(p PartitionKey, blocks []uint64, out *Matches) {
 	if len(blocks) == 0 {
@@ -240,6 +220,7 @@ func (a *ApproxIndex) FindMatchesChain(p PartitionKey, keys []uint64, out *Match
 		return
 	}
 	start := len(out.List)
+	rm := a.removed[root]
 	var at *rankPositions // built once the first edge has named many ranks
 	defer func() { at.put() }()
 	e := root
@@ -253,7 +234,7 @@ func (a *ApproxIndex) FindMatchesChain(p PartitionKey, keys []uint64, out *Match
 			at = rankPositionsOf(out.List, start)
 		}
 		for _, h := range next.holds {
-			if h.expires <= now {
+			if h.expires <= now || a.stale(rm, h) {
 				continue
 			}
 			if pos == 0 {
@@ -281,12 +262,16 @@ func (a *ApproxIndex) FindMatchesChain(p PartitionKey, keys []uint64, out *Match
 func (a *ApproxIndex) RemoveWorker(p PartitionKey, workerID uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if root := a.parts[p]; root != nil {
-		var f freed
-		root.prune(func(h approxHold) bool { return h.rank.WorkerID != workerID }, &f)
-		a.room.bytes -= f.bytes
-		a.dropIfEmptyLocked(root)
+	root := a.parts[p]
+	if root == nil {
+		return
 	}
+	rm := a.removed[root]
+	if rm == nil {
+		rm = map[uint64]int64{}
+		a.removed[root] = rm
+	}
+	rm[workerID] = a.now().UnixNano()
 }
 
 // Dump implements Indexer: one single-block Stored event per (block, live
@@ -307,6 +292,7 @@ func (a *ApproxIndex) DumpLimit(p PartitionKey, limit int) (events []RouterEvent
 	if root == nil {
 		return nil, false
 	}
+	rm := a.removed[root]
 	type item struct {
 		e      *approxEdge
 		parent *uint64
@@ -321,7 +307,7 @@ func (a *ApproxIndex) DumpLimit(p PartitionKey, limit int) (events []RouterEvent
 		parent := it.parent
 		for i, key := range it.e.keys {
 			for _, h := range it.e.holds {
-				if h.expires <= now {
+				if h.expires <= now || a.stale(rm, h) {
 					continue
 				}
 				if limit > 0 && len(events) == limit {

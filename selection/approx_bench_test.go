@@ -99,3 +99,19 @@ func BenchmarkApproxLookupManyRanks(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkApproxRemoveWorker removes a worker from an index filled to 64
+// MiB with single-block prompts of 16 ranks (about 300,000 edges): what a
+// worker taken out, or deleted, holds every booking and lookup up for.
+func BenchmarkApproxRemoveWorker(b *testing.B) {
+	ai := NewApproxIndex(time.Hour)
+	ai.SetMaxMemory(64 << 20)
+	k := PartitionKey{"m", "g"}
+	for i := uint64(1); ai.Room().Evicted == 0; i++ {
+		ai.RecordBooking(k, Rank{i % 16, 0}, []uint64{i * 0x9e3779b97f4a7c15})
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		ai.RemoveWorker(k, uint64(i%16))
+	}
+}

@@ -63,10 +63,15 @@ func (q *approxQueue) pop() approxExpiry {
 	return it
 }
 
-// expireLocked takes the expired entries from the front. a.mu is held.
+// expireLocked takes the expired entries from the front, and forgets
+// the removals no hold depends on. a.mu is held.
 func (a *ApproxIndex) expireLocked(now int64) {
 	for a.expiries.len() > 0 && a.expiries.front().expires <= now {
 		a.takeFrontLocked(now)
+	}
+	if len(a.removed) > 0 && now-a.lastForget > int64(a.ttl)/16 {
+		a.forgetRemovalsLocked(now)
+		a.lastForget = now
 	}
 }
 
@@ -111,6 +116,7 @@ func (a *ApproxIndex) dropIfEmptyLocked(e *approxEdge) {
 	}
 	delete(a.parts, p)
 	delete(a.rootKeys, e)
+	delete(a.removed, e)
 	a.room.bytes -= approxEdgeBytes + mapCost(e)
 }
 

@@ -47,21 +47,6 @@ func mapCost(e *approxEdge) int64 {
 	return approxMapBytes
 }
 
-// freed adds up what a prune drops.
-type freed struct {
-	bytes int64
-}
-
-// drop adds e and everything below it, once it is cut from the trie, and
-// marks them removed.
-func (e *approxEdge) drop(f *freed) {
-	f.bytes += edgeCost(len(e.keys), len(e.holds)) + mapCost(e)
-	for _, c := range e.children {
-		c.drop(f)
-	}
-	e.cut()
-}
-
 // cut marks e removed and lets go of what it holds: the queue's stale
 // entries keep only the struct alive until they are taken.
 func (e *approxEdge) cut() {

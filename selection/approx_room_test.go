@@ -318,3 +318,46 @@ func TestApproxChildrenMapShrinks(t *testing.T) {
 		t.Fatalf("%d children left, the map's peak is still %d", n, shared.peak)
 	}
 }
+
+// TestApproxRemoveWorkerPassesOverItsHolds: a removed worker's holds stop
+// counting at once, in lookups and dumps, without a walk of the trie; a
+// booking after the removal counts again; after one TTL the removal is
+// forgotten, its holds having expired.
+func TestApproxRemoveWorkerPassesOverItsHolds(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ai := NewApproxIndex(time.Minute)
+	ai.now = func() time.Time { return now }
+	k := PartitionKey{"m", "g"}
+	prompt := []uint64{1, 2, 3, 4}
+	ai.RecordBooking(k, Rank{1, 0}, prompt)
+	ai.RecordBooking(k, Rank{2, 0}, prompt[:2])
+	holders := func() map[uint64]uint32 {
+		var m Matches
+		ai.FindMatches(k, prompt, &m)
+		out := map[uint64]uint32{}
+		for _, x := range m.List {
+			out[x.Rank.WorkerID] = x.Tiers.Device
+		}
+		return out
+	}
+	now = now.Add(time.Second)
+	ai.RemoveWorker(k, 1)
+	if got := holders(); len(got) != 1 || got[2] != 2 {
+		t.Fatalf("after removing worker 1: %v, want only worker 2's 2 blocks", got)
+	}
+	for _, ev := range ai.Dump(k) {
+		if ev.WorkerID == 1 {
+			t.Fatal("the dump still names the removed worker")
+		}
+	}
+	now = now.Add(time.Second)
+	ai.RecordBooking(k, Rank{1, 0}, prompt[:3])
+	if got := holders(); got[1] != 3 {
+		t.Fatalf("worker 1 booked again after its removal: %v, want its 3 blocks", got)
+	}
+	now = now.Add(2 * time.Minute)
+	ai.RecordBooking(k, Rank{3, 0}, []uint64{9})
+	if len(ai.removed) != 0 {
+		t.Fatalf("the removal is still kept one TTL later: %v", ai.removed)
+	}
+}
