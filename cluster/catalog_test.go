@@ -284,6 +284,9 @@ func TestCatalogKeepsDeclaredWorkers(t *testing.T) {
 	waitFor(t, 5*time.Second, "B watches the bucket", func() bool { return rb.Stats().CatalogSynced })
 	put := bucketWriter(t, s.ClientURL())
 	put("1", `{"origin":"x","fingerprint":42,"version":"test","worker":{"worker_id":1,"endpoint":"127.0.0.1:6666","block_size":16}}`)
+	// The bucket keeps one value a key: the deletion waits until the
+	// replacement was seen, or a watcher behind would see the deletion alone.
+	waitFor(t, 3*time.Second, "B refuses the replacement", func() bool { return rb.Stats().Dropped["catalog_local"] == 1 })
 	put("1", `{"origin":"x","fingerprint":42,"version":"test","deleted":true}`)
 	// A worker the bucket brought may be changed through it, as before.
 	put("60", `{"origin":"x","fingerprint":42,"version":"test","worker":{"worker_id":60,"endpoint":"127.0.0.1:60","block_size":16}}`)

@@ -136,6 +136,12 @@ func Start(router *selection.Router, cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	_ = r.sub.SetPendingLimits(subPendingMsgs, subPendingBytes)
+	if r.nc.IsConnected() {
+		// The subscription is in place at the server when Start returns:
+		// a message published just after it (another replica's, a test's)
+		// is not lost to the race between the two connections.
+		_ = r.nc.FlushTimeout(time.Second)
+	}
 	router.Remote().SetMaxBlocksPerOrigin(cfg.MaxRemoteBlocks)
 	router.SetReplicaSink(r)
 	router.Catalog().SetSink(r)
