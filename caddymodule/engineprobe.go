@@ -180,6 +180,15 @@ func (p *engineProbe) readCacheConfig(ctx context.Context, endpoint string, r *e
 		if n, err := strconv.ParseUint(labels["num_gpu_blocks"], 10, 64); err == nil {
 			r.facts.TotalKVBlocks = n
 		}
+		// Python's bool, as vLLM writes its config into the labels.
+		switch labels["enable_prefix_caching"] {
+		case "True", "true":
+			on := true
+			r.facts.PrefixCaching = &on
+		case "False", "false":
+			off := false
+			r.facts.PrefixCaching = &off
+		}
 		return nil
 	})
 }

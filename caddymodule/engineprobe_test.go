@@ -14,7 +14,8 @@ import (
 )
 
 // TestEngineProbeReadsAVLLMWorker: a reading of the test worker (vLLM's
-// shapes) learns its model, adapters, context length and cache config.
+// shapes) learns its model, adapters, context length and cache config,
+// prefix caching included.
 func TestEngineProbeReadsAVLLMWorker(t *testing.T) {
 	w := newTestWorker(t, 1)
 	w.setEngine(func(e *testEngine) {
@@ -23,9 +24,18 @@ func TestEngineProbeReadsAVLLMWorker(t *testing.T) {
 	r := newEngineProbe(time.Second).read(context.Background(), w.addr)
 	want := selection.EngineFacts{Models: []string{"llama"}, BlockSize: 16, TotalKVBlocks: 2048, MaxModelLen: 8192,
 		LoraAdapters: []string{"sql", "chat"}}
+	if r.facts.PrefixCaching == nil || !*r.facts.PrefixCaching {
+		t.Fatalf("prefix caching read as %v, want on", r.facts.PrefixCaching)
+	}
+	r.facts.PrefixCaching = nil
 	if len(r.errs) != 0 || len(r.notes) != 0 || fmt.Sprint(r.facts) != fmt.Sprint(want) {
 		t.Fatalf("reading %+v, want facts %+v", r, want)
 	}
+	w.setEngine(func(e *testEngine) { e.noPrefixCaching = true })
+	if r = newEngineProbe(time.Second).read(context.Background(), w.addr); r.facts.PrefixCaching == nil || *r.facts.PrefixCaching {
+		t.Fatalf("prefix caching off read as %v", r.facts.PrefixCaching)
+	}
+	w.setEngine(func(e *testEngine) { e.noPrefixCaching = false })
 	// An engine that has not sized its cache yet reports no KV blocks.
 	w.setEngine(func(e *testEngine) { e.numGPUBlocks, e.adapters = 0, nil })
 	r = newEngineProbe(time.Second).read(context.Background(), "http://"+w.addr+"/")

@@ -31,7 +31,9 @@ type testEngine struct {
 	blockSize    int
 	numGPUBlocks int // 0: not sized yet ("None")
 	maxModelLen  int
-	byModel      map[string]int // completions answered per requested model
+	// noPrefixCaching: the engine runs with --no-enable-prefix-caching.
+	noPrefixCaching bool
+	byModel         map[string]int // completions answered per requested model
 }
 
 // defaultTestEngine is the engine the tests' configs declare their
@@ -121,6 +123,10 @@ func (w *testWorker) metrics(rw http.ResponseWriter, _ *http.Request) {
 		blocks = fmt.Sprint(w.engine.numGPUBlocks)
 	}
 	model, bs := w.engine.model, w.engine.blockSize
+	prefixCaching := "True"
+	if w.engine.noPrefixCaching {
+		prefixCaching = "False"
+	}
 	w.engine.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# HELP vllm:num_requests_running Number of requests in model execution batches.\n")
@@ -129,9 +135,9 @@ func (w *testWorker) metrics(rw http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(&b, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n")
 	fmt.Fprintf(&b, "# TYPE vllm:cache_config_info gauge\n")
 	fmt.Fprintf(&b, "vllm:cache_config_info{block_size=\"%d\",cache_dtype=\"auto\",calculate_kv_scales=\"False\",cpu_offload_gb=\"0\","+
-		"enable_prefix_caching=\"True\",engine=\"0\",gpu_memory_utilization=\"0.9\",is_attention_free=\"False\",num_cpu_blocks=\"None\","+
+		"enable_prefix_caching=\"%s\",engine=\"0\",gpu_memory_utilization=\"0.9\",is_attention_free=\"False\",num_cpu_blocks=\"None\","+
 		"num_gpu_blocks=\"%s\",num_gpu_blocks_override=\"None\",prefix_caching_hash_algo=\"sha256\",sliding_window=\"None\",swap_space=\"4\"} 1.0\n",
-		bs, blocks)
+		bs, prefixCaching, blocks)
 	fmt.Fprintf(&b, "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n")
 	fmt.Fprintf(&b, "# TYPE vllm:kv_cache_usage_perc gauge\n")
 	fmt.Fprintf(&b, "vllm:kv_cache_usage_perc{engine=\"0\",model_name=%q} 0.0\n", model)

@@ -112,6 +112,9 @@ type WorkerRecord struct {
 	MaxModelLen *uint64 `json:"max_model_len,omitempty"`
 	// EngineBlockSize is the block size the engine reports running with.
 	EngineBlockSize *uint32 `json:"engine_block_size,omitempty"`
+	// EnginePrefixCaching is whether the engine reports caching prompt
+	// prefixes; a worker whose engine does not is routed by load only.
+	EnginePrefixCaching *bool `json:"engine_prefix_caching,omitempty"`
 	// LoadOnlyReasons say why a schedulable worker is routed by load
 	// only, its cached prefixes not credited (an engine block size that
 	// is not the worker's block_size); empty when it is routed by cache.
@@ -180,6 +183,10 @@ func (w *WorkerRecord) clone() WorkerRecord {
 	c.NotSchedulableReasons = slices.Clone(w.NotSchedulableReasons)
 	c.LoraAdapters = slices.Clone(w.LoraAdapters)
 	c.LoadOnlyReasons = slices.Clone(w.LoadOnlyReasons)
+	if w.EnginePrefixCaching != nil {
+		v := *w.EnginePrefixCaching
+		c.EnginePrefixCaching = &v
+	}
 	return c
 }
 

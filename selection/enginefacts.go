@@ -27,6 +27,9 @@ type EngineFacts struct {
 	// LoraAdapters are the LoRA adapters the engine serves; empty but not
 	// nil when it serves none.
 	LoraAdapters []string
+	// PrefixCaching is whether the engine caches prompt prefixes (vLLM's
+	// --enable-prefix-caching, on by default); nil when it did not say.
+	PrefixCaching *bool
 }
 
 // MaxLoraAdapters bounds the LoRA adapters of one worker. Each is one of
@@ -94,6 +97,10 @@ func (w *WorkerRecord) applyFacts(f *EngineFacts, shape bool) {
 	if free(factLoraAdapters) && f.LoraAdapters != nil {
 		w.LoraAdapters = normalAdapters(f.LoraAdapters)
 	}
+	if f.PrefixCaching != nil {
+		v := *f.PrefixCaching
+		w.EnginePrefixCaching = &v
+	}
 }
 
 // carryFacts gives a re-registered worker (w, from an upsert) what its
@@ -125,6 +132,10 @@ func (w *WorkerRecord) carryFacts(old *WorkerRecord) {
 	if from(factLoraAdapters) {
 		w.LoraAdapters = slices.Clone(old.LoraAdapters)
 	}
+	if old.EnginePrefixCaching != nil { // only an engine says it
+		v := *old.EnginePrefixCaching
+		w.EnginePrefixCaching = &v
+	}
 }
 
 // sameFacts reports whether a and b agree on every field an engine
@@ -132,26 +143,41 @@ func (w *WorkerRecord) carryFacts(old *WorkerRecord) {
 func sameFacts(a, b *WorkerRecord) bool {
 	eq32 := func(x, y *uint32) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 	eq64 := func(x, y *uint64) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
+	eqB := func(x, y *bool) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 	return a.ModelName == b.ModelName && eq32(a.BlockSize, b.BlockSize) && eq32(a.EngineBlockSize, b.EngineBlockSize) &&
 		eq64(a.TotalKVBlocks, b.TotalKVBlocks) && eq64(a.MaxModelLen, b.MaxModelLen) &&
-		slices.Equal(a.LoraAdapters, b.LoraAdapters)
+		slices.Equal(a.LoraAdapters, b.LoraAdapters) && eqB(a.EnginePrefixCaching, b.EnginePrefixCaching)
 }
 
 // loadOnly reports whether the worker's cached prefixes must not be
 // credited: its engine runs another block size than the one the router
 // hashes its prompts with, so what the index holds for it (or the
-// router's own guess) names other blocks than the engine caches.
+// router's own guess) names other blocks than the engine caches; or its
+// engine caches no prefixes at all, so what the approximate index would
+// take as cached there never is.
 func (w *WorkerRecord) loadOnly() bool {
+	return w.otherBlockSize() || w.noPrefixCaching()
+}
+
+func (w *WorkerRecord) otherBlockSize() bool {
 	return w.BlockSize != nil && w.EngineBlockSize != nil && *w.BlockSize != *w.EngineBlockSize
+}
+
+func (w *WorkerRecord) noPrefixCaching() bool {
+	return w.EnginePrefixCaching != nil && !*w.EnginePrefixCaching
 }
 
 // loadOnlyReasons are the record's LoadOnlyReasons.
 func (w *WorkerRecord) loadOnlyReasons() []string {
-	if !w.loadOnly() {
-		return nil
+	var out []string
+	if w.otherBlockSize() {
+		out = append(out, fmt.Sprintf("engine_block_size %d differs from block_size %d: routed by load only, its cached prefixes not credited",
+			*w.EngineBlockSize, *w.BlockSize))
 	}
-	return []string{fmt.Sprintf("engine_block_size %d differs from block_size %d: routed by load only, its cached prefixes not credited",
-		*w.EngineBlockSize, *w.BlockSize)}
+	if w.noPrefixCaching() {
+		out = append(out, "the engine runs with prefix caching off: routed by load only, nothing it is sent counted as cached")
+	}
+	return out
 }
 
 // normalAdapters is a set of adapter names, sorted, without repeats or

@@ -2,6 +2,7 @@ package selection
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -187,5 +188,45 @@ func TestEngineBlockSizeZeroRefused(t *testing.T) {
 	_, err := r.Catalog().UpsertWorker(&WorkerRequest{WorkerID: ptr(uint64(1)), Endpoint: ptr("127.0.0.1:9"), EngineBlockSize: ptr(uint32(0))})
 	if StatusOf(err) != 422 {
 		t.Fatalf("engine_block_size 0: %v", err)
+	}
+}
+
+// TestPrefixCachingOffIsLoadOnly: an engine that reports prefix caching
+// off caches nothing a request is sent, so the worker is routed by load:
+// its record says why, and neither the index's entries nor the
+// approximate index's records for it are credited. An engine that turns
+// it back on is credited again; a re-registration keeps the engine's word.
+func TestPrefixCachingOffIsLoadOnly(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.UseKVEvents = false
+	idx := fixedIndex{{WorkerID: 1}: {Device: 4}, {WorkerID: 2}: {Device: 4}}
+	r, err := NewRouter(cfg, WithIndexer(idx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	addWorker(t, r, 1, func(w *WorkerRequest) { w.BlockSize = ptr(uint32(4)) })
+	addWorker(t, r, 2, func(w *WorkerRequest) { w.BlockSize = ptr(uint32(4)) })
+	off, on := false, true
+	rec, changed, err := r.Catalog().ApplyEngineFacts(2, "127.0.0.1:9", &EngineFacts{PrefixCaching: &off})
+	if err != nil || !changed || len(rec.LoadOnlyReasons) != 1 || !strings.Contains(rec.LoadOnlyReasons[0], "prefix caching off") {
+		t.Fatalf("engine facts: %+v changed %v err %v", rec.LoadOnlyReasons, changed, err)
+	}
+	prompt := Prompt{TokenIDs: make([]uint32, 16)}
+	res, err := r.Select(&SelectRequest{Prompt: prompt, Placement: Placement{AllowedWorkerIDs: []uint64{2}}})
+	if err != nil || res.CachedTokens != 0 {
+		t.Fatalf("select the worker without prefix caching: %+v %v", res, err)
+	}
+	// A re-registration (a reload declaring it again) keeps what the engine said.
+	addWorker(t, r, 2, func(w *WorkerRequest) { w.BlockSize = ptr(uint32(4)) })
+	if rec, _ := r.Catalog().Worker(2); len(rec.LoadOnlyReasons) != 1 {
+		t.Fatalf("after a re-registration: %+v", rec.LoadOnlyReasons)
+	}
+	if _, _, err := r.Catalog().ApplyEngineFacts(2, "127.0.0.1:9", &EngineFacts{PrefixCaching: &on}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = r.Select(&SelectRequest{Prompt: prompt, Placement: Placement{AllowedWorkerIDs: []uint64{2}}})
+	if err != nil || res.CachedTokens != 16 {
+		t.Fatalf("select after prefix caching was turned on: %+v %v", res, err)
 	}
 }
