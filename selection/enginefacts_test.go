@@ -145,10 +145,11 @@ func TestEngineFactsThatConflictLeaveThePartitionAlone(t *testing.T) {
 	mustStatus(t, err, 422, "lora_adapters has 257 entries")
 }
 
-// TestLoadOnlyWorkerIsNotCreditedForItsCache: both workers hold the
-// prompt's blocks by the index; the one whose engine runs another block
-// size scores as if it held nothing, in selections and in the scores.
-func TestLoadOnlyWorkerIsNotCreditedForItsCache(t *testing.T) {
+// bothHoldingRouter is a router whose index says workers 1 and 2 (block
+// size 4) both hold a 16-token prompt's 4 blocks; second changes worker
+// 2's registration.
+func bothHoldingRouter(t *testing.T, second func(*WorkerRequest)) *Router {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.UseKVEvents = false
 	idx := fixedIndex{{WorkerID: 1}: {Device: 4}, {WorkerID: 2}: {Device: 4}}
@@ -158,7 +159,20 @@ func TestLoadOnlyWorkerIsNotCreditedForItsCache(t *testing.T) {
 	}
 	t.Cleanup(r.Close)
 	addWorker(t, r, 1, func(w *WorkerRequest) { w.BlockSize = ptr(uint32(4)) })
-	addWorker(t, r, 2, func(w *WorkerRequest) { w.BlockSize, w.EngineBlockSize = ptr(uint32(4)), ptr(uint32(16)) })
+	addWorker(t, r, 2, func(w *WorkerRequest) {
+		w.BlockSize = ptr(uint32(4))
+		if second != nil {
+			second(w)
+		}
+	})
+	return r
+}
+
+// TestLoadOnlyWorkerIsNotCreditedForItsCache: both workers hold the
+// prompt's blocks by the index; the one whose engine runs another block
+// size scores as if it held nothing, in selections and in the scores.
+func TestLoadOnlyWorkerIsNotCreditedForItsCache(t *testing.T) {
+	r := bothHoldingRouter(t, func(w *WorkerRequest) { w.EngineBlockSize = ptr(uint32(16)) })
 	prompt := Prompt{TokenIDs: make([]uint32, 16)}
 	scores, err := r.Queries().OverlapScores(&ScoreRequest{Prompt: prompt})
 	if err != nil || scores.Workers[0].DeviceBlocks != 4 || scores.Workers[1].DeviceBlocks != 0 {
@@ -197,16 +211,7 @@ func TestEngineBlockSizeZeroRefused(t *testing.T) {
 // approximate index's records for it are credited. An engine that turns
 // it back on is credited again; a re-registration keeps the engine's word.
 func TestPrefixCachingOffIsLoadOnly(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.UseKVEvents = false
-	idx := fixedIndex{{WorkerID: 1}: {Device: 4}, {WorkerID: 2}: {Device: 4}}
-	r, err := NewRouter(cfg, WithIndexer(idx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	addWorker(t, r, 1, func(w *WorkerRequest) { w.BlockSize = ptr(uint32(4)) })
-	addWorker(t, r, 2, func(w *WorkerRequest) { w.BlockSize = ptr(uint32(4)) })
+	r := bothHoldingRouter(t, nil)
 	off, on := false, true
 	rec, changed, err := r.Catalog().ApplyEngineFacts(2, "127.0.0.1:9", &EngineFacts{PrefixCaching: &off})
 	if err != nil || !changed || len(rec.LoadOnlyReasons) != 1 || !strings.Contains(rec.LoadOnlyReasons[0], "prefix caching off") {
