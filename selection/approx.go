@@ -24,9 +24,10 @@ type ApproxIndex struct {
 	mu       sync.RWMutex
 	parts    map[PartitionKey]*approxEdge // roots
 	rootKeys map[*approxEdge]PartitionKey // the roots' partitions, to drop an emptied root
-	// expiries holds an entry per hold set or refreshed, in the order they
-	// were, so in the order they expire: expired and evicted holds are
-	// taken from its front without a walk of the trie (approx_expiry.go).
+	// expiries holds an entry per hold, in the order they were set (a
+	// refreshed hold's is queued again when it reaches the front), so
+	// about the order they expire: expired and evicted holds are taken
+	// from its front without a walk of the trie (approx_expiry.go).
 	expiries approxQueue
 	room     approxRoom // what it holds against its bound (approx_room.go); under mu
 	// removed are the workers removed from each partition in the last
@@ -94,7 +95,11 @@ func (e *approxEdge) shrinkChildren() {
 	if e.peak < 64 || int(e.peak) < 4*len(e.children) {
 		return
 	}
-	e.children = maps.Clone(e.children)
+	// maps.Clone would keep the old map's size: a map made for what is
+	// left, and filled, does not.
+	fresh := make(map[uint64]*approxEdge, len(e.children))
+	maps.Copy(fresh, e.children)
+	e.children = fresh
 	e.peak = int32(len(e.children))
 }
 
@@ -171,17 +176,20 @@ func (a *ApproxIndex) RecordBookingChain(p PartitionKey, r Rank, blocks, keys []
 			next = a.split(next, m)
 		}
 		if h := next.hold(r); h != nil {
+			// Its queue entry stays where it is, and is queued again
+			// with this expiry when the front reaches it.
 			h.expires = max(h.expires, exp)
 		} else {
 			next.holds = append(next.holds, approxHold{rank: r, expires: exp})
 			a.room.bytes += approxHoldBytes
+			path = append(path, next)
 		}
-		path = append(path, next)
 		pos += m
 		e = next
 	}
-	// Deepest first: within one record, the holds expire together, and an
-	// eviction that stops between them must leave a prefix.
+	// The new holds, deepest first: within one record, the holds expire
+	// together, and an eviction that stops between them must leave a
+	// prefix.
 	for i := len(path) - 1; i >= 0; i-- {
 		a.expiries.push(path[i], r, exp)
 	}

@@ -1,12 +1,13 @@
 package selection
 
-// The approximate index's expiry queue: an entry for each hold a record
-// sets or refreshes, appended in the order of the records. A hold's
-// expiry is its record's time plus the one TTL, so the queue is in the
-// order the holds expire, apart from the copies a split makes (queued
-// when it makes them, after holds that expire later): those stay until
-// the front reaches them, and no lookup counts them once expired. An
-// entry whose hold was refreshed since, or whose edge is gone, is stale:
+// The approximate index's expiry queue: an entry for each hold, appended
+// when a record sets it. A hold's expiry is its record's time plus the
+// one TTL, so the queue is in the order the holds expire, except for
+// holds refreshed since their entry was queued (the front queues such an
+// entry again, at its new expiry, rather than dropping the hold) and the
+// copies a split makes (queued when it makes them, after holds that
+// expire later): those stay until the front reaches them, and no lookup
+// counts a hold once expired. An entry whose edge is gone is stale:
 // taking it only frees it. Taking the front is how holds expire and how
 // they are evicted, without a walk of the trie under the lock.
 
@@ -86,8 +87,16 @@ func (a *ApproxIndex) takeFrontLocked(now int64) {
 		return
 	}
 	i := holdIndex(e, it.rank)
-	if i < 0 || e.holds[i].expires != it.expires {
-		return // refreshed since (a later entry stands for it) or dropped
+	if i < 0 {
+		return // dropped since
+	}
+	if later := e.holds[i].expires; later > it.expires {
+		// Refreshed since: queued again, at its new expiry. One entry a
+		// hold, so that booking one prompt again and again does not fill
+		// the index with entries that evict others' holds.
+		a.expiries.push(e, it.rank, later)
+		a.room.bytes += approxQueueBytes
+		return
 	}
 	if it.expires > now {
 		a.room.evicted.Add(uint64(len(e.keys)))

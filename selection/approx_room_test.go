@@ -317,6 +317,20 @@ func TestApproxChildrenMapShrinks(t *testing.T) {
 	if n := len(shared.children); n != 2 || shared.peak >= 64 {
 		t.Fatalf("%d children left, the map's peak is still %d", n, shared.peak)
 	}
+	// And the memory goes with it.
+	before := liveHeap()
+	for i := range 50_000 {
+		shared.children[uint64(i)+10_000] = shared
+	}
+	grown := liveHeap() - before
+	for i := range 50_000 {
+		delete(shared.children, uint64(i)+10_000)
+	}
+	shared.peak = 50_002
+	shared.shrinkChildren()
+	if left := liveHeap() - before; left > grown/8 {
+		t.Fatalf("the map grew the heap by %d B and still holds %d B after shrinking", grown, left)
+	}
 }
 
 // TestApproxRemoveWorkerPassesOverItsHolds: a removed worker's holds stop
@@ -359,5 +373,46 @@ func TestApproxRemoveWorkerPassesOverItsHolds(t *testing.T) {
 	ai.RecordBooking(k, Rank{3, 0}, []uint64{9})
 	if len(ai.removed) != 0 {
 		t.Fatalf("the removal is still kept one TTL later: %v", ai.removed)
+	}
+}
+
+// TestApproxRebookingKeepsOneEntryAHold: a prompt booked again and again
+// keeps one queue entry a hold, queued again when the front reaches it.
+// An entry a booking used to fill a bounded index with the one prompt's
+// entries, which then evicted another prompt booked once, long before its
+// TTL (a probe saw it gone 70 s into a 10-minute TTL).
+func TestApproxRebookingKeepsOneEntryAHold(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ai := NewApproxIndex(10 * time.Minute)
+	ai.now = func() time.Time { return now }
+	ai.SetMaxMemory(64 << 10)
+	k := PartitionKey{"m", "g"}
+	cold, hot := []uint64{100, 101, 102}, []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	ai.RecordBooking(k, Rank{2, 0}, cold)
+	for range 100_000 {
+		now = now.Add(time.Millisecond)
+		ai.RecordBooking(k, Rank{1, 0}, hot)
+	}
+	if n := ai.expiries.len(); n > 4 {
+		t.Fatalf("%d queue entries for 2 holds", n)
+	}
+	var m Matches
+	ai.FindMatches(k, cold, &m)
+	if len(m.List) != 1 || m.List[0].Tiers.Device != 3 {
+		t.Fatalf("the prompt booked once, 100 s into its 10 minutes: %+v (evicted %d)", m.List, ai.Room().Evicted)
+	}
+	// The hot prompt's entry was queued again at its new expiry: it
+	// outlives the cold one.
+	now = now.Add(10*time.Minute - 50*time.Second)
+	ai.RecordBooking(k, Rank{3, 0}, []uint64{9})
+	m = Matches{}
+	ai.FindMatches(k, hot, &m)
+	if len(m.List) != 1 {
+		t.Fatalf("the prompt booked until 50 s ago expired: %+v", m.List)
+	}
+	m = Matches{}
+	ai.FindMatches(k, cold, &m)
+	if len(m.List) != 0 {
+		t.Fatalf("the prompt booked once, past its TTL, still matched: %+v", m.List)
 	}
 }
