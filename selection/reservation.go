@@ -195,7 +195,7 @@ type ledger interface {
 	free(id string) error
 	reportStatus(workerID uint64, status int)
 	reportFailure(workerID uint64)
-	record(d *deferredRecord)
+	record(d *bookingRecord)
 }
 
 // routerLedger is a Router seen as a ledger.
@@ -224,4 +224,4 @@ func (l *routerLedger) reportStatus(workerID uint64, status int) {
 
 func (l *routerLedger) reportFailure(workerID uint64) { l.router().Health().ReportFailure(workerID) }
 
-func (l *routerLedger) record(d *deferredRecord) { l.router().sel.record(d) }
+func (l *routerLedger) record(d *bookingRecord) { l.router().sel.record(d) }

@@ -70,7 +70,7 @@ func (l *tracingLedger) reportFailure(workerID uint64) {
 	l.inner.reportFailure(workerID)
 }
 
-func (l *tracingLedger) record(d *deferredRecord) {
+func (l *tracingLedger) record(d *bookingRecord) {
 	l.add(ledgerCall{op: "record", id: l.cur})
 	l.inner.record(d)
 }

@@ -64,41 +64,46 @@ func (e *selector) findMatches(key PartitionKey, w *work) {
 	e.index.FindMatches(key, w.blocks, &w.matches)
 }
 
-// recordBooking feeds a booking to an index that learns from them.
-func (e *selector) recordBooking(key PartitionKey, rank Rank, w *work) {
-	if e.recorder == nil {
-		return
-	}
-	if cr, ok := e.recorder.(ChainRecorder); ok && w.chained {
-		cr.RecordBookingChain(key, rank, w.blocks, w.tracking)
-		return
-	}
-	e.recorder.RecordBooking(key, rank, w.blocks)
-}
-
-// deferredRecord is a booking's record for an index that learns from
-// bookings, kept until the worker answers (SelectRequest.RecordOnAnswer).
-type deferredRecord struct {
+// bookingRecord is a booking's record for an index that learns from
+// bookings: made and fed at once (recordBooking), or kept until the
+// worker answers (deferRecord, SelectRequest.RecordOnAnswer).
+type bookingRecord struct {
 	key           PartitionKey
 	rank          Rank
 	blocks, chain []uint64 // chain is nil when the keys are not the tracking hashes
 }
 
-// deferRecord copies what recordBooking would record, for later; nil when
-// nothing learns from bookings.
-func (e *selector) deferRecord(key PartitionKey, rank Rank, w *work) *deferredRecord {
-	if e.recorder == nil || len(w.blocks) == 0 {
-		return nil
-	}
-	d := &deferredRecord{key: key, rank: rank, blocks: slices.Clone(w.blocks)}
+// recordOf is w's record, on w's buffers.
+func (e *selector) recordOf(key PartitionKey, rank Rank, w *work) bookingRecord {
+	d := bookingRecord{key: key, rank: rank, blocks: w.blocks}
 	if _, ok := e.recorder.(ChainRecorder); ok && w.chained {
-		d.chain = slices.Clone(w.tracking)
+		d.chain = w.tracking
 	}
 	return d
 }
 
-// record feeds a deferred record to the index.
-func (e *selector) record(d *deferredRecord) {
+// recordBooking feeds a booking to an index that learns from them.
+func (e *selector) recordBooking(key PartitionKey, rank Rank, w *work) {
+	if e.recorder == nil {
+		return
+	}
+	d := e.recordOf(key, rank, w)
+	e.record(&d)
+}
+
+// deferRecord copies what recordBooking would record, for later (w's
+// buffers go back to their pool); nil when nothing learns from bookings.
+func (e *selector) deferRecord(key PartitionKey, rank Rank, w *work) *bookingRecord {
+	if e.recorder == nil || len(w.blocks) == 0 {
+		return nil
+	}
+	d := e.recordOf(key, rank, w)
+	d.blocks, d.chain = slices.Clone(d.blocks), slices.Clone(d.chain)
+	return &d
+}
+
+// record feeds a booking's record to the index.
+func (e *selector) record(d *bookingRecord) {
 	if d.chain != nil {
 		e.recorder.(ChainRecorder).RecordBookingChain(d.key, d.rank, d.blocks, d.chain)
 		return

@@ -255,7 +255,7 @@ type SelectResponse struct {
 
 	// record is the booking's deferred record (RecordOnAnswer), nil once
 	// recorded or when there is none.
-	record *deferredRecord
+	record *bookingRecord
 }
 
 // Candidate is one rank's row of a selection, for explain output.
