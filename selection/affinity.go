@@ -93,7 +93,7 @@ func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
 	defer a.mu.Unlock()
 	b := a.liveBinding(k, now)
 	if b == nil {
-		return a.bindNew(k, r), nil
+		return a.bindNew(k, r, false), nil
 	}
 	if b.rank != r {
 		if !a.soft {
@@ -123,13 +123,18 @@ func (a *affinityTable) liveBinding(k sessionKey, now time.Time) *binding {
 	return b
 }
 
-// bindNew binds k, which has no live binding, to r with one lease, unless
-// the table is full; it reports whether it did. a.mu must be held.
-func (a *affinityTable) bindNew(k sessionKey, r Rank) bool {
-	if len(a.bindings) >= a.cap {
+// bindNew binds k, which has no live binding, to r with one lease, for
+// another replica's booking when byPeer, unless the table is full (or,
+// byPeer, the peers' share of it); it reports whether it did. a.mu must
+// be held.
+func (a *affinityTable) bindNew(k sessionKey, r Rank, byPeer bool) bool {
+	if len(a.bindings) >= a.cap || byPeer && a.byPeers >= peerShare(a.cap) {
 		return false
 	}
-	a.bindings[k] = &binding{rank: r, leases: 1}
+	a.bindings[k] = &binding{rank: r, leases: 1, byPeer: byPeer}
+	if byPeer {
+		a.byPeers++
+	}
 	return true
 }
 

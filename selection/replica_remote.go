@@ -242,12 +242,7 @@ func (a *affinityTable) adopt(k sessionKey, r Rank) bool {
 		// Other replicas' sessions take at most half the table, so that a
 		// peer's bookings (a peer's bound is 65,536, as the table's) leave
 		// this replica's own sessions room to bind.
-		if a.byPeers >= peerShare(a.cap) || !a.bindNew(k, r) {
-			return false
-		}
-		a.bindings[k].byPeer = true
-		a.byPeers++
-		return true
+		return a.bindNew(k, r, true)
 	}
 	b.rank = r
 	b.leases++
