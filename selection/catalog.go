@@ -183,10 +183,6 @@ func (w *WorkerRecord) clone() WorkerRecord {
 	c.NotSchedulableReasons = slices.Clone(w.NotSchedulableReasons)
 	c.LoraAdapters = slices.Clone(w.LoraAdapters)
 	c.LoadOnlyReasons = slices.Clone(w.LoadOnlyReasons)
-	if w.EnginePrefixCaching != nil {
-		v := *w.EnginePrefixCaching
-		c.EnginePrefixCaching = &v
-	}
 	return c
 }
 

@@ -98,8 +98,7 @@ func (w *WorkerRecord) applyFacts(f *EngineFacts, shape bool) {
 		w.LoraAdapters = normalAdapters(f.LoraAdapters)
 	}
 	if f.PrefixCaching != nil {
-		v := *f.PrefixCaching
-		w.EnginePrefixCaching = &v
+		w.EnginePrefixCaching = clonePtr(f.PrefixCaching)
 	}
 }
 
@@ -132,22 +131,19 @@ func (w *WorkerRecord) carryFacts(old *WorkerRecord) {
 	if from(factLoraAdapters) {
 		w.LoraAdapters = slices.Clone(old.LoraAdapters)
 	}
-	if old.EnginePrefixCaching != nil { // only an engine says it
-		v := *old.EnginePrefixCaching
-		w.EnginePrefixCaching = &v
-	}
+	w.EnginePrefixCaching = clonePtr(old.EnginePrefixCaching) // only an engine says it
 }
 
 // sameFacts reports whether a and b agree on every field an engine
 // reports, so that a reading that changes nothing writes nothing.
 func sameFacts(a, b *WorkerRecord) bool {
-	eq32 := func(x, y *uint32) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
-	eq64 := func(x, y *uint64) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
-	eqB := func(x, y *bool) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
-	return a.ModelName == b.ModelName && eq32(a.BlockSize, b.BlockSize) && eq32(a.EngineBlockSize, b.EngineBlockSize) &&
-		eq64(a.TotalKVBlocks, b.TotalKVBlocks) && eq64(a.MaxModelLen, b.MaxModelLen) &&
-		slices.Equal(a.LoraAdapters, b.LoraAdapters) && eqB(a.EnginePrefixCaching, b.EnginePrefixCaching)
+	return a.ModelName == b.ModelName && samePtr(a.BlockSize, b.BlockSize) && samePtr(a.EngineBlockSize, b.EngineBlockSize) &&
+		samePtr(a.TotalKVBlocks, b.TotalKVBlocks) && samePtr(a.MaxModelLen, b.MaxModelLen) &&
+		slices.Equal(a.LoraAdapters, b.LoraAdapters) && samePtr(a.EnginePrefixCaching, b.EnginePrefixCaching)
 }
+
+// samePtr reports whether x and y are both nil or point to equal values.
+func samePtr[T comparable](x, y *T) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 
 // loadOnly reports whether the worker's cached prefixes must not be
 // credited: its engine runs another block size than the one the router
