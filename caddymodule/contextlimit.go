@@ -6,31 +6,47 @@ import (
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
-// contextLimits knows, per partition, the longest prompt its workers
-// take: the largest max_model_len they reported, 0 when any did not. A
-// prompt given as token ids reaches the gateway whole (up to the body's
-// bound, some 4 million ids); one longer than that the engine refuses
-// with a 400, so hashing it, scoring it and booking its blocks (in
-// approximate mode, recording them as cached for approx_ttl) would be
-// work for an answer known in advance, and in approximate mode a wrong
-// one. The figures are kept until the catalog changes, so the request
-// path reads no worker records.
+// contextLimits knows, per partition, the contexts (max_model_len) its
+// workers reported. vLLM refuses, with a 400, a request whose prompt and
+// output do not fit its context (contextNeed), so:
+//
+//   - a request no worker's context fits is routed by load. A prompt given
+//     as token ids reaches the gateway whole (up to the body's bound, some
+//     4 million ids); hashing it, scoring it and booking its blocks (in
+//     approximate mode, recording them as cached for approx_ttl) would be
+//     work for an answer known in advance, and in approximate mode a
+//     wrong one;
+//   - a request that fits some workers' contexts and not others' goes to
+//     those it fits. Otherwise a growing conversation, whose cached prefix
+//     draws it back to the worker holding it, would be sent again and
+//     again to the worker that must refuse it (the proxy does not fail
+//     over on a 400).
+//
+// The figures are kept until the catalog changes, so the request path
+// reads no worker records unless its request fits only some workers.
 type contextLimits struct {
 	catalog *selection.Catalog
 
 	mu      sync.Mutex
 	version uint64 // the catalog's version the figures are of
-	byPart  map[selection.PartitionKey]uint64
+	byPart  map[selection.PartitionKey]partContexts
+}
+
+// partContexts are a partition's contexts: the longest (0 when a worker
+// did not report its own, which bounds nothing) and the shortest one
+// reported (0 when none was).
+type partContexts struct {
+	longest, shortest uint64
 }
 
 func newContextLimits(c *selection.Catalog) *contextLimits {
-	return &contextLimits{catalog: c, byPart: make(map[selection.PartitionKey]uint64)}
+	return &contextLimits{catalog: c, byPart: make(map[selection.PartitionKey]partContexts)}
 }
 
-// of is part's longest prompt, 0 when unknown (no bound then).
-func (c *contextLimits) of(part selection.PartitionKey) uint64 {
+// of is part's contexts, zero when unknown (no bound then).
+func (c *contextLimits) of(part selection.PartitionKey) partContexts {
 	if c == nil {
-		return 0
+		return partContexts{}
 	}
 	v := c.catalog.Version()
 	c.mu.Lock()
@@ -46,23 +62,82 @@ func (c *contextLimits) of(part selection.PartitionKey) uint64 {
 	if len(workers) == 0 {
 		// Not kept: the partition is a client's name until a worker
 		// serves it, and names would grow the map without bound.
-		return 0
+		return partContexts{}
 	}
-	var longest uint64
+	var pc partContexts
+	unbounded := false
 	for _, w := range workers {
-		if w.MaxModelLen == nil || *w.MaxModelLen == 0 {
-			longest = 0
-			break
+		l := contextOf(&w)
+		if l == 0 {
+			unbounded = true
+			continue
 		}
-		longest = max(longest, *w.MaxModelLen)
+		pc.longest = max(pc.longest, l)
+		if pc.shortest == 0 || l < pc.shortest {
+			pc.shortest = l
+		}
 	}
-	c.byPart[part] = longest
-	return longest
+	if unbounded {
+		pc.longest = 0
+	}
+	c.byPart[part] = pc
+	return pc
 }
 
-// overContext says whether a prompt of n tokens is longer than any of
-// part's workers takes.
-func (c *contextLimits) overContext(part selection.PartitionKey, n int) bool {
-	l := c.of(part)
-	return l > 0 && uint64(n) > l
+// contextOf is w's context, 0 when it reported none.
+func contextOf(w *selection.WorkerRecord) uint64 {
+	if w.MaxModelLen == nil {
+		return 0
+	}
+	return *w.MaxModelLen
+}
+
+// overContext says whether a request needing need tokens of context
+// (contextNeed) fits none of part's workers.
+func (c *contextLimits) overContext(part selection.PartitionKey, need uint64) bool {
+	l := c.of(part).longest
+	return l > 0 && need > l
+}
+
+// fitting lists the workers of part whose context fits a request needing
+// need tokens, nil when all of them fit (no filter then).
+func (c *contextLimits) fitting(part selection.PartitionKey, need uint64) selection.WorkerIDs {
+	if pc := c.of(part); pc.shortest == 0 || need <= pc.shortest {
+		return nil
+	}
+	var ids selection.WorkerIDs
+	for _, w := range c.catalog.ListWorkers(part.Model, part.Group) {
+		if l := contextOf(&w); l == 0 || need <= l {
+			ids = append(ids, w.WorkerID)
+		}
+	}
+	return ids
+}
+
+// outputFields are the request's bounds on its answer, which vLLM sets
+// aside in the context with the prompt.
+type outputFields struct {
+	MaxTokens           selection.RawJSON `json:"max_tokens"`
+	MaxCompletionTokens selection.RawJSON `json:"max_completion_tokens"`
+}
+
+// contextNeed is the context a request with a prompt of n tokens needs,
+// as vLLM checks it: the prompt and the max_tokens the request names
+// (on chat, max_completion_tokens unless it is null or 0, then
+// max_tokens). Without one, vLLM caps the answer at what the context
+// leaves and refuses only a prompt that leaves nothing, so one token is
+// set aside.
+func (f *outputFields) contextNeed(chat bool, n int) uint64 {
+	out, ok := int64(0), false
+	if chat {
+		out, ok = laxInt(f.MaxCompletionTokens)
+		ok = ok && out != 0
+	}
+	if !ok {
+		out, ok = laxInt(f.MaxTokens)
+	}
+	if !ok || out < 1 {
+		out = 1
+	}
+	return uint64(n) + uint64(out)
 }

@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,8 +63,11 @@ func TestPromptOverContextIsRoutedByLoad(t *testing.T) {
 		extra string
 		want  int // tokens routed by; 0: by load
 	}{
-		{"m", 200, "", 200},
-		{"m", 201, "", 0},
+		{"m", 199, "", 199},
+		{"m", 200, "", 0}, // vLLM refuses a prompt that leaves no room for an answer
+		{"m", 150, `,"max_tokens":50`, 150},
+		{"m", 150, `,"max_tokens":"51"`, 0},
+		{"m", 150, `,"max_tokens":null`, 150},
 		{"m", 4000, "", 0},
 		{"m", 4000, `,"truncate_prompt_tokens":150`, 150},
 		{"n", 100000, "", 100000},
@@ -97,5 +102,65 @@ func TestPromptEmbedsAreRoutedByLoad(t *testing.T) {
 	}
 	if toks := routingTokensOf(t, h, "m", idsPrompt("m", 64, `,"prompt_embeds":null`)); len(toks) != 64 {
 		t.Fatalf("prompt_embeds null: routed by %d tokens, want 64", len(toks))
+	}
+}
+
+// TestContextFitting: a request that fits some of its partition's
+// workers' contexts and not others' is sent only to those it fits;
+// workers that did not report a context are never left out.
+func TestContextFitting(t *testing.T) {
+	w := func(id uint64, maxLen uint64) selection.WorkerRequest {
+		ep, bs, model := fmt.Sprintf("127.0.0.1:%d", 9000+id), uint32(16), "m"
+		req := selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs}
+		if maxLen > 0 {
+			req.MaxModelLen = &maxLen
+		}
+		return req
+	}
+	router := routerWith(t, nil, w(1, 4096), w(2, 65536), w(3, 0), w(4, 8192))
+	c := newContextLimits(router.Catalog())
+	part := selection.PartitionKey{Model: "m"}
+	for _, tc := range []struct {
+		need uint64
+		want selection.WorkerIDs
+	}{
+		{4096, nil},
+		{4097, selection.WorkerIDs{2, 3, 4}},
+		{8193, selection.WorkerIDs{2, 3}},
+		{1 << 20, selection.WorkerIDs{3}},
+	} {
+		if got := c.fitting(part, tc.need); !slices.Equal(got, tc.want) {
+			t.Errorf("need %d: fitting %v, want %v", tc.need, got, tc.want)
+		}
+	}
+	if c.overContext(part, 1<<20) {
+		t.Error("worker 3 reported no context, yet a long request was taken as over every worker's")
+	}
+}
+
+// TestContextNeed reads the answer's bound as vLLM does: on chat,
+// max_completion_tokens unless it is null or 0, then max_tokens; one
+// token when the request names none.
+func TestContextNeed(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		chat bool
+		want uint64
+	}{
+		{`{}`, false, 101},
+		{`{"max_tokens":20}`, false, 120},
+		{`{"max_tokens":20,"max_completion_tokens":30}`, true, 130},
+		{`{"max_tokens":20,"max_completion_tokens":30}`, false, 120},
+		{`{"max_tokens":20,"max_completion_tokens":0}`, true, 120},
+		{`{"max_tokens":20,"max_completion_tokens":null}`, true, 120},
+		{`{"max_tokens":-5}`, false, 101},
+	} {
+		var f outputFields
+		if err := json.Unmarshal([]byte(tc.body), &f); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.contextNeed(tc.chat, 100); got != tc.want {
+			t.Errorf("%s (chat %v): need %d, want %d", tc.body, tc.chat, got, tc.want)
+		}
 	}
 }

@@ -206,6 +206,8 @@ type openAIRequest struct {
 	cacheReadFields
 	// How the engine cuts the prompt (truncate.go).
 	truncateFields
+	// What the answer may take of the context (contextlimit.go).
+	outputFields
 	// SGLang's adapter and cache-namespace members (sglangfields.go).
 	sglangFields
 	// SGLang's /generate prompt (generate.go).
@@ -325,6 +327,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	req.TokenIDs = h.routingTokens(tr, oai, req.Partition.Key())
 	if req.TokenIDs != nil {
 		req.CacheSalt = oai.CacheSalt
+		// Only to workers whose context fits it (contextlimit.go).
+		req.Placement.AllowedWorkerIDs = h.contexts.fitting(req.Partition.Key(), oai.contextNeed(isChat(r), len(req.TokenIDs)))
 	}
 	if adapter != "" {
 		req.LoraName = adapter
@@ -459,7 +463,7 @@ func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part select
 		return nil
 	}
 	toks = oai.truncate(toks)
-	if h.contexts.overContext(part, len(toks)) {
+	if h.contexts.overContext(part, oai.contextNeed(isChat(r), len(toks))) {
 		return nil
 	}
 	return toks

@@ -4,7 +4,8 @@ import "testing"
 
 // Without KV events (use_kv_events off) the gateway takes a booked prompt
 // as cached on its worker. A prompt the engine refuses (here with a 400:
-// more tokens asked for than the model's context) caches nothing there,
+// max_tokens 0, which vLLM's sampling parameters refuse and the gateway
+// does not check) caches nothing there,
 // yet it was recorded on booking, and the same prompt sent again was
 // promised its whole prefix (112 tokens predicted, 0 found). It is now
 // recorded when the worker answers 2xx.
@@ -12,9 +13,9 @@ func TestApproxModeRecordsWhatTheEngineServed(t *testing.T) {
 	g := startGatewayWith(t, "use_kv_events off")
 	startFleet(t, g, 1, true)
 	prompt := words("cellar", 120)
-	refused := g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": prompt, "max_tokens": 10_000_000})
+	refused := g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": prompt, "max_tokens": 0})
 	if refused.status != 400 {
-		t.Fatalf("a request past the context: %d %s, want the engine's 400", refused.status, refused.body)
+		t.Fatalf("max_tokens 0: %d %s, want the engine's 400", refused.status, refused.body)
 	}
 	for i, wantCached := range []bool{false, true} {
 		a := g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": prompt, "max_tokens": 2})

@@ -249,7 +249,7 @@ func decodePrompt(raw []byte) (string, []uint32, error) {
 
 // outputLength validates the requested output length against the
 // defaults and the model and cache limits.
-func (c *Config) outputLength(req *apiRequest, promptLen int) (int, error) {
+func (c *Config) outputLength(req *apiRequest, promptLen, maxModelLen int) (int, error) {
 	n := c.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		n = *req.MaxCompletionTokens
@@ -262,9 +262,9 @@ func (c *Config) outputLength(req *apiRequest, promptLen int) (int, error) {
 		return 0, badRequest("the prompt is empty")
 	case n < 1:
 		return 0, badRequest("max_tokens must be at least 1, got %d", n)
-	case promptLen+n > c.MaxModelLen:
+	case promptLen+n > maxModelLen:
 		return 0, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			c.MaxModelLen, promptLen+n, promptLen, n)
+			maxModelLen, promptLen+n, promptLen, n)
 	}
 	// A request that needs more blocks than the cache has would wait at the
 	// head of the queue forever and block everyone behind it.

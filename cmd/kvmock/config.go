@@ -62,6 +62,8 @@ type Config struct {
 	MaxTokens int
 	// MaxModelLen bounds prompt plus output tokens, as vLLM's max_model_len.
 	MaxModelLen int
+	// MaxModelLenOf gives some workers (by id) a context of their own.
+	MaxModelLenOf map[int]int
 	// ReplayBuffer is the number of batches each publisher keeps for replay.
 	ReplayBuffer int
 
@@ -165,6 +167,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateLora(); err != nil {
+		return err
+	}
+	if err := c.validateContexts(); err != nil {
 		return err
 	}
 	ranks := c.Workers * c.DPRanks

@@ -67,7 +67,7 @@ func (w *worker) handleGenerate(rw http.ResponseWriter, r *http.Request) {
 		prompt, err = promptTokens(req)
 	}
 	if err == nil {
-		maxTokens, err = w.cfg.outputLength(req, len(prompt))
+		maxTokens, err = w.cfg.outputLength(req, len(prompt), w.cfg.contextOf(w.id))
 	}
 	if err != nil {
 		writeError(rw, err)

@@ -68,6 +68,7 @@ func parseFlags(args []string) (Config, error) {
 	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "requests running at once per rank")
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "output tokens of a request that does not set max_tokens")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "maximum prompt plus output tokens")
+	contexts := fs.String("max-model-len-of", "", "workers with a context of their own: id=tokens pairs separated by commas (e.g. 1=4096,2=65536)")
 	fs.IntVar(&cfg.ReplayBuffer, "replay-buffer", cfg.ReplayBuffer, "batches each publisher keeps for replay")
 	loraModules := fs.String("lora-modules", "",
 		"LoRA adapters as name=path, separated by commas (vLLM's syntax); a request whose model names one is served only by a worker that loaded it")
@@ -94,6 +95,9 @@ func parseFlags(args []string) (Config, error) {
 		return cfg, err
 	}
 	if cfg.LoraWorkers, err = parseWorkerIDs(*loraWorkers); err != nil {
+		return cfg, err
+	}
+	if cfg.MaxModelLenOf, err = parseContexts(*contexts); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {

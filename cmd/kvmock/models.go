@@ -59,7 +59,7 @@ func (w *worker) card(id, root string, parent *string, maxLen *int) modelCard {
 
 // handleModels serves GET /v1/models.
 func (w *worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
-	maxLen := w.cfg.MaxModelLen
+	maxLen := w.cfg.contextOf(w.id)
 	cards := []modelCard{w.card(w.cfg.Model, w.cfg.Model, nil, &maxLen)}
 	// In the order --lora-modules gave them, as vLLM lists its adapters.
 	for _, a := range w.cfg.LoraModules {

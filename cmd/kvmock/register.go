@@ -43,7 +43,7 @@ func (w *worker) registration() registration {
 		BlockSize:           w.cfg.BlockSize,
 		TotalKVBlocks:       w.cfg.KVBlocks,
 		MaxNumBatchedTokens: w.cfg.MaxBatchedTokens,
-		MaxModelLen:         w.cfg.MaxModelLen,
+		MaxModelLen:         w.cfg.contextOf(w.id),
 	}
 	// In --lora-modules order, as /v1/models lists them.
 	for _, a := range w.cfg.LoraModules {

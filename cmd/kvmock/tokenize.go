@@ -69,7 +69,7 @@ func (w *worker) handleTokenize(rw http.ResponseWriter, r *http.Request) {
 	b = append(b, `{"count":`...)
 	b = strconv.AppendInt(b, int64(len(tokens)), 10)
 	b = append(b, `,"max_model_len":`...)
-	b = strconv.AppendInt(b, int64(w.cfg.MaxModelLen), 10)
+	b = strconv.AppendInt(b, int64(w.cfg.contextOf(w.id)), 10)
 	b = append(b, `,"tokens":[`...)
 	for i, t := range tokens {
 		if i > 0 {

@@ -1,0 +1,93 @@
+package fidelity
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+// Workers of one model can be started with different contexts
+// (max_model_len), and vLLM refuses, with a 400, a request that does not
+// fit its own. Here worker 1 takes 4,096 tokens and worker 2 65,536. A
+// conversation whose first turn worker 1 served grows past 4,096 tokens:
+// its cached prefix drew every later turn back to worker 1, which refused
+// each (the proxy does not fail over on a 400). A request now goes only
+// to workers whose context fits it.
+func TestLongPromptsGoWhereTheirContextFits(t *testing.T) {
+	g := startGateway(t)
+	f := startFleet(t, g, 2, true, "--max-model-len-of", "1=4096,2=65536")
+
+	// A conversation's turns: the same first tokens, more of them each
+	// turn; seed keeps conversations apart.
+	turn := func(seed, n int) []int {
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = 1000 + (seed*7919+i)%30000
+		}
+		return ids
+	}
+	// The first turn straight to worker 1, as a client would find it had
+	// been served; its KV events tell the gateway what worker 1 holds.
+	firstOnWorker1 := func(seed int) {
+		t.Helper()
+		res := postTo(t, g.workerEndpoint(t, 1)+"/v1/completions", map[string]any{"model": model, "prompt": turn(seed, 3000), "max_tokens": 2})
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("the first turn on worker 1: %d", res.StatusCode)
+		}
+		g.settle(t, f)
+	}
+	served := func(a answer) string { return a.header.Get("X-Kvmock-Worker") }
+
+	firstOnWorker1(1)
+	for i := range 3 {
+		a := g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": turn(1, 5000), "max_tokens": 2})
+		if a.status != http.StatusOK || served(a) != "2" {
+			t.Fatalf("a 5,000-token turn, send %d: %d on worker %s, want 200 on worker 2 (X-KVRouter-Cached-Tokens %s): %s",
+				i, a.status, served(a), a.header.Get("X-Kvrouter-Cached-Tokens"), a.body)
+		}
+	}
+
+	firstOnWorker1(2)
+	// What fits both goes by its cache.
+	a := g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": turn(2, 3500), "max_tokens": 2})
+	if a.status != http.StatusOK || served(a) != "1" {
+		t.Errorf("a 3,500-token turn: %d on worker %s, want 200 on worker 1, which holds its prefix", a.status, served(a))
+	}
+	// A request whose answer would not fit worker 1 goes to worker 2.
+	a = g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": turn(2, 3500), "max_tokens": 1000})
+	if a.status != http.StatusOK || served(a) != "2" {
+		t.Errorf("a 3,500-token turn with max_tokens 1000: %d on worker %s, want 200 on worker 2", a.status, served(a))
+	}
+}
+
+// workerEndpoint is worker id's base URL, from the gateway's catalog.
+func (g *gateway) workerEndpoint(t *testing.T, id uint64) string {
+	t.Helper()
+	var list struct {
+		Workers []struct {
+			WorkerID uint64 `json:"worker_id"`
+			Endpoint string `json:"endpoint"`
+		} `json:"workers"`
+	}
+	getJSON(t, g.api+"/ready", &list)
+	for _, w := range list.Workers {
+		if w.WorkerID == id {
+			return "http://" + w.Endpoint
+		}
+	}
+	t.Fatalf("no worker %d in the catalog", id)
+	return ""
+}
+
+// postTo sends body as JSON to url.
+func postTo(t *testing.T, url string, body any) *http.Response {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	res, err := client.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res
+}
