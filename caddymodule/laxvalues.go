@@ -62,7 +62,8 @@ func laxTrue(v selection.RawJSON) bool {
 
 // laxInt is v as pydantic reads an int: a JSON integer, a number with no
 // fraction (2.0), true and false (1 and 0), or a string of an integer,
-// blanks around it and a fraction of zeros allowed (" 2 ", "2.0"). ok is
+// blanks around it, underscores between digits and a fraction of zeros
+// allowed (" 2 ", "1_000", "2.0"). ok is
 // false for anything else, absent or null included.
 func laxInt(v selection.RawJSON) (n int64, ok bool) {
 	t := bytes.TrimSpace(v)
@@ -82,6 +83,9 @@ func laxInt(v selection.RawJSON) (n int64, ok bool) {
 		if whole, frac, found := strings.Cut(s, "."); found && frac != "" && strings.Trim(frac, "0") == "" {
 			s = whole
 		}
+		if s, ok = pyUnderscores(s); !ok {
+			return 0, false
+		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		return n, err == nil
 	}
@@ -93,4 +97,25 @@ func laxInt(v selection.RawJSON) (n int64, ok bool) {
 		return 0, false
 	}
 	return int64(f), true
+}
+
+// pyUnderscores drops the underscores Python's int() takes in a string of
+// digits, each between two digits ("1_000"); ok is false for any other
+// ("_1", "1_", "1__0").
+func pyUnderscores(s string) (string, bool) {
+	if !strings.Contains(s, "_") {
+		return s, true
+	}
+	digit := func(c byte) bool { return c >= '0' && c <= '9' }
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '_' {
+			b = append(b, s[i])
+			continue
+		}
+		if i == 0 || i+1 == len(s) || !digit(s[i-1]) || !digit(s[i+1]) {
+			return "", false
+		}
+	}
+	return string(b), true
 }

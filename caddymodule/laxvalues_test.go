@@ -39,6 +39,9 @@ func TestLaxInt(t *testing.T) {
 		`"2"`: {2, true}, `" 2 "`: {2, true}, `"2.0"`: {2, true}, `"-1"`: {-1, true}, `"+3"`: {3, true},
 		``: {0, false}, `null`: {0, false}, `2.5`: {0, false}, `1e300`: {0, false},
 		`"2.5"`: {0, false}, `"two"`: {0, false}, `"2."`: {0, false}, `""`: {0, false}, `[2]`: {0, false},
+		// Python's digit separators, which pydantic's str-to-int takes.
+		`"1_00"`: {100, true}, `" 1_0 "`: {10, true}, `"1_0.0"`: {10, true}, `"0_1"`: {1, true}, `"+1_0"`: {10, true},
+		`"_1"`: {0, false}, `"1_"`: {0, false}, `"1__0"`: {0, false}, `"+_1"`: {0, false}, `"1_.0"`: {0, false},
 	} {
 		n, ok := laxInt(selection.RawJSON(in))
 		if n != want.n || ok != want.ok {

@@ -30,6 +30,7 @@ func TestLaxValuesMatchTheEngine(t *testing.T) {
 		{map[string]any{"truncate_prompt_tokens": "100"}, 100, false},
 		{map[string]any{"truncate_prompt_tokens": 100.0, "truncation_side": "right"}, 100, true},
 		{map[string]any{"truncate_prompt_tokens": " 100 "}, 100, true},
+		{map[string]any{"truncate_prompt_tokens": "1_00", "truncation_side": "right"}, 100, true}, // Python's digit separator
 		{map[string]any{"stream": "true"}, 0, true},
 		{map[string]any{"stream": 1, "echo": "yes", "logprobs": 0}, 0, false},
 	}

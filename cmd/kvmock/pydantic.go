@@ -72,10 +72,26 @@ func (n *pyInt) UnmarshalJSON(data []byte) error {
 		if i := strings.IndexByte(s, '.'); i >= 0 && i < len(s)-1 && strings.Trim(s[i+1:], "0") == "" {
 			s = s[:i]
 		}
-		if i, err := strconv.Atoi(s); err == nil {
+		if i, err := strconv.Atoi(withoutDigitSeparators(s)); err == nil {
 			*n = pyInt(i)
 			return nil
 		}
 	}
 	return fmt.Errorf("input should be a valid integer, got %s", data)
+}
+
+// withoutDigitSeparators is s with Python's digit separators taken out:
+// a single underscore with a digit on each side. A string that misuses
+// them is given back as it is, and fails to parse.
+func withoutDigitSeparators(s string) string {
+	groups := strings.Split(s, "_")
+	if len(groups) == 1 {
+		return s
+	}
+	for i, g := range groups {
+		if g == "" || i > 0 && (g[0] < '0' || g[0] > '9') || i < len(groups)-1 && (g[len(g)-1] < '0' || g[len(g)-1] > '9') {
+			return s
+		}
+	}
+	return strings.Join(groups, "")
 }
