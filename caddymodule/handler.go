@@ -302,8 +302,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		Placement: selection.Placement{SessionID: r.Header.Get(h.SessionHeader)},
 		Lean:      true,
 		// In approximate mode, the prompt counts as cached on its worker
-		// once the worker answers 2xx: a 400 (a prompt the engine
-		// refused) or a worker failed over from caches nothing.
+		// once the worker answers 2xx and sends its first byte: a 400 (a
+		// prompt the engine refused), a worker failed over from, or a
+		// stream left after its headers caches nothing.
 		RecordOnAnswer: true,
 	}
 	if req.Placement.SessionID == "" {

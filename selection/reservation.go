@@ -35,7 +35,11 @@ type Reservation struct {
 	resp *SelectResponse // the booking held or held last; nil once a failover found none
 	held bool            // resp's booking is live: neither freed by Failed nor by Release
 	told bool            // the router's health has heard about resp's booking
-	done bool            // Release ran
+	// served is true once the worker answered resp's booking 2xx: its
+	// deferred record (RecordOnAnswer) waits for that and for the first
+	// response byte, whichever comes second.
+	served bool
+	done   bool // Release ran
 }
 
 // Reserve selects the cheapest rank for req and books it, as
@@ -102,7 +106,21 @@ func (h *Reservation) Answered(status int) {
 	}
 	h.told = true
 	h.books.reportStatus(h.resp.WorkerID, status)
-	if d := h.resp.record; d != nil && status >= 200 && status < 300 {
+	if status >= 200 && status < 300 {
+		h.served = true
+		if h.prefilled.Load() {
+			h.recordServed()
+		}
+	}
+}
+
+// recordServed records the current booking's deferred record, once, when
+// the worker has answered it 2xx and sent its first byte. The status alone
+// does not say the prompt was prefilled: vLLM sends a stream's 200 before
+// its engine takes the request, and a client that goes away then leaves
+// nothing cached.
+func (h *Reservation) recordServed() {
+	if d := h.resp.record; d != nil && h.served {
 		h.resp.record = nil
 		h.books.record(d)
 	}
@@ -122,6 +140,7 @@ func (h *Reservation) PrefillDone() {
 	}
 	h.prefilled.Store(true)
 	_ = h.books.prefillComplete(h.resp.SelectionID)
+	h.recordServed()
 }
 
 // OutputBlock adds one output block to the current booking, as
@@ -166,7 +185,7 @@ func (h *Reservation) Failed() bool {
 		h.resp = nil
 		return false
 	}
-	h.resp, h.held, h.told = resp, true, false
+	h.resp, h.held, h.told, h.served = resp, true, false, false
 	h.prefilled.Store(false)
 	return true
 }

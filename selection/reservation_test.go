@@ -548,16 +548,65 @@ func TestRecordOnAnswer(t *testing.T) {
 	answered := h.Response().WorkerID
 	h.Answered(200)
 	h.Answered(200) // once
+	if len(held()) != 0 {
+		t.Fatal("recorded on the status, before the first byte")
+	}
+	h.PrefillDone()
 	h.Release()
 	got := held()
 	if len(got) != 1 || got[answered] != 4 || got[failed] != 0 && failed != answered {
 		t.Fatalf("held %v: want the 4 blocks on the rank that answered (%d), none on the one that failed (%d)", got, answered, failed)
 	}
+	// A 200 whose first byte never came (vLLM sends a stream's headers
+	// before its engine takes the request; the client left) records
+	// nothing; a first byte before the status does not record either
+	// until the status is 2xx.
+	h, err = r.Reserve(&SelectRequest{Prompt: Prompt{TokenIDs: seqPrompt(64, 1000)}, Lean: true, RecordOnAnswer: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Answered(200)
+	h.Release()
+	h.PrefillDone() // after Release: nothing
+	if got := held(); len(got) != 1 || got[answered] != 4 {
+		t.Fatalf("a stream left after its headers was recorded: %v", got)
+	}
+	h, err = r.Reserve(&SelectRequest{Prompt: Prompt{TokenIDs: seqPrompt(64, 2000)}, Lean: true, RecordOnAnswer: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.PrefillDone()
+	if n := sum(held()); n != 4 {
+		t.Fatalf("recorded on the first byte alone: %d blocks held", n)
+	}
+	h.Answered(200)
+	h.Release()
+	if n := sum(held()); n != 8 {
+		t.Fatalf("a 200 after the first byte: %d blocks held, want 8", n)
+	}
 	// Without it (the selection API), a booking is recorded at once.
 	if _, err := r.SelectAndReserve(&SelectRequest{Prompt: Prompt{TokenIDs: make([]uint32, 64)}, Placement: Placement{ExcludeRanks: []Rank{{WorkerID: answered}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := held(); len(got) != 2 {
-		t.Fatalf("the selection API's booking was not recorded on booking: %v", got)
+	if n := sum(held()); n != 12 {
+		t.Fatalf("the selection API's booking was not recorded on booking: %d blocks held, want 12", n)
 	}
+}
+
+// seqPrompt is n token ids counting up from first.
+func seqPrompt(n int, first uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = first + uint32(i)
+	}
+	return out
+}
+
+// sum adds up the blocks held per worker.
+func sum(held map[uint64]int) int {
+	n := 0
+	for _, v := range held {
+		n += v
+	}
+	return n
 }

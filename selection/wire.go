@@ -157,10 +157,12 @@ type SelectRequest struct {
 	Lean bool `json:"-"`
 	// RecordOnAnswer, in approximate mode, records the booked prompt as
 	// cached on its rank only once the worker answers 2xx
-	// (Reservation.Answered), not when it is booked: a prompt the engine
-	// refused (a 400), or a rank that failed and was replaced, caches
-	// nothing. Not part of the wire format: the proxy path sets it; the
-	// selection API records on booking, as Dynamo does.
+	// (Reservation.Answered) and sends its first byte
+	// (Reservation.PrefillDone), not when it is booked: a prompt the
+	// engine refused (a 400), a rank that failed and was replaced, or a
+	// stream whose client left after its headers, caches nothing. Not part
+	// of the wire format: the proxy path sets it; the selection API
+	// records on booking, as Dynamo does.
 	RecordOnAnswer bool `json:"-"`
 	// Client identifies who books, for Config.MaxReservationsPerClient.
 	// Not part of the wire format: api.Handler sets the remote IP; empty (the
