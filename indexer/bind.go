@@ -171,8 +171,13 @@ func (b *BindListener) Stop() {
 	<-b.done
 }
 
-// parseTopic reads kv@<worker_id>@<model>.
+// parseTopic reads kv@<worker_id>@<model>, with SGLang's snapshot parts
+// after it (baseTopic).
 func parseTopic(topic string) (uint64, string, error) {
+	topic, err := baseTopic(topic)
+	if err != nil {
+		return 0, "", err
+	}
 	parts := strings.SplitN(topic, "@", 3)
 	if len(parts) != 3 || parts[0] != "kv" {
 		return 0, "", errors.New("topic is not kv@<worker_id>@<model>")
@@ -187,6 +192,41 @@ func parseTopic(topic string) (uint64, string, error) {
 		return 0, "", errors.New("topic worker id is not in canonical decimal form")
 	}
 	return id, parts[2], nil
+}
+
+// SGLang, when it serves snapshots of its cache (snapshot_endpoint),
+// appends parts to its topic after a NUL byte: "\x00sgl-kv-epoch=<id>" on
+// every live message (the id new with each publisher process), and
+// "\x00sgl-kv-snapshot=<id>" after that on the empty batch that marks
+// where a snapshot was taken. The gateway reads the live stream only (a
+// snapshot holds hashes, not the tokens the index keys blocks by), and a
+// new epoch's publisher starts its sequence again, which the stream
+// already takes as a restart; so the parts are checked and set aside, and
+// the worker's topic is what comes before them.
+var sglangTopicParts = []string{"sgl-kv-epoch=", "sgl-kv-snapshot="}
+
+// maxTopicPart bounds one such part's value (SGLang's ids are 32 hex
+// digits; its own reader takes up to 256 bytes).
+const maxTopicPart = 256
+
+// baseTopic is topic without SGLang's parts, or an error when what
+// follows a NUL byte is not one of them.
+func baseTopic(topic string) (string, error) {
+	base, rest, found := strings.Cut(topic, "\x00")
+	for found {
+		var part string
+		part, rest, found = strings.Cut(rest, "\x00")
+		known := false
+		for _, p := range sglangTopicParts {
+			if v, ok := strings.CutPrefix(part, p); ok && v != "" && len(v) <= maxTopicPart {
+				known = true
+			}
+		}
+		if !known {
+			return "", errors.New("topic has a part after a NUL byte that is not SGLang's epoch or snapshot")
+		}
+	}
+	return base, nil
 }
 
 // workerStats returns worker id's counts, made when first needed (b.mu held).

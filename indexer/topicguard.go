@@ -49,18 +49,26 @@ type topicGuard struct {
 }
 
 // check lets topic pass or says why the connection is cut. The first
-// topic is checked against the catalog; every later one must be the same.
+// topic is checked against the catalog; every later one must name the
+// same worker (SGLang's snapshot parts aside: baseTopic).
 func (g *topicGuard) check(topic []byte) error {
+	base := topic
+	if i := bytes.IndexByte(topic, 0); i >= 0 {
+		if _, err := baseTopic(string(topic)); err != nil {
+			return fmt.Errorf("%w %q: %v", errTopic, topic, err)
+		}
+		base = topic[:i]
+	}
 	if g.pinned != nil {
-		if bytes.Equal(topic, g.pinned) {
+		if bytes.Equal(base, g.pinned) {
 			return nil
 		}
 		return fmt.Errorf("%w: %q after %q on one connection", errTopic, topic, g.pinned)
 	}
-	if err := g.hosts.allow(string(topic), g.peer); err != nil {
+	if err := g.hosts.allow(string(base), g.peer); err != nil {
 		return err
 	}
-	g.pinned = bytes.Clone(topic)
+	g.pinned = bytes.Clone(base)
 	return nil
 }
 

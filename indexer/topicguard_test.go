@@ -239,3 +239,48 @@ func TestWorkerHostsKeepsAnswers(t *testing.T) {
 		t.Fatalf("%d lookups, want 2 (one per name)", got)
 	}
 }
+
+// TestBindHearsSGLangSnapshotTopics: SGLang serving snapshots sends
+// every live message under its topic with "\x00sgl-kv-epoch=<id>" after
+// it, and the empty batch marking a snapshot with "\x00sgl-kv-snapshot=<id>"
+// after that. Bind mode read the worker's model as all of it and dropped
+// every message, and a second suffix on one connection cut it. Under
+// worker_host, one connection now carries both to worker 6's index; a
+// part that is not SGLang's still cuts it.
+func TestBindHearsSGLangSnapshotTopics(t *testing.T) {
+	r, m := eventRouter(t, true)
+	topicWorkers(t, r)
+	b, err := m.Bind("tcp://127.0.0.1:*", ResolverFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := selection.PartitionKey{Model: "m", Group: "default"}
+	blocks := func() int { return m.Index.Blocks(key, selection.Rank{WorkerID: 6}) }
+	prompt := testPrompt(35)
+	send := publisherFrom(t, b, "127.0.0.1")
+	live := "kv@6@m\x00sgl-kv-epoch=5b0c1f3e9a8d4c2b"
+	seq := uint64(0)
+	eventually(t, "the live topic heard", func() bool {
+		send(live, seq, chunk(EncodingArray, -1, prompt, 0, 4))
+		seq++
+		return blocks() == 4
+	})
+	send(live+"\x00sgl-kv-snapshot=77e1", seq, AppendBatch(nil, EncodingArray, 0, -1))
+	seq++
+	eventually(t, "the live topic after the snapshot's mark", func() bool {
+		send(live, seq, chunk(EncodingArray, -1, prompt, 4, 8))
+		seq++
+		return blocks() == 8
+	})
+	if c := m.stats.Counts(); c.WrongTopic != 0 || c.Malformed != 0 {
+		t.Fatalf("counts %+v: an SGLang topic was refused", c)
+	}
+	eventually(t, "a foreign part cut", func() bool {
+		send("kv@6@m\x00other=1", seq, chunk(EncodingArray, -1, prompt, 8, 12))
+		seq++
+		return m.stats.WrongTopic.Load() > 0
+	})
+	if blocks() != 8 {
+		t.Fatalf("worker 6 holds %d blocks: a cut message reached the index", blocks())
+	}
+}
