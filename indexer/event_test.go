@@ -59,6 +59,11 @@ func TestDecodeEncodings(t *testing.T) {
 		{"SGLang salt map in lora_name", []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, tokens, 4, nil, "GPU",
 			map[string]any{"cache_salt": "tenant"}}}, nil},
 			Event{Kind: Stored, BlockHashes: []uint64{1}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4, CacheSalt: "tenant"}, -1},
+		// SGLang's BlockStoredWithMetadata, positional, its metadata map
+		// holding a session id beside the salt.
+		{"SGLang metadata map with a session id", []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, tokens, 4, nil, "GPU",
+			map[string]any{"cache_salt": "tenant", "session_id": "conv-9"}}}, 0},
+			Event{Kind: Stored, BlockHashes: []uint64{1}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4, CacheSalt: "tenant"}, 0},
 		{"Eagle bigram tokens", []any{1.0, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{1},
 			"token_ids": []any{[]any{1, 2}, []any{2, 3}, []any{3, 4}}, "block_size": 3}}},
 			Event{Kind: Stored, BlockHashes: []uint64{1}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 3, Eagle: true}, -1},
