@@ -32,6 +32,12 @@ type clearing struct {
 func (t *tree) detachRank(x *Index, r selection.Rank) {
 	m, ok := t.ranks[r]
 	if !ok {
+		// Nothing held, but the rank may have learned its group from a
+		// store that was then refused (an unknown parent): a restarted
+		// engine names its groups again all the same.
+		if id, known := t.rankIDs[r]; known {
+			t.groups[id] = 0
+		}
 		return
 	}
 	id := m.rank

@@ -120,3 +120,27 @@ func TestGroupsWithoutKinds(t *testing.T) {
 		t.Fatalf("after a clear, group 2's full-attention store: %d blocks indexed, want 2", got)
 	}
 }
+
+// TestClearForgetsAGroupLearnedFromARefusedStore: a store names the
+// rank's full-attention group and is then refused (its parent is one the
+// rank does not hold), so the rank holds nothing. A clear (the engine
+// restarted) must still forget the group: the restarted engine's groups
+// may be numbered otherwise, and its stores were skipped for good.
+func TestClearForgetsAGroupLearnedFromARefusedStore(t *testing.T) {
+	tokens := seq(500, 8)
+	blocks := selection.AppendBlockHashes(nil, tokens, 4, selection.HashOptions{})
+	x := New()
+	x.ConfigurePartition(part, 4, false)
+	r := selectionRank(1)
+	orphan := map[string]any{"type": "BlockStored", "block_hashes": []any{7}, "parent_block_hash": 999,
+		"token_ids": []any{1, 2, 3, 4}, "block_size": 4, "medium": "GPU", "group_idx": 1, "kv_cache_spec_kind": "full_attention"}
+	_ = x.Apply(part, r, &decodeOne(t, ref(t, map[string]any{"ts": 1.0, "events": []any{orphan}})).Events[0])
+	if got := x.Blocks(part, r); got != 0 {
+		t.Fatalf("the orphan store was indexed: %d entries", got)
+	}
+	applyPayload(t, x, r, ref(t, map[string]any{"ts": 1.0, "events": []any{map[string]any{"type": "AllBlocksCleared"}}}))
+	applyPayload(t, x, r, groupEvent(t, true, 0, "full_attention", 0, tokens))
+	if got := heldDepth(x, blocks, 1); got != 2 {
+		t.Fatalf("after the clear, the full-attention group 0's store: %d blocks indexed, want 2", got)
+	}
+}
