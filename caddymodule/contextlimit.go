@@ -92,26 +92,23 @@ func contextOf(w *selection.WorkerRecord) uint64 {
 	return *w.MaxModelLen
 }
 
-// overContext says whether a request needing need tokens of context
-// (contextNeed) fits none of part's workers.
-func (c *contextLimits) overContext(part selection.PartitionKey, need uint64) bool {
-	l := c.of(part).longest
-	return l > 0 && need > l
-}
-
-// fitting lists the workers of part whose context fits a request needing
-// need tokens, nil when all of them fit (no filter then).
-func (c *contextLimits) fitting(part selection.PartitionKey, need uint64) selection.WorkerIDs {
-	if pc := c.of(part); pc.shortest == 0 || need <= pc.shortest {
-		return nil
+// place says where a request needing need tokens of context
+// (contextNeed) may go among part's workers: nowhere (over, every
+// worker's context is too short), or only to allowed (nil: to any).
+func (c *contextLimits) place(part selection.PartitionKey, need uint64) (over bool, allowed selection.WorkerIDs) {
+	pc := c.of(part)
+	if pc.longest > 0 && need > pc.longest {
+		return true, nil
 	}
-	var ids selection.WorkerIDs
+	if pc.shortest == 0 || need <= pc.shortest {
+		return false, nil
+	}
 	for _, w := range c.catalog.ListWorkers(part.Model, part.Group) {
 		if l := contextOf(&w); l == 0 || need <= l {
-			ids = append(ids, w.WorkerID)
+			allowed = append(allowed, w.WorkerID)
 		}
 	}
-	return ids
+	return false, allowed
 }
 
 // outputFields are the request's bounds on its answer, which vLLM sets

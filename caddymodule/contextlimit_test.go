@@ -37,7 +37,8 @@ func routingTokensOf(t *testing.T, h *Handler, model, body string) []uint32 {
 	}
 	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
 	part := selection.Partition{ModelName: model}
-	return h.routingTokens(r, &o, part.Key())
+	toks, _ := h.routingTokens(r, &o, part.Key())
+	return toks
 }
 
 // TestPromptOverContextIsRoutedByLoad: a prompt of token ids longer than
@@ -129,11 +130,11 @@ func TestContextFitting(t *testing.T) {
 		{8193, selection.WorkerIDs{2, 3}},
 		{1 << 20, selection.WorkerIDs{3}},
 	} {
-		if got := c.fitting(part, tc.need); !slices.Equal(got, tc.want) {
-			t.Errorf("need %d: fitting %v, want %v", tc.need, got, tc.want)
+		if over, got := c.place(part, tc.need); over || !slices.Equal(got, tc.want) {
+			t.Errorf("need %d: over %v, allowed %v; want %v", tc.need, over, got, tc.want)
 		}
 	}
-	if c.overContext(part, 1<<20) {
+	if over, _ := c.place(part, 1<<20); over {
 		t.Error("worker 3 reported no context, yet a long request was taken as over every worker's")
 	}
 }

@@ -325,11 +325,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// adapter's name only when the request names one the engine's way
 	// (its model, or SGLang's forms): lora_name is a selection-API member
 	// no engine route reads, which would only mislead the gateway.
-	req.TokenIDs = h.routingTokens(tr, oai, req.Partition.Key())
+	// Only to workers whose context fits it (contextlimit.go).
+	req.TokenIDs, req.Placement.AllowedWorkerIDs = h.routingTokens(tr, oai, req.Partition.Key())
 	if req.TokenIDs != nil {
 		req.CacheSalt = oai.CacheSalt
-		// Only to workers whose context fits it (contextlimit.go).
-		req.Placement.AllowedWorkerIDs = h.contexts.fitting(req.Partition.Key(), oai.contextNeed(isChat(r), len(req.TokenIDs)))
 	}
 	if adapter != "" {
 		req.LoraName = adapter
@@ -456,18 +455,21 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 
 // routingTokens are the tokens the engine will prefill: the prompt's, cut
 // as the request asks (truncate.go); nil when the request is routed by
-// load, which includes a prompt longer than its workers' context: the
-// engine refuses it, and nothing of it is worth hashing or booking.
-func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) []uint32 {
-	toks := h.tokens(r, oai, part)
+// load, which includes a request too long for every worker's context:
+// the engine refuses it, and nothing of it is worth hashing or booking.
+// allowed are the workers whose context fits the request when some do
+// not (nil: any).
+func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) (toks []uint32, allowed selection.WorkerIDs) {
+	toks = h.tokens(r, oai, part)
 	if toks == nil {
-		return nil
+		return nil, nil
 	}
 	toks = oai.truncate(toks)
-	if h.contexts.overContext(part, oai.contextNeed(isChat(r), len(toks))) {
-		return nil
+	over, allowed := h.contexts.place(part, oai.contextNeed(isChat(r), len(toks)))
+	if over {
+		return nil, nil
 	}
-	return toks
+	return toks, allowed
 }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on
