@@ -1,6 +1,8 @@
 package caddymodule
 
 import (
+	"encoding/json"
+	"net/http"
 	"sync"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -111,30 +113,72 @@ func (c *contextLimits) place(part selection.PartitionKey, need uint64) (over bo
 	return false, allowed
 }
 
-// outputFields are the request's bounds on its answer, which vLLM sets
-// aside in the context with the prompt.
+// outputFields are the request's bounds on its answer, which the engine
+// sets aside in the context with the prompt.
 type outputFields struct {
 	MaxTokens           selection.RawJSON `json:"max_tokens"`
 	MaxCompletionTokens selection.RawJSON `json:"max_completion_tokens"`
+	// SGLang's /generate: sampling_params.max_new_tokens.
+	SamplingParams selection.RawJSON `json:"sampling_params"`
 }
 
+// vllmCompletionMaxTokens is max_tokens on vLLM's /v1/completions when the
+// request has none.
+const vllmCompletionMaxTokens = 16
+
 // contextNeed is the context a request with a prompt of n tokens needs,
-// as vLLM checks it: the prompt and the max_tokens the request names
-// (on chat, max_completion_tokens unless it is null or 0, then
-// max_tokens). Without one, vLLM caps the answer at what the context
-// leaves and refuses only a prompt that leaves nothing, so one token is
-// set aside.
-func (f *outputFields) contextNeed(chat bool, n int) uint64 {
-	out, ok := int64(0), false
-	if chat {
-		out, ok = laxInt(f.MaxCompletionTokens)
-		ok = ok && out != 0
+// as its engine checks it:
+//   - vLLM's /v1/completions: the prompt and max_tokens, 16 when the
+//     member is absent; null asks for what the context leaves, so the
+//     prompt needs room for one token;
+//   - vLLM's chat: max_completion_tokens or max_tokens, as Python's "or"
+//     reads them (null and 0 fall through), else one token;
+//   - SGLang's /generate: SGLang refuses a total that reaches its context,
+//     so one more than the prompt and sampling_params.max_new_tokens.
+//
+// A value the engine refuses in any case counts as one token.
+func (o *openAIRequest) contextNeed(r *http.Request, n int) uint64 {
+	prompt := uint64(n)
+	out := func(v selection.RawJSON) (uint64, bool) {
+		m, ok := laxInt(v)
+		return uint64(max(m, 1)), ok && m != 0
 	}
-	if !ok {
-		out, ok = laxInt(f.MaxTokens)
+	switch {
+	case isGenerate(r):
+		if m, ok := out(maxNewTokens(o.SamplingParams)); ok {
+			return prompt + m + 1
+		}
+		return prompt + 1
+	case isChat(r):
+		if m, ok := out(o.MaxCompletionTokens); ok {
+			return prompt + m
+		}
+		if m, ok := out(o.MaxTokens); ok {
+			return prompt + m
+		}
+		return prompt + 1
+	case len(o.MaxTokens) == 0:
+		return prompt + vllmCompletionMaxTokens
+	default:
+		if m, ok := out(o.MaxTokens); ok {
+			return prompt + m
+		}
+		return prompt + 1
 	}
-	if !ok || out < 1 {
-		out = 1
+}
+
+// maxNewTokens is sampling_params' max_new_tokens (a batch of one's, in
+// its list form), nil when absent.
+func maxNewTokens(params selection.RawJSON) selection.RawJSON {
+	var batch []json.RawMessage
+	if json.Unmarshal(params, &batch) == nil && len(batch) == 1 {
+		params = selection.RawJSON(batch[0])
 	}
-	return uint64(n) + uint64(out)
+	var sp struct {
+		MaxNewTokens json.RawMessage `json:"max_new_tokens"`
+	}
+	if len(params) == 0 || json.Unmarshal(params, &sp) != nil {
+		return nil
+	}
+	return selection.RawJSON(sp.MaxNewTokens)
 }

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -64,11 +63,12 @@ func TestPromptOverContextIsRoutedByLoad(t *testing.T) {
 		extra string
 		want  int // tokens routed by; 0: by load
 	}{
-		{"m", 199, "", 199},
-		{"m", 200, "", 0}, // vLLM refuses a prompt that leaves no room for an answer
+		{"m", 184, "", 184}, // max_tokens is 16 when absent
+		{"m", 185, "", 0},
+		{"m", 199, `,"max_tokens":null`, 199},
+		{"m", 200, `,"max_tokens":null`, 0}, // vLLM refuses a prompt that leaves no room for an answer
 		{"m", 150, `,"max_tokens":50`, 150},
 		{"m", 150, `,"max_tokens":"51"`, 0},
-		{"m", 150, `,"max_tokens":null`, 150},
 		{"m", 4000, "", 0},
 		{"m", 4000, `,"truncate_prompt_tokens":150`, 150},
 		{"n", 100000, "", 100000},
@@ -139,29 +139,40 @@ func TestContextFitting(t *testing.T) {
 	}
 }
 
-// TestContextNeed reads the answer's bound as vLLM does: on chat,
-// max_completion_tokens unless it is null or 0, then max_tokens; one
-// token when the request names none.
+// TestContextNeed reads the answer's bound as each engine route does:
+// vLLM's completions take 16 when max_tokens is absent and what the
+// context leaves when it is null; its chat takes max_completion_tokens or
+// max_tokens as Python's "or" does; SGLang's /generate refuses a total
+// that reaches the context.
 func TestContextNeed(t *testing.T) {
 	for _, tc := range []struct {
-		body string
-		chat bool
-		want uint64
+		path, body string
+		want       uint64
 	}{
-		{`{}`, false, 101},
-		{`{"max_tokens":20}`, false, 120},
-		{`{"max_tokens":20,"max_completion_tokens":30}`, true, 130},
-		{`{"max_tokens":20,"max_completion_tokens":30}`, false, 120},
-		{`{"max_tokens":20,"max_completion_tokens":0}`, true, 120},
-		{`{"max_tokens":20,"max_completion_tokens":null}`, true, 120},
-		{`{"max_tokens":-5}`, false, 101},
+		{"/v1/completions", `{}`, 116},
+		{"/v1/completions", `{"max_tokens":null}`, 101},
+		{"/v1/completions", `{"max_tokens":20}`, 120},
+		{"/v1/completions", `{"max_tokens":"2_0"}`, 120},
+		{"/v1/completions", `{"max_tokens":20,"max_completion_tokens":30}`, 120},
+		{"/v1/completions", `{"max_tokens":-5}`, 101},
+		{"/v1/chat/completions", `{}`, 101},
+		{"/v1/chat/completions", `{"max_tokens":20,"max_completion_tokens":30}`, 130},
+		{"/v1/chat/completions", `{"max_tokens":20,"max_completion_tokens":0}`, 120},
+		{"/v1/chat/completions", `{"max_tokens":20,"max_completion_tokens":null}`, 120},
+		{"/v1/chat/completions", `{"max_tokens":false}`, 101},
+		{"/generate", `{}`, 101},
+		{"/generate", `{"sampling_params":{"max_new_tokens":30}}`, 131},
+		{"/generate", `{"sampling_params":[{"max_new_tokens":30}]}`, 131},
+		{"/generate", `{"sampling_params":{"temperature":0}}`, 101},
+		{"/generate", `{"max_tokens":30}`, 101},
 	} {
-		var f outputFields
-		if err := json.Unmarshal([]byte(tc.body), &f); err != nil {
+		var o openAIRequest
+		if err := selection.DecodeJSON([]byte(tc.body), &o); err != nil {
 			t.Fatal(err)
 		}
-		if got := f.contextNeed(tc.chat, 100); got != tc.want {
-			t.Errorf("%s (chat %v): need %d, want %d", tc.body, tc.chat, got, tc.want)
+		r := httptest.NewRequest(http.MethodPost, tc.path, nil)
+		if got := o.contextNeed(r, 100); got != tc.want {
+			t.Errorf("%s %s: need %d, want %d", tc.path, tc.body, got, tc.want)
 		}
 	}
 }

@@ -465,7 +465,7 @@ func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part select
 		return nil, nil
 	}
 	toks = oai.truncate(toks)
-	over, allowed := h.contexts.place(part, oai.contextNeed(isChat(r), len(toks)))
+	over, allowed := h.contexts.place(part, oai.contextNeed(r, len(toks)))
 	if over {
 		return nil, nil
 	}

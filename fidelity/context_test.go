@@ -59,6 +59,55 @@ func TestLongPromptsGoWhereTheirContextFits(t *testing.T) {
 	if a.status != http.StatusOK || served(a) != "2" {
 		t.Errorf("a 3,500-token turn with max_tokens 1000: %d on worker %s, want 200 on worker 2", a.status, served(a))
 	}
+
+	// Without max_tokens, vLLM's completions set 16 aside: 4,085 tokens
+	// do not fit 4,096 then; with max_tokens null they do.
+	firstOnWorker1(3)
+	a = g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": turn(3, 4085)})
+	if a.status != http.StatusOK || served(a) != "2" {
+		t.Errorf("a 4,085-token turn without max_tokens: %d on worker %s, want 200 on worker 2 (%s)", a.status, served(a), a.body)
+	}
+	firstOnWorker1(4)
+	a = g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": turn(4, 4085), "max_tokens": nil})
+	if a.status != http.StatusOK || served(a) != "1" {
+		t.Errorf("a 4,085-token turn with max_tokens null: %d on worker %s, want 200 on worker 1, which holds its prefix", a.status, served(a))
+	}
+}
+
+// TestLongGeneratesGoWhereTheirContextFits: SGLang's /generate bounds its
+// answer with sampling_params.max_new_tokens, and SGLang refuses a prompt
+// and answer that reach its context. The gateway read no answer length on
+// /generate, so a long one was drawn to the worker holding its prefix,
+// which refused it.
+func TestLongGeneratesGoWhereTheirContextFits(t *testing.T) {
+	g := startGateway(t)
+	f := startFleet(t, g, 2, true, "--api", "sglang", "--max-model-len-of", "1=4096,2=65536")
+	ids := func(n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = 2000 + i%30000
+		}
+		return out
+	}
+	res := postTo(t, g.workerEndpoint(t, 1)+"/generate", map[string]any{"input_ids": ids(3000), "sampling_params": map[string]any{"max_new_tokens": 2}})
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("the first request on worker 1: %d", res.StatusCode)
+	}
+	g.settle(t, f)
+	for _, tc := range []struct {
+		maxNew int
+		want   string
+	}{
+		{2, "1"}, // fits worker 1, which holds its prefix
+		{995, "1"},
+		{996, "2"},  // 3,100 + 996 reaches 4,096: SGLang refuses it
+		{2000, "2"}, // 3,100 + 2,000 does not fit 4,096
+	} {
+		a := g.post(t, "/generate", map[string]any{"input_ids": ids(3100), "sampling_params": map[string]any{"max_new_tokens": tc.maxNew}})
+		if a.status != http.StatusOK || a.header.Get("X-Kvmock-Worker") != tc.want {
+			t.Errorf("3,100 ids, max_new_tokens %d: %d on worker %s, want 200 on worker %s (%s)", tc.maxNew, a.status, a.header.Get("X-Kvmock-Worker"), tc.want, a.body)
+		}
+	}
 }
 
 // workerEndpoint is worker id's base URL, from the gateway's catalog.

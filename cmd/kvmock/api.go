@@ -40,9 +40,10 @@ type apiRequest struct {
 	// ReturnTokenStrs asks /tokenize for each token's text too.
 	ReturnTokenStrs bool `json:"return_token_strs"`
 	// MaxTokens and MaxCompletionTokens are the OpenAI spellings of the
-	// output length; the second is the chat API's newer name.
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	// output length; the second is the chat API's newer name
+	// (outputlen.go).
+	MaxTokens           sentInt         `json:"max_tokens"`
+	MaxCompletionTokens sentInt         `json:"max_completion_tokens"`
 	Stream              pyBool          `json:"stream"`
 	StreamOptions       json.RawMessage `json:"stream_options"`
 	// ReasoningEffort reaches the chat template on the chat route only
@@ -248,21 +249,24 @@ func decodePrompt(raw []byte) (string, []uint32, error) {
 }
 
 // outputLength validates the requested output length against the
-// defaults and the model and cache limits.
-func (c *Config) outputLength(req *apiRequest, promptLen, maxModelLen int) (int, error) {
-	n := c.MaxTokens
-	if req.MaxCompletionTokens != nil {
-		n = *req.MaxCompletionTokens
-	}
-	if req.MaxTokens != nil {
-		n = *req.MaxTokens
+// model's context and the cache (outputlen.go).
+func (c *Config) outputLength(ask outputAsk, promptLen, maxModelLen int) (int, error) {
+	n := ask.n
+	reach := promptLen + n // what the context must hold
+	if ask.sglang {
+		reach++ // SGLang refuses a total that reaches its context
 	}
 	switch {
 	case promptLen == 0:
 		return 0, badRequest("the prompt is empty")
-	case n < 1:
+	case ask.invalid:
 		return 0, badRequest("max_tokens must be at least 1, got %d", n)
-	case promptLen+n > maxModelLen:
+	case n == 0 && promptLen >= maxModelLen:
+		return 0, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens in the messages. Please reduce the length of the messages.",
+			maxModelLen, promptLen)
+	case n == 0:
+		n = min(ask.upTo, maxModelLen-promptLen)
+	case reach > maxModelLen:
 		return 0, badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 			maxModelLen, promptLen+n, promptLen, n)
 	}

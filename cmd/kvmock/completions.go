@@ -36,7 +36,7 @@ func (w *worker) complete(rw http.ResponseWriter, r *http.Request, chat bool) {
 	prompt, lora, req, err := w.decodeCompletion(rw, r, chat)
 	var maxTokens int
 	if err == nil {
-		maxTokens, err = w.cfg.outputLength(req, len(prompt), w.cfg.contextOf(w.id))
+		maxTokens, err = w.cfg.outputLength(w.cfg.vllmAsk(req, chat), len(prompt), w.cfg.contextOf(w.id))
 	}
 	if err != nil {
 		writeError(rw, err)

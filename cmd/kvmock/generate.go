@@ -49,13 +49,9 @@ func (w *worker) handleGenerate(rw http.ResponseWriter, r *http.Request) {
 	}
 	// The rest is a completion's: the same prompt rules, adapter and key
 	// (a null member is an absent one, as SGLang reads it).
-	req := &apiRequest{Prompt: g.Text, LoraPath: g.LoraPath, ExtraKey: g.ExtraKey, MaxTokens: g.SamplingParams.MaxNewTokens}
+	req := &apiRequest{Prompt: g.Text, LoraPath: g.LoraPath, ExtraKey: g.ExtraKey}
 	if isSet(g.InputIDs) {
 		req.Prompt = g.InputIDs
-	}
-	if req.MaxTokens == nil {
-		n := sglangMaxNewTokens
-		req.MaxTokens = &n
 	}
 	var prompt []uint32
 	var lora string
@@ -67,7 +63,7 @@ func (w *worker) handleGenerate(rw http.ResponseWriter, r *http.Request) {
 		prompt, err = promptTokens(req)
 	}
 	if err == nil {
-		maxTokens, err = w.cfg.outputLength(req, len(prompt), w.cfg.contextOf(w.id))
+		maxTokens, err = w.cfg.outputLength(sglangAsk(g.SamplingParams.MaxNewTokens), len(prompt), w.cfg.contextOf(w.id))
 	}
 	if err != nil {
 		writeError(rw, err)
