@@ -2,7 +2,9 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
+	"slices"
 	"sync"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -36,10 +38,33 @@ type contextLimits struct {
 
 // partContexts are a partition's contexts: the longest (0 when a worker
 // did not report its own, which bounds nothing) and the shortest one
-// reported (0 when none was).
+// reported (0 when none was), and, for each context some worker
+// reported, the workers a request needing that much may go to.
 type partContexts struct {
 	longest, shortest uint64
+	// tiers are the distinct contexts reported, shortest first, each with
+	// the workers whose context is at least that long or unknown: made
+	// once a catalog version, shared by the requests (read only). Past
+	// maxContextTiers distinct contexts they are not made, and a request
+	// that fits only some workers builds its set from workers.
+	tiers []contextTier
+	// unreported are the workers that reported no context, with tiers.
+	unreported map[uint64]bool
+	workers    []workerContext
 }
+
+type contextTier struct {
+	context uint64
+	allowed map[uint64]bool
+}
+
+type workerContext struct {
+	id, context uint64 // context 0: not reported
+}
+
+// maxContextTiers bounds the sets kept per partition: a fleet runs one or
+// a few contexts a model, and each set holds up to every worker.
+const maxContextTiers = 4
 
 func newContextLimits(c *selection.Catalog) *contextLimits {
 	return &contextLimits{catalog: c, byPart: make(map[selection.PartitionKey]partContexts)}
@@ -66,10 +91,19 @@ func (c *contextLimits) of(part selection.PartitionKey) partContexts {
 		// serves it, and names would grow the map without bound.
 		return partContexts{}
 	}
+	pc := contextsOf(workers)
+	c.byPart[part] = pc
+	return pc
+}
+
+// contextsOf reads a partition's workers' contexts.
+func contextsOf(workers []selection.WorkerRecord) partContexts {
 	var pc partContexts
 	unbounded := false
-	for _, w := range workers {
-		l := contextOf(&w)
+	var distinct []uint64
+	for i := range workers {
+		l := contextOf(&workers[i])
+		pc.workers = append(pc.workers, workerContext{id: workers[i].WorkerID, context: l})
 		if l == 0 {
 			unbounded = true
 			continue
@@ -78,11 +112,20 @@ func (c *contextLimits) of(part selection.PartitionKey) partContexts {
 		if pc.shortest == 0 || l < pc.shortest {
 			pc.shortest = l
 		}
+		if !slices.Contains(distinct, l) {
+			distinct = append(distinct, l)
+		}
 	}
 	if unbounded {
 		pc.longest = 0
 	}
-	c.byPart[part] = pc
+	if len(distinct) <= maxContextTiers {
+		slices.Sort(distinct)
+		for _, l := range distinct {
+			pc.tiers = append(pc.tiers, contextTier{context: l, allowed: pc.fitting(l)})
+		}
+		pc.unreported = pc.fitting(math.MaxUint64)
+	}
 	return pc
 }
 
@@ -94,23 +137,40 @@ func contextOf(w *selection.WorkerRecord) uint64 {
 	return *w.MaxModelLen
 }
 
-// place says where a request needing need tokens of context
-// (contextNeed) may go among part's workers: nowhere (over, every
-// worker's context is too short), or only to allowed (nil: to any).
-func (c *contextLimits) place(part selection.PartitionKey, need uint64) (over bool, allowed selection.WorkerIDs) {
-	pc := c.of(part)
-	if pc.longest > 0 && need > pc.longest {
-		return true, nil
-	}
-	if pc.shortest == 0 || need <= pc.shortest {
-		return false, nil
-	}
-	for _, w := range c.catalog.ListWorkers(part.Model, part.Group) {
-		if l := contextOf(&w); l == 0 || need <= l {
-			allowed = append(allowed, w.WorkerID)
+// fitting is the set of workers whose context fits need tokens (or is
+// unknown).
+func (pc *partContexts) fitting(need uint64) map[uint64]bool {
+	set := make(map[uint64]bool, len(pc.workers))
+	for _, w := range pc.workers {
+		if w.context == 0 || need <= w.context {
+			set[w.id] = true
 		}
 	}
-	return false, allowed
+	return set
+}
+
+// place says where a request needing need tokens of context
+// (contextNeed) may go among part's workers: nowhere (over, every
+// worker's context is too short), or only to allowed (nil: to any). The
+// set is shared: the caller must not change it.
+func (c *contextLimits) place(part selection.PartitionKey, need uint64) (over bool, allowed map[uint64]bool) {
+	pc := c.of(part)
+	switch {
+	case pc.longest > 0 && need > pc.longest:
+		return true, nil
+	case pc.shortest == 0 || need <= pc.shortest:
+		return false, nil
+	}
+	for _, t := range pc.tiers {
+		if need <= t.context {
+			return false, t.allowed
+		}
+	}
+	if pc.tiers != nil {
+		// Past every reported context: the workers that reported none.
+		return false, pc.unreported
+	}
+	return false, pc.fitting(need)
 }
 
 // outputFields are the request's bounds on its answer, which the engine

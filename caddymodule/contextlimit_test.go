@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -106,36 +107,84 @@ func TestPromptEmbedsAreRoutedByLoad(t *testing.T) {
 	}
 }
 
+// contextWorker registers worker id of model m with the context maxLen
+// (0: none reported).
+func contextWorker(id uint64, maxLen uint64) selection.WorkerRequest {
+	ep, bs, model := fmt.Sprintf("127.0.0.1:%d", 9000+id), uint32(16), "m"
+	req := selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs}
+	if maxLen > 0 {
+		req.MaxModelLen = &maxLen
+	}
+	return req
+}
+
 // TestContextFitting: a request that fits some of its partition's
 // workers' contexts and not others' is sent only to those it fits;
-// workers that did not report a context are never left out.
+// workers that did not report a context are never left out. With few
+// distinct contexts the sets are made once and shared (a request
+// allocates nothing); with many, each such request makes its own.
 func TestContextFitting(t *testing.T) {
-	w := func(id uint64, maxLen uint64) selection.WorkerRequest {
-		ep, bs, model := fmt.Sprintf("127.0.0.1:%d", 9000+id), uint32(16), "m"
-		req := selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs}
-		if maxLen > 0 {
-			req.MaxModelLen = &maxLen
+	ids := func(set map[uint64]bool) []uint64 {
+		if set == nil {
+			return nil
 		}
-		return req
+		out := slices.Collect(maps.Keys(set))
+		slices.Sort(out)
+		return out
 	}
-	router := routerWith(t, nil, w(1, 4096), w(2, 65536), w(3, 0), w(4, 8192))
+	part := selection.PartitionKey{Model: "m"}
+	t.Run("tiers", func(t *testing.T) {
+		router := routerWith(t, nil, contextWorker(1, 4096), contextWorker(2, 65536), contextWorker(3, 0), contextWorker(4, 8192))
+		c := newContextLimits(router.Catalog())
+		for _, tc := range []struct {
+			need uint64
+			want []uint64
+		}{
+			{4096, nil},
+			{4097, []uint64{2, 3, 4}},
+			{8192, []uint64{2, 3, 4}},
+			{8193, []uint64{2, 3}},
+			{1 << 20, []uint64{3}},
+		} {
+			if over, got := c.place(part, tc.need); over || !slices.Equal(ids(got), tc.want) {
+				t.Errorf("need %d: over %v, allowed %v; want %v", tc.need, over, ids(got), tc.want)
+			}
+		}
+		if n := testing.AllocsPerRun(100, func() { c.place(part, 5000) }); n != 0 {
+			t.Errorf("a request fitting some workers allocated %v times", n)
+		}
+	})
+	t.Run("many contexts", func(t *testing.T) {
+		var workers []selection.WorkerRequest
+		for id := uint64(1); id <= maxContextTiers+2; id++ {
+			workers = append(workers, contextWorker(id, 1000*id))
+		}
+		router := routerWith(t, nil, workers...)
+		c := newContextLimits(router.Catalog())
+		if over, got := c.place(part, 4500); over || !slices.Equal(ids(got), []uint64{5, 6}) {
+			t.Errorf("need 4500: over %v, allowed %v; want [5 6]", over, ids(got))
+		}
+		if over, _ := c.place(part, 6001); !over {
+			t.Error("past every worker's context, not over")
+		}
+	})
+}
+
+// BenchmarkContextPlace: the context filter on a request that fits half
+// of 1,024 workers (two contexts), the figures made once.
+func BenchmarkContextPlace(b *testing.B) {
+	var workers []selection.WorkerRequest
+	for id := uint64(1); id <= 1024; id++ {
+		workers = append(workers, contextWorker(id, 4096<<(id%2)))
+	}
+	router := routerWith(b, nil, workers...)
 	c := newContextLimits(router.Catalog())
 	part := selection.PartitionKey{Model: "m"}
-	for _, tc := range []struct {
-		need uint64
-		want selection.WorkerIDs
-	}{
-		{4096, nil},
-		{4097, selection.WorkerIDs{2, 3, 4}},
-		{8193, selection.WorkerIDs{2, 3}},
-		{1 << 20, selection.WorkerIDs{3}},
-	} {
-		if over, got := c.place(part, tc.need); over || !slices.Equal(got, tc.want) {
-			t.Errorf("need %d: over %v, allowed %v; want %v", tc.need, over, got, tc.want)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, allowed := c.place(part, 5000); len(allowed) != 512 {
+			b.Fatal(len(allowed))
 		}
-	}
-	if over, _ := c.place(part, 1<<20); over {
-		t.Error("worker 3 reported no context, yet a long request was taken as over every worker's")
 	}
 }
 

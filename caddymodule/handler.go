@@ -326,7 +326,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// (its model, or SGLang's forms): lora_name is a selection-API member
 	// no engine route reads, which would only mislead the gateway.
 	// Only to workers whose context fits it (contextlimit.go).
-	req.TokenIDs, req.Placement.AllowedWorkerIDs = h.routingTokens(tr, oai, req.Partition.Key())
+	req.TokenIDs, req.Placement.AllowedSet = h.routingTokens(tr, oai, req.Partition.Key())
 	if req.TokenIDs != nil {
 		req.CacheSalt = oai.CacheSalt
 	}
@@ -459,7 +459,7 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 // the engine refuses it, and nothing of it is worth hashing or booking.
 // allowed are the workers whose context fits the request when some do
 // not (nil: any).
-func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) (toks []uint32, allowed selection.WorkerIDs) {
+func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) (toks []uint32, allowed map[uint64]bool) {
 	toks = h.tokens(r, oai, part)
 	if toks == nil {
 		return nil, nil

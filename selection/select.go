@@ -277,7 +277,9 @@ func (e *selector) choose(p *partition, w *work, s *scoring, np normPrompt, c ch
 	cfg := e.cfg.get()
 	w.cands = w.cands[:0]
 	var allowed map[uint64]bool
-	if pl != nil && pl.AllowedWorkerIDs != nil {
+	if pl != nil && pl.AllowedSet != nil {
+		allowed = pl.AllowedSet
+	} else if pl != nil && pl.AllowedWorkerIDs != nil {
 		allowed = make(map[uint64]bool, len(pl.AllowedWorkerIDs))
 		for _, id := range pl.AllowedWorkerIDs {
 			allowed[id] = true

@@ -108,6 +108,12 @@ type Placement struct {
 	// wire format: the proxy uses it to fail over to a worker it has not
 	// tried yet.
 	ExcludeRanks []Rank `json:"-"`
+	// AllowedSet, when set, keeps the candidates to these workers, as
+	// AllowedWorkerIDs does, from a set the caller made once and shares
+	// between requests (the selection only reads it), so that a request
+	// allocates nothing for it. Not part of the wire format: the proxy's
+	// context filter sets it. It is used instead of AllowedWorkerIDs.
+	AllowedSet map[uint64]bool `json:"-"`
 }
 
 // session returns the effective session id: session_context wins.
