@@ -72,18 +72,18 @@ var (
 // model.
 func formModel(body []byte, boundary string) (string, error) {
 	delim := []byte("--" + boundary)
-	start := bytes.Index(body, delim) // a preamble before it is skipped
-	if start < 0 {
+	if !bytes.HasPrefix(body, delim) {
+		// Starlette's parser takes no preamble before the first delimiter.
 		return "", errFormUnreadable
 	}
-	rest := body[start+len(delim):]
+	rest := body[len(delim):]
 	next := append([]byte("\r\n"), delim...) // a part's end
 	model := ""
 	for parts := 0; ; parts++ {
 		if bytes.HasPrefix(rest, []byte("--")) {
 			return model, nil // the closing delimiter
 		}
-		rest = bytes.TrimLeft(rest, " \t") // transport padding
+		// Nor blanks after a delimiter (RFC 2046's transport padding).
 		if !bytes.HasPrefix(rest, []byte("\r\n")) {
 			return "", errFormUnreadable
 		}
@@ -120,11 +120,32 @@ func partName(header []byte) string {
 	name := ""
 	for line := range bytes.SplitSeq(header, []byte("\r\n")) {
 		key, value, ok := bytes.Cut(line, []byte(":"))
-		if !ok || !strings.EqualFold(string(bytes.TrimSpace(key)), "content-disposition") {
-			continue
+		if ok && strings.EqualFold(string(bytes.TrimSpace(key)), "content-disposition") {
+			name = dispositionName(string(value))
 		}
-		if _, params, err := mime.ParseMediaType(string(value)); err == nil {
-			name = params["name"]
+	}
+	return name
+}
+
+// dispositionName is a Content-Disposition's name parameter. Starlette's
+// reading is more lenient than RFC 2183's: it takes the parameters of a
+// value with no disposition type ("; name=model") or with a parameter of
+// no value beside them, which Go's parser refuses; those are read
+// parameter by parameter, the last name winning.
+func dispositionName(value string) string {
+	if _, params, err := mime.ParseMediaType(value); err == nil {
+		return params["name"]
+	}
+	name := ""
+	params := strings.Split(value, ";")
+	for _, p := range params[1:] {
+		k, v, ok := strings.Cut(p, "=")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "name") {
+			v = strings.TrimSpace(v)
+			if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			name = v
 		}
 	}
 	return name

@@ -48,11 +48,13 @@ func TestFormModel(t *testing.T) {
 }
 
 // TestFormModelAsStarletteReadsIt: vLLM's server takes the last of
-// several model fields, decodes no Content-Transfer-Encoding and reads a
-// part's name whatever its disposition's type; the gateway had taken the
-// first, decoded quoted-printable (as Go's reader does) and skipped any
-// part not "form-data", so a request could be routed to one model's
-// workers while the engine read another.
+// several model fields, decodes no Content-Transfer-Encoding, reads a
+// part's name whatever its disposition's type (or with none, or beside a
+// parameter of no value), and takes neither a preamble nor blanks after a
+// delimiter; the gateway had taken the first, decoded quoted-printable
+// (as Go's reader does) and skipped any part not "form-data", so a
+// request could be routed to one model's workers while the engine read
+// another.
 func TestFormModelAsStarletteReadsIt(t *testing.T) {
 	const b = "xYz"
 	part := func(header, value string) string {
@@ -65,7 +67,8 @@ func TestFormModelAsStarletteReadsIt(t *testing.T) {
 		{"no decoding", part("Content-Disposition: form-data; name=\"model\"\r\nContent-Transfer-Encoding: quoted-printable", "=64efault") + "--" + b + "--", "=64efault"},
 		{"any disposition", part(`Content-Disposition: attachment; name="model"`, "whisper") + "--" + b + "--", "whisper"},
 		{"header case", part(`content-DISPOSITION: form-data; name=model`, "whisper") + "--" + b + "--", "whisper"},
-		{"preamble and padding", "ignored\r\n--" + b + "  \r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--" + b + "--", "whisper"},
+		{"a parameter with no value", part(`Content-Disposition: form-data; name="model"; foo`, "whisper") + "--" + b + "--", "whisper"},
+		{"no disposition type", part(`Content-Disposition: ; name="model"`, "whisper") + "--" + b + "--", "whisper"},
 		{"a part without headers", "--" + b + "\r\n\r\nvalue\r\n" + part(`Content-Disposition: form-data; name="model"`, "whisper") + "--" + b + "--", "whisper"},
 		{"a value holding CRLF", part(`Content-Disposition: form-data; name="prompt"`, "a\r\n-- not the boundary\r\n") + part(`Content-Disposition: form-data; name="model"`, "whisper") + "--" + b + "--", "whisper"},
 	} {
@@ -75,6 +78,8 @@ func TestFormModelAsStarletteReadsIt(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, body string }{
 		{"no boundary in the body", `{"model":"nosuch","prompt":[1,2,3]}`},
+		{"a preamble", "ignored\r\n" + part(`Content-Disposition: form-data; name="model"`, "whisper") + "--" + b + "--"},
+		{"blanks after the first delimiter", "--" + b + "  \r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--" + b + "--"},
 		{"unterminated part", "--" + b + "\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper"},
 		{"a header block over 8 KiB", part("Content-Disposition: form-data; name=\"model\""+strings.Repeat("\r\nA: 1", 2000), "whisper") + "--" + b + "--"},
 		{"65 parts", strings.Repeat(part(`Content-Disposition: form-data; name="x"`, ""), maxFormParts) + part(`Content-Disposition: form-data; name="model"`, "whisper") + "--" + b + "--"},
