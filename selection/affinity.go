@@ -83,11 +83,11 @@ func (a *affinityTable) forgetWorker(id uint64) {
 	}
 }
 
-// acquire takes a lease for a booking dispatched to r. In hard mode a
-// dispatch away from the bound rank is refused (and the binding dropped);
-// in soft mode the binding follows. A full table leaves the session unpinned
-// (ok, but no lease is taken: leased is false).
-func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
+// acquire takes a lease for a booking dispatched to r and returns the
+// binding leased. In hard mode a dispatch away from the bound rank is
+// refused (and the binding dropped); in soft mode the binding follows. A
+// full table leaves the session unpinned (no error, but no lease: nil).
+func (a *affinityTable) acquire(k sessionKey, r Rank) (lease *binding, err error) {
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -98,7 +98,7 @@ func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
 	if b.rank != r {
 		if !a.soft {
 			a.dropLocked(k, b)
-			return false, errorf(KindBadRequest, "session %s is bound to worker %d dp_rank %d; dispatch to worker %d dp_rank %d rejected",
+			return nil, errorf(KindBadRequest, "session %s is bound to worker %d dp_rank %d; dispatch to worker %d dp_rank %d rejected",
 				k.id, b.rank.WorkerID, b.rank.DPRank, r.WorkerID, r.DPRank)
 		}
 		b.rank = r
@@ -109,7 +109,7 @@ func (a *affinityTable) acquire(k sessionKey, r Rank) (leased bool, err error) {
 		b.byPeer = false
 		a.byPeers--
 	}
-	return true, nil
+	return b, nil
 }
 
 // liveBinding returns k's binding, dropping it first when it has expired
@@ -125,24 +125,28 @@ func (a *affinityTable) liveBinding(k sessionKey, now time.Time) *binding {
 
 // bindNew binds k, which has no live binding, to r with one lease, for
 // another replica's booking when byPeer, unless the table is full (or,
-// byPeer, the peers' share of it); it reports whether it did. a.mu must
-// be held.
-func (a *affinityTable) bindNew(k sessionKey, r Rank, byPeer bool) bool {
+// byPeer, the peers' share of it); it returns the binding, nil when it
+// made none. a.mu must be held.
+func (a *affinityTable) bindNew(k sessionKey, r Rank, byPeer bool) *binding {
 	if len(a.bindings) >= a.cap || byPeer && a.byPeers >= peerShare(a.cap) {
-		return false
+		return nil
 	}
-	a.bindings[k] = &binding{rank: r, leases: 1, byPeer: byPeer}
+	b := &binding{rank: r, leases: 1, byPeer: byPeer}
+	a.bindings[k] = b
 	if byPeer {
 		a.byPeers++
 	}
-	return true
+	return b
 }
 
-// release gives back a lease; the idle deadline starts when the last goes.
-func (a *affinityTable) release(k sessionKey) {
+// release gives back a lease of the binding lease; the idle deadline
+// starts when the last goes. A lease of a binding since dropped (its
+// worker left, or the session's request outgrew it) is given back to
+// nothing: the session's new binding counts its own bookings only.
+func (a *affinityTable) release(k sessionKey, lease *binding) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if b := a.bindings[k]; b != nil && b.leases > 0 {
+	if b := a.bindings[k]; b != nil && b == lease && b.leases > 0 {
 		b.leases--
 		if b.leases == 0 {
 			b.deadline = a.now().Add(a.ttl)

@@ -93,7 +93,10 @@ type booking struct {
 	isl       uint64
 	expected  *uint32
 	session   string
-	client    string // for Config.MaxReservationsPerClient
+	// lease is the session binding the booking holds a lease of: released
+	// into that binding only, not into one made since for the session.
+	lease  *binding
+	client string // for Config.MaxReservationsPerClient
 	// blocks is how many prompt blocks the booking counts against its
 	// client (Config.MaxReservationBlocksPerClient): its hashes' length
 	// when booked, kept apart since freeing the load drops the hashes.

@@ -93,8 +93,10 @@ func (m *RemoteBookings) Reserve(origin string, rec *BookingRecord, maxPerOrigin
 		rs.decodeWeight += float64(rec.Outputs)
 	}
 	p.mu.Unlock()
-	if rec.Session != "" && m.affinity.enabled() && m.affinity.adopt(sessionKey{p.key, rec.Session}, rec.Rank) {
-		b.session = rec.Session
+	if rec.Session != "" && m.affinity.enabled() {
+		if b.lease = m.affinity.adopt(sessionKey{p.key, rec.Session}, rec.Rank); b.lease != nil {
+			b.session = rec.Session
+		}
 	}
 	if mine == nil {
 		mine = map[string]*booking{}
@@ -225,15 +227,15 @@ func (m *RemoteBookings) releaseLocked(origin string, b *booking) {
 	p.load.free(b, m.cfg.get().TrackActiveBlocks)
 	p.mu.Unlock()
 	if b.session != "" {
-		m.affinity.release(sessionKey{b.key, b.session})
+		m.affinity.release(sessionKey{b.key, b.session}, b.lease)
 	}
 }
 
 // adopt takes a lease for a booking another replica dispatched to r: the
 // binding follows it, whatever the mode (the dispatch has happened; a hard
-// refusal belongs to the replica that made it). It reports whether a lease
-// was taken (not when the table is full).
-func (a *affinityTable) adopt(k sessionKey, r Rank) bool {
+// refusal belongs to the replica that made it). It returns the binding
+// leased, nil when none was (the table is full).
+func (a *affinityTable) adopt(k sessionKey, r Rank) *binding {
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -246,7 +248,7 @@ func (a *affinityTable) adopt(k sessionKey, r Rank) bool {
 	}
 	b.rank = r
 	b.leases++
-	return true
+	return b
 }
 
 // peerShare is how many of a table of capacity bindings other replicas'

@@ -256,7 +256,7 @@ func (t *bookings) release(b *booking) {
 	p.mu.Unlock()
 	t.replica.freed(b.id)
 	if b.session != "" && t.affinity.enabled() {
-		t.affinity.release(sessionKey{b.key, b.session})
+		t.affinity.release(sessionKey{b.key, b.session}, b.lease)
 	}
 }
 
@@ -273,16 +273,16 @@ func (t *bookings) bookLocked(p *partition, rs *rankState, id, session, client s
 		return nil, errorf(KindNotReady, "worker %d dp_rank %d holds %d reservations, the most max_reservations_per_rank allows",
 			rs.rank.WorkerID, rs.rank.DPRank, t.cfg.get().MaxReservationsPerRank)
 	}
-	leased := false
+	var lease *binding
 	if session != "" && t.affinity.enabled() {
 		var err error
-		if leased, err = t.affinity.acquire(sessionKey{p.key, session}, rs.rank); err != nil {
+		if lease, err = t.affinity.acquire(sessionKey{p.key, session}, rs.rank); err != nil {
 			return nil, err
 		}
 	}
 	b := &booking{id: id, key: p.key, part: p, rs: rs, hashes: hashes, buf: buf,
-		isl: isl, expected: expected, client: client, blocks: len(hashes), createdAt: t.now()}
-	if leased {
+		isl: isl, expected: expected, client: client, blocks: len(hashes), createdAt: t.now(), lease: lease}
+	if lease != nil {
 		b.session = session
 	}
 	if track {
