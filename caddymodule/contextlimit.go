@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -149,6 +151,15 @@ func (pc *partContexts) fitting(need uint64) map[uint64]bool {
 	return set
 }
 
+// contextFiltered counts the requests the context filter acted on, so an
+// operator sees prompts outgrowing a model's workers: narrowed (sent only
+// to the workers whose context fits) and over (no worker's fits: routed
+// by load, and refused by the engine).
+var contextFiltered = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "kvrouter_context_filtered_total",
+	Help: "Proxied requests whose prompt and max_tokens do not fit every worker's context (max_model_len), by model and outcome (narrowed: sent only to the workers whose context fits; over: no worker's fits, routed by load).",
+}, []string{"model", "outcome"})
+
 // place says where a request needing need tokens of context
 // (contextNeed) may go among part's workers: nowhere (over, every
 // worker's context is too short), or only to allowed (nil: to any). The
@@ -157,10 +168,12 @@ func (c *contextLimits) place(part selection.PartitionKey, need uint64) (over bo
 	pc := c.of(part)
 	switch {
 	case pc.longest > 0 && need > pc.longest:
+		contextFiltered.WithLabelValues(part.Model, "over").Inc()
 		return true, nil
 	case pc.shortest == 0 || need <= pc.shortest:
 		return false, nil
 	}
+	contextFiltered.WithLabelValues(part.Model, "narrowed").Inc()
 	for _, t := range pc.tiers {
 		if need <= t.context {
 			return false, t.allowed

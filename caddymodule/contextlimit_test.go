@@ -153,6 +153,13 @@ func TestContextFitting(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { c.place(part, 5000) }); n != 0 {
 			t.Errorf("a request fitting some workers allocated %v times", n)
 		}
+		narrowed, over := contextFiltered.WithLabelValues("m", "narrowed"), contextFiltered.WithLabelValues("m", "over")
+		n0, o0 := testCounter(narrowed), testCounter(over)
+		c.place(part, 100)
+		c.place(part, 5000)
+		if dn, do := testCounter(narrowed)-n0, testCounter(over)-o0; dn != 1 || do != 0 {
+			t.Errorf("counted %v narrowed and %v over, want 1 and 0", dn, do)
+		}
 	})
 	t.Run("many contexts", func(t *testing.T) {
 		var workers []selection.WorkerRequest
@@ -164,8 +171,12 @@ func TestContextFitting(t *testing.T) {
 		if over, got := c.place(part, 4500); over || !slices.Equal(ids(got), []uint64{5, 6}) {
 			t.Errorf("need 4500: over %v, allowed %v; want [5 6]", over, ids(got))
 		}
+		o0 := testCounter(contextFiltered.WithLabelValues("m", "over"))
 		if over, _ := c.place(part, 6001); !over {
 			t.Error("past every worker's context, not over")
+		}
+		if d := testCounter(contextFiltered.WithLabelValues("m", "over")) - o0; d != 1 {
+			t.Errorf("counted %v over, want 1", d)
 		}
 	})
 }

@@ -103,7 +103,7 @@ func registeredCollectors() []prometheus.Collector {
 		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
 		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
 		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal, engineFactsCollector{}, discoveryCollector{},
-		takenOutCollector{}}
+		takenOutCollector{}, contextFiltered}
 	cs = append(cs, selectTimingCollectors...)
 	return append(cs, overloadCollectors()...)
 }

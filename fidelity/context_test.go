@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -71,6 +72,11 @@ func TestLongPromptsGoWhereTheirContextFits(t *testing.T) {
 	a = g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": turn(4, 4085), "max_tokens": nil})
 	if a.status != http.StatusOK || served(a) != "1" {
 		t.Errorf("a 4,085-token turn with max_tokens null: %d on worker %s, want 200 on worker 1, which holds its prefix", a.status, served(a))
+	}
+	// The operator sees the turns the filter narrowed: three at 5,000
+	// tokens, one with max_tokens 1000, one without max_tokens.
+	if want := `kvrouter_context_filtered_total{model="default",outcome="narrowed"} 5`; !strings.Contains(g.metrics(t), want) {
+		t.Errorf("no %s in the metrics", want)
 	}
 }
 
