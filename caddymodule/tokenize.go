@@ -62,12 +62,15 @@ func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, s
 func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
 	var endpoints []string
 	adapter := tokenizeAdapter(ctx)
-	var maxLen uint64 // the smallest context length known, 0 for none
+	// The longest context a worker reported, 0 for none: a prompt longer
+	// than a shorter worker's context still fits a longer one, which the
+	// context filter then sends it to (contextlimit.go).
+	var maxLen uint64
 	for _, w := range t.router.Catalog().ListWorkers(part.Model, part.Group) {
 		if w.Schedulable() && w.Endpoint != nil && canTokenize(&w, adapter) {
 			endpoints = append(endpoints, *w.Endpoint)
-			if l := w.MaxModelLen; l != nil && *l > 0 && (maxLen == 0 || *l < maxLen) {
-				maxLen = *l
+			if l := w.MaxModelLen; l != nil {
+				maxLen = max(maxLen, *l)
 			}
 		}
 	}
@@ -91,9 +94,10 @@ func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey,
 
 // ask sends body to one worker's /tokenize; retry says whether another
 // worker could answer better. A prompt longer than maxLen tokens (the
-// model's context length, 0 when unknown) is an error: the engine will
-// refuse it, and its answer is not read past what maxLen tokens take
-// (a probe's 4 MiB text came back as 12 MB of token ids).
+// longest context of the model's workers, 0 when unknown) is an error:
+// every engine will refuse it, and its answer is not read past what
+// maxLen tokens take (a probe's 4 MiB text came back as 12 MB of token
+// ids).
 func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLen uint64) ([]uint32, bool, error) {
 	if !strings.Contains(endpoint, "://") {
 		endpoint = "http://" + endpoint

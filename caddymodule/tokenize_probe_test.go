@@ -131,6 +131,18 @@ func TestTokenizeAnswerBoundedByContext(t *testing.T) {
 			t.Errorf("%s against a context of 4,096 routed by %d tokens", what, len(toks))
 		}
 	}
+	// With a second worker of a longer context, the 5,000 tokens fit it:
+	// the answer is read (the context filter then sends the request
+	// there), where the shortest context had bounded it.
+	id2, longer := uint64(2), uint64(65536)
+	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id2, ModelName: &model, Endpoint: &ep,
+		BlockSize: &bs, MaxModelLen: &longer}); err != nil {
+		t.Fatal(err)
+	}
+	answer.Store(2)
+	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"long too"}`); len(toks) != 5000 {
+		t.Errorf("5,000 tokens with a worker of 65,536: read %d, want 5000", len(toks))
+	}
 }
 
 // TestHealthProbeIsMarked: the router the gateway builds sends its health

@@ -73,9 +73,28 @@ func TestLongPromptsGoWhereTheirContextFits(t *testing.T) {
 	if a.status != http.StatusOK || served(a) != "1" {
 		t.Errorf("a 4,085-token turn with max_tokens null: %d on worker %s, want 200 on worker 1, which holds its prefix", a.status, served(a))
 	}
+	// A text prompt, which the gateway has the worker's /tokenize count:
+	// the answer was bounded by the shortest context, so a conversation
+	// past it was routed by load, to either worker.
+	text := words("ctx", 1500)
+	res := postTo(t, g.workerEndpoint(t, 1)+"/v1/completions", map[string]any{"model": model, "prompt": text, "max_tokens": 2})
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("the first text turn on worker 1: %d", res.StatusCode)
+	}
+	g.settle(t, f)
+	for i := range 3 {
+		a = g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": text + " " + words("more", 3000+i), "max_tokens": 2})
+		if a.status != http.StatusOK || served(a) != "2" {
+			t.Fatalf("a long text turn, send %d: %d on worker %s, want 200 on worker 2 (%s)", i, a.status, served(a), a.body)
+		}
+		if a.usage.PromptTokens <= 4096 {
+			t.Fatalf("the long text turn is %d tokens: not past worker 1's context", a.usage.PromptTokens)
+		}
+	}
 	// The operator sees the turns the filter narrowed: three at 5,000
-	// tokens, one with max_tokens 1000, one without max_tokens.
-	if want := `kvrouter_context_filtered_total{model="default",outcome="narrowed"} 5`; !strings.Contains(g.metrics(t), want) {
+	// tokens, one with max_tokens 1000, one without max_tokens, three
+	// long texts.
+	if want := `kvrouter_context_filtered_total{model="default",outcome="narrowed"} 8`; !strings.Contains(g.metrics(t), want) {
 		t.Errorf("no %s in the metrics", want)
 	}
 }
