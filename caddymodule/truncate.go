@@ -15,8 +15,9 @@ type truncateFields struct {
 }
 
 // truncate returns the tokens the engine prefills of toks. A count of -1
-// (the model's max_model_len) is left alone: the gateway does not know
-// that length, and a prompt within it is not cut.
+// (the model's max_model_len) is left alone: that length is each worker's
+// own, the cut is made before the worker is chosen, and a prompt within
+// it is not cut.
 func (f *truncateFields) truncate(toks []uint32) []uint32 {
 	n, ok := laxInt(f.TruncatePromptTokens)
 	if !ok || n < 1 || n >= int64(len(toks)) {
