@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -28,8 +29,8 @@ import (
 //     again to the worker that must refuse it (the proxy does not fail
 //     over on a 400).
 //
-// The figures are kept until the catalog changes, so the request path
-// reads no worker records unless its request fits only some workers.
+// The figures, and the sets of workers a request may go to, are made once
+// a catalog version, so the request path reads no worker records.
 type contextLimits struct {
 	catalog *selection.Catalog
 
@@ -241,11 +242,16 @@ func (o *openAIRequest) contextNeed(r *http.Request, n int) uint64 {
 }
 
 // maxNewTokens is sampling_params' max_new_tokens (a batch of one's, in
-// its list form), nil when absent.
+// its list form), nil when absent. Of a list only the first element is
+// read: a body can hold a list of millions.
 func maxNewTokens(params selection.RawJSON) selection.RawJSON {
-	var batch []json.RawMessage
-	if json.Unmarshal(params, &batch) == nil && len(batch) == 1 {
-		params = selection.RawJSON(batch[0])
+	if t := bytes.TrimSpace(params); len(t) > 0 && t[0] == '[' {
+		dec := json.NewDecoder(bytes.NewReader(t[1:]))
+		var first json.RawMessage
+		if dec.Decode(&first) != nil || dec.More() {
+			return nil // not a batch of one: routed by load elsewhere
+		}
+		params = selection.RawJSON(first)
 	}
 	var sp struct {
 		MaxNewTokens json.RawMessage `json:"max_new_tokens"`

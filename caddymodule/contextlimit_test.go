@@ -223,6 +223,7 @@ func TestContextNeed(t *testing.T) {
 		{"/generate", `{}`, 101},
 		{"/generate", `{"sampling_params":{"max_new_tokens":30}}`, 131},
 		{"/generate", `{"sampling_params":[{"max_new_tokens":30}]}`, 131},
+		{"/generate", `{"sampling_params":[{"max_new_tokens":30},{"max_new_tokens":40}]}`, 101},
 		{"/generate", `{"sampling_params":{"temperature":0}}`, 101},
 		{"/generate", `{"max_tokens":30}`, 101},
 	} {
