@@ -221,7 +221,7 @@ func postLoad(t *testing.T, caddyfile string) (int, string) {
 	}
 	req.Header.Set("Content-Type", "text/caddyfile")
 	req.Header.Set("Cache-Control", "must-revalidate")
-	res, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	res, err := adminClient(20 * time.Second).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func (tc *testCaddy) InitServer(config, adapter string) {
 	// (a 1 s grace period) and its router's listeners, and on two busy
 	// cores that can take a few seconds; a load that is truly stuck still
 	// fails, with every goroutine's stack.
-	client := &http.Client{Timeout: loadTimeout}
+	client := adminClient(loadTimeout)
 	req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", testAdminPort), strings.NewReader(config))
 	if err != nil {
 		tc.t.Fatal(err)
@@ -116,6 +116,15 @@ func (tc *testCaddy) InitServer(config, adapter string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// adminClient talks to the admin endpoint on a new connection each
+// request. Caddy replaces its admin server on every load, a refused one's
+// rollback too, and shuts the old one down in the background, closing its
+// idle connections: a request sent on one kept alive from the load before
+// was reset (TestFailedLoadLeavesTheRunningRouter failed so in CI, once).
+func adminClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 }
 
 // runningConfig is Caddy's running config, decoded, or nil.
