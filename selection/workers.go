@@ -25,6 +25,10 @@ type Catalog struct {
 
 	writeMu sync.Mutex    // serializes catalog updates, so they commit in order
 	version atomic.Uint64 // bumped on every catalog change
+	// modelVersions holds, for each model some worker names, the version
+	// of the last change to one of its workers (ModelVersion).
+	modelVersions sync.Map // model name → uint64
+
 	mu      sync.RWMutex
 	workers map[uint64]*WorkerRecord
 	parts   map[PartitionKey]*partition
@@ -402,8 +406,34 @@ func (c *Catalog) DeleteWorker(id uint64) (WorkerRecord, error) {
 	return old.clone(), nil
 }
 
+// ModelVersion changes whenever a worker naming model does (joins,
+// leaves or is rewritten), so callers can cache what they derive from a
+// model's workers without losing it to every other model's changes. It is
+// 0 for a model no worker names; a model that comes back gets a version
+// it never had.
+func (c *Catalog) ModelVersion(model string) uint64 {
+	v, _ := c.modelVersions.Load(model)
+	n, _ := v.(uint64)
+	return n
+}
+
+// notify runs under writeMu, after the change is visible to readers: a
+// reader that reads a version and then the workers has workers at least
+// as new as the version.
 func (c *Catalog) notify(old, cur *WorkerRecord) {
-	c.version.Add(1)
+	v := c.version.Add(1)
+	for _, rec := range [2]*WorkerRecord{old, cur} {
+		if rec == nil {
+			continue
+		}
+		if c.ServesModel(rec.ModelName) {
+			c.modelVersions.Store(rec.ModelName, v)
+		} else {
+			// No worker names it: not kept, so the map is bounded by the
+			// catalog's models.
+			c.modelVersions.Delete(rec.ModelName)
+		}
+	}
 	for _, h := range c.hooks {
 		h(old, cur)
 	}
