@@ -30,13 +30,27 @@ import (
 //     over on a 400).
 //
 // The figures, and the sets of workers a request may go to, are made once
-// a catalog version, so the request path reads no worker records.
+// a version of the model's workers (Catalog.ModelVersion), outside the
+// lock, so the request path reads no worker records and another model's
+// changes, or a rebuild, hold up no request.
 type contextLimits struct {
 	catalog *selection.Catalog
 
-	mu      sync.Mutex
-	version uint64 // the catalog's version the figures are of
-	byPart  map[selection.PartitionKey]partContexts
+	mu     sync.Mutex
+	byPart map[contextKey]versionedContexts
+}
+
+// contextKey names a set of workers a request may go to: a partition's,
+// or those of its workers that serve a LoRA adapter, when the request
+// names one (only they may take it).
+type contextKey struct {
+	part    selection.PartitionKey
+	adapter string
+}
+
+type versionedContexts struct {
+	version  uint64 // the model's version the figures are of
+	contexts partContexts
 }
 
 // partContexts are a partition's contexts: the longest (0 when a worker
@@ -47,9 +61,9 @@ type partContexts struct {
 	longest, shortest uint64
 	// tiers are the distinct contexts reported, shortest first, each with
 	// the workers whose context is at least that long or unknown: made
-	// once a catalog version, shared by the requests (read only). Past
-	// maxContextTiers distinct contexts they are not made, and a request
-	// that fits only some workers builds its set from workers.
+	// once a version of the model's workers, shared by the requests (read
+	// only). Past maxContextTiers distinct contexts they are not made, and
+	// a request that fits only some workers builds its set from workers.
 	tiers []contextTier
 	// unreported are the workers that reported no context, with tiers.
 	unreported map[uint64]bool
@@ -69,33 +83,52 @@ type workerContext struct {
 // a few contexts a model, and each set holds up to every worker.
 const maxContextTiers = 4
 
+// maxContextEntries bounds the partitions (and adapters) whose contexts
+// are kept: past it the map starts again, so the names of partitions long
+// gone do not pile up.
+const maxContextEntries = 4096
+
 func newContextLimits(c *selection.Catalog) *contextLimits {
-	return &contextLimits{catalog: c, byPart: make(map[selection.PartitionKey]partContexts)}
+	return &contextLimits{catalog: c, byPart: make(map[contextKey]versionedContexts)}
 }
 
-// of is part's contexts, zero when unknown (no bound then).
-func (c *contextLimits) of(part selection.PartitionKey) partContexts {
+// of is the contexts of part's workers (those serving adapter, when it is
+// not ""), zero when unknown (no bound then).
+func (c *contextLimits) of(part selection.PartitionKey, adapter string) partContexts {
 	if c == nil {
 		return partContexts{}
 	}
-	v := c.catalog.Version()
+	// The version is read before the workers: figures made of workers
+	// newer than their version are made again, never the reverse.
+	v := c.catalog.ModelVersion(part.Model)
+	if v == 0 {
+		return partContexts{} // no worker names the model
+	}
+	key := contextKey{part, adapter}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v != c.version {
-		clear(c.byPart)
-		c.version = v
+	e, ok := c.byPart[key]
+	c.mu.Unlock()
+	if ok && e.version == v {
+		return e.contexts
 	}
-	if l, ok := c.byPart[part]; ok {
-		return l
+	var workers []selection.WorkerRecord
+	for _, w := range c.catalog.ListWorkers(part.Model, part.Group) {
+		if adapter == "" || w.ServesAdapter(adapter) {
+			workers = append(workers, w)
+		}
 	}
-	workers := c.catalog.ListWorkers(part.Model, part.Group)
 	if len(workers) == 0 {
 		// Not kept: the partition is a client's name until a worker
 		// serves it, and names would grow the map without bound.
 		return partContexts{}
 	}
 	pc := contextsOf(workers)
-	c.byPart[part] = pc
+	c.mu.Lock()
+	if len(c.byPart) >= maxContextEntries {
+		clear(c.byPart)
+	}
+	c.byPart[key] = versionedContexts{version: v, contexts: pc}
+	c.mu.Unlock()
 	return pc
 }
 
@@ -162,11 +195,12 @@ var contextFiltered = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"model", "outcome"})
 
 // place says where a request needing need tokens of context
-// (contextNeed) may go among part's workers: nowhere (over, every
+// (contextNeed) may go among part's workers (those serving adapter, when
+// the request may go only to them): nowhere (over, every
 // worker's context is too short), or only to allowed (nil: to any). The
 // set is shared: the caller must not change it.
-func (c *contextLimits) place(part selection.PartitionKey, need uint64) (over bool, allowed map[uint64]bool) {
-	pc := c.of(part)
+func (c *contextLimits) place(part selection.PartitionKey, adapter string, need uint64) (over bool, allowed map[uint64]bool) {
+	pc := c.of(part, adapter)
 	switch {
 	case pc.longest > 0 && need > pc.longest:
 		contextFiltered.WithLabelValues(part.Model, "over").Inc()

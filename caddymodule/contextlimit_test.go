@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func routingTokensOf(t *testing.T, h *Handler, model, body string) []uint32 {
 	}
 	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
 	part := selection.Partition{ModelName: model}
-	toks, _ := h.routingTokens(r, &o, part.Key())
+	toks, _ := h.routingTokens(r, &o, part.Key(), "")
 	return toks
 }
 
@@ -146,17 +147,17 @@ func TestContextFitting(t *testing.T) {
 			{8193, []uint64{2, 3}},
 			{1 << 20, []uint64{3}},
 		} {
-			if over, got := c.place(part, tc.need); over || !slices.Equal(ids(got), tc.want) {
+			if over, got := c.place(part, "", tc.need); over || !slices.Equal(ids(got), tc.want) {
 				t.Errorf("need %d: over %v, allowed %v; want %v", tc.need, over, ids(got), tc.want)
 			}
 		}
-		if n := testing.AllocsPerRun(100, func() { c.place(part, 5000) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { c.place(part, "", 5000) }); n != 0 {
 			t.Errorf("a request fitting some workers allocated %v times", n)
 		}
 		narrowed, over := contextFiltered.WithLabelValues("m", "narrowed"), contextFiltered.WithLabelValues("m", "over")
 		n0, o0 := testCounter(narrowed), testCounter(over)
-		c.place(part, 100)
-		c.place(part, 5000)
+		c.place(part, "", 100)
+		c.place(part, "", 5000)
 		if dn, do := testCounter(narrowed)-n0, testCounter(over)-o0; dn != 1 || do != 0 {
 			t.Errorf("counted %v narrowed and %v over, want 1 and 0", dn, do)
 		}
@@ -168,11 +169,11 @@ func TestContextFitting(t *testing.T) {
 		}
 		router := routerWith(t, nil, workers...)
 		c := newContextLimits(router.Catalog())
-		if over, got := c.place(part, 4500); over || !slices.Equal(ids(got), []uint64{5, 6}) {
+		if over, got := c.place(part, "", 4500); over || !slices.Equal(ids(got), []uint64{5, 6}) {
 			t.Errorf("need 4500: over %v, allowed %v; want [5 6]", over, ids(got))
 		}
 		o0 := testCounter(contextFiltered.WithLabelValues("m", "over"))
-		if over, _ := c.place(part, 6001); !over {
+		if over, _ := c.place(part, "", 6001); !over {
 			t.Error("past every worker's context, not over")
 		}
 		if d := testCounter(contextFiltered.WithLabelValues("m", "over")) - o0; d != 1 {
@@ -193,7 +194,7 @@ func BenchmarkContextPlace(b *testing.B) {
 	part := selection.PartitionKey{Model: "m"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, allowed := c.place(part, 5000); len(allowed) != 512 {
+		if _, allowed := c.place(part, "", 5000); len(allowed) != 512 {
 			b.Fatal(len(allowed))
 		}
 	}
@@ -235,5 +236,55 @@ func TestContextNeed(t *testing.T) {
 		if got := o.contextNeed(r, 100); got != tc.want {
 			t.Errorf("%s %s: need %d, want %d", tc.path, tc.body, got, tc.want)
 		}
+	}
+}
+
+// TestAdapterContextsAreItsWorkers': a request for a LoRA adapter may go
+// only to the workers serving it, so its contexts are theirs: a prompt
+// past every one of them is over (routed by load), where it was narrowed
+// to the base model's longer workers, none of which may take it (a
+// gateway 503, "all eligible workers were filtered").
+func TestAdapterContextsAreItsWorkers(t *testing.T) {
+	short := contextWorker(1, 4096)
+	short.LoraAdapters = []string{"a"}
+	router := routerWith(t, nil, short, contextWorker(2, 65536))
+	c := newContextLimits(router.Catalog())
+	part := selection.PartitionKey{Model: "m"}
+	if over, allowed := c.place(part, "a", 5000); !over || allowed != nil {
+		t.Errorf("past the adapter's one worker's context: over %v, allowed %v; want over", over, allowed)
+	}
+	if over, allowed := c.place(part, "", 5000); over || len(allowed) != 1 || !allowed[2] {
+		t.Errorf("the base model: over %v, allowed %v; want worker 2", over, allowed)
+	}
+	if over, allowed := c.place(part, "a", 4000); over || allowed != nil {
+		t.Errorf("within the adapter's worker's context: over %v, allowed %v; want anywhere", over, allowed)
+	}
+}
+
+// TestContextsOutliveOtherModelsChanges: the figures are made again when
+// a worker of their model changes, not when another model's does (every
+// catalog change used to drop every partition's, and a fleet whose
+// catalog changed a few thousand times a second made them on each
+// request).
+func TestContextsOutliveOtherModelsChanges(t *testing.T) {
+	other := contextWorker(3, 4096)
+	other.ModelName = ptr("n")
+	router := routerWith(t, nil, contextWorker(1, 4096), contextWorker(2, 65536), other)
+	c := newContextLimits(router.Catalog())
+	part := selection.PartitionKey{Model: "m"}
+	_, before := c.place(part, "", 5000)
+	longer := uint64(8192)
+	if _, err := router.Catalog().PatchWorker(3, &selection.WorkerRequest{MaxModelLen: &longer}); err != nil {
+		t.Fatal(err)
+	}
+	// The same set, not one made again.
+	if _, after := c.place(part, "", 5000); reflect.ValueOf(after).Pointer() != reflect.ValueOf(before).Pointer() {
+		t.Error("after another model's change, the figures were made again")
+	}
+	if _, err := router.Catalog().PatchWorker(1, &selection.WorkerRequest{MaxModelLen: &longer}); err != nil {
+		t.Fatal(err)
+	}
+	if over, allowed := c.place(part, "", 5000); over || allowed != nil {
+		t.Errorf("worker 1's context grew to 8,192: over %v, allowed %v; want anywhere", over, allowed)
 	}
 }

@@ -326,7 +326,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// (its model, or SGLang's forms): lora_name is a selection-API member
 	// no engine route reads, which would only mislead the gateway.
 	// Only to workers whose context fits it (contextlimit.go).
-	req.TokenIDs, req.Placement.AllowedSet = h.routingTokens(tr, oai, req.Partition.Key())
+	req.TokenIDs, req.Placement.AllowedSet = h.routingTokens(tr, oai, req.Partition.Key(), onlyAdapter(req, adapter))
 	if req.TokenIDs != nil {
 		req.CacheSalt = oai.CacheSalt
 	}
@@ -458,18 +458,32 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 // load, which includes a request too long for every worker's context:
 // the engine refuses it, and nothing of it is worth hashing or booking.
 // allowed are the workers whose context fits the request when some do
-// not (nil: any).
-func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) (toks []uint32, allowed map[uint64]bool) {
+// not (nil: any), among those serving adapter when it is not "" (the
+// request may go only to them). A request routed by load whose prompt is
+// token ids goes only to workers it fits too (idprompts.go).
+func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey, adapter string) (toks []uint32, allowed map[uint64]bool) {
 	toks = h.tokens(r, oai, part)
 	if toks == nil {
-		return nil, nil
+		if n, ok := oai.longestIDPrompt(r); ok {
+			_, allowed = h.contexts.place(part, adapter, oai.contextNeed(r, n))
+		}
+		return nil, allowed
 	}
 	toks = oai.truncate(toks)
-	over, allowed := h.contexts.place(part, oai.contextNeed(r, len(toks)))
+	over, allowed := h.contexts.place(part, adapter, oai.contextNeed(r, len(toks)))
 	if over {
 		return nil, nil
 	}
 	return toks, allowed
+}
+
+// onlyAdapter is adapter when req may go only to the workers serving it
+// (a required taint: models.go, sglangfields.go), else "".
+func onlyAdapter(req *selection.SelectRequest, adapter string) string {
+	if c := req.Placement.RoutingConstraints; c != nil && len(c.RequiredTaints) > 0 {
+		return adapter
+	}
+	return ""
 }
 
 // tokens finds the prompt's tokens: token_ids, an integer-array prompt on
@@ -519,6 +533,12 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 	case oai.RawPrompt.IsString():
 		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.CacheSalt, completionTokenizeBody(oai))
 	default:
+		return nil
+	}
+	if errors.Is(err, errPastContext) {
+		// Routed by load, as a prompt of ids past every context is: the
+		// engine refuses it (contextlimit.go).
+		contextFiltered.WithLabelValues(part.Model, "over").Inc()
 		return nil
 	}
 	if err != nil {

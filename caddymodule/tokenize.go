@@ -62,17 +62,24 @@ func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, s
 func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
 	var endpoints []string
 	adapter := tokenizeAdapter(ctx)
-	// The longest context a worker reported, 0 for none: a prompt longer
-	// than a shorter worker's context still fits a longer one, which the
-	// context filter then sends it to (contextlimit.go).
+	// The longest context of the workers, 0 when one reported none: a
+	// prompt longer than a shorter worker's context still fits a longer
+	// one, or one whose context is unknown, which the context filter then
+	// sends it to (contextlimit.go).
 	var maxLen uint64
+	unknown := false
 	for _, w := range t.router.Catalog().ListWorkers(part.Model, part.Group) {
 		if w.Schedulable() && w.Endpoint != nil && canTokenize(&w, adapter) {
 			endpoints = append(endpoints, *w.Endpoint)
 			if l := w.MaxModelLen; l != nil {
 				maxLen = max(maxLen, *l)
+			} else {
+				unknown = true
 			}
 		}
+	}
+	if unknown {
+		maxLen = 0
 	}
 	if len(endpoints) == 0 {
 		return nil, errors.New("no worker to tokenize with")
@@ -127,6 +134,9 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLe
 		return nil, res.StatusCode >= 500, fmt.Errorf("tokenize: status %d", res.StatusCode)
 	}
 	if int64(len(b)) > limit {
+		if limit < maxTokenizeAnswer {
+			return nil, false, fmt.Errorf("%w: an answer of more than %d bytes", errPastContext, limit)
+		}
 		return nil, false, fmt.Errorf("tokenize: an answer of more than %d bytes", limit)
 	}
 	var out tokenizeResponse
@@ -137,10 +147,14 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLe
 		return nil, false, errors.New("tokenize: no tokens in the answer")
 	}
 	if maxLen > 0 && uint64(len(out.Tokens)) > maxLen {
-		return nil, false, fmt.Errorf("tokenize: %d tokens, past the model's %d", len(out.Tokens), maxLen)
+		return nil, false, fmt.Errorf("%w: %d tokens, past the model's %d", errPastContext, len(out.Tokens), maxLen)
 	}
 	return out.Tokens, false, nil
 }
+
+// errPastContext is a prompt longer than every worker's context: no
+// engine will serve it, and the context filter counts it as over.
+var errPastContext = errors.New("tokenize: a prompt past every worker's context")
 
 // Bounds of a /tokenize answer: at most maxTokenizeAnswer bytes, and
 // with the model's context length known, tokenAnswerBytes a token (ten

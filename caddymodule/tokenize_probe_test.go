@@ -125,10 +125,17 @@ func TestTokenizeAnswerBoundedByContext(t *testing.T) {
 	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"short"}`); len(toks) != 3 {
 		t.Fatalf("a prompt within the context: tokens %v", toks)
 	}
+	// Such a prompt is over every context: counted so, as a prompt of ids
+	// is, not as a failure to tokenize.
+	over := contextFiltered.WithLabelValues("m", "over")
 	for mode, what := range map[int32]string{1: "100,000 tokens", 2: "5,000 tokens"} {
 		answer.Store(mode)
+		o0, f0 := testCounter(over), testCounter(tokenizeFailures)
 		if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"long"}`); toks != nil {
 			t.Errorf("%s against a context of 4,096 routed by %d tokens", what, len(toks))
+		}
+		if do, df := testCounter(over)-o0, testCounter(tokenizeFailures)-f0; do != 1 || df != 0 {
+			t.Errorf("%s against a context of 4,096: counted %v over and %v tokenize failures, want 1 and 0", what, do, df)
 		}
 	}
 	// With a second worker of a longer context, the 5,000 tokens fit it:
@@ -142,6 +149,18 @@ func TestTokenizeAnswerBoundedByContext(t *testing.T) {
 	answer.Store(2)
 	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"long too"}`); len(toks) != 5000 {
 		t.Errorf("5,000 tokens with a worker of 65,536: read %d, want 5000", len(toks))
+	}
+	// With a worker whose context is unknown, no prompt is past every
+	// context: the 100,000 tokens are read (it used to be cut at the
+	// longest context reported, and the request routed by load).
+	id3 := uint64(3)
+	if _, err := router.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id3, ModelName: &model, Endpoint: &ep,
+		BlockSize: &bs}); err != nil {
+		t.Fatal(err)
+	}
+	answer.Store(1)
+	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"longer still"}`); len(toks) != 100_000 {
+		t.Errorf("100,000 tokens with a worker of unknown context: read %d, want 100000", len(toks))
 	}
 }
 

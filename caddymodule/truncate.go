@@ -19,12 +19,27 @@ type truncateFields struct {
 // own, the cut is made before the worker is chosen, and a prompt within
 // it is not cut.
 func (f *truncateFields) truncate(toks []uint32) []uint32 {
-	n, ok := laxInt(f.TruncatePromptTokens)
-	if !ok || n < 1 || n >= int64(len(toks)) {
+	n := f.truncatedLength(len(toks))
+	switch {
+	case n == len(toks):
 		return toks
-	}
-	if side, _ := f.TruncationSide.Text(); side == "right" {
+	case f.cutsRight():
 		return toks[:n]
 	}
-	return toks[len(toks)-int(n):]
+	return toks[len(toks)-n:]
+}
+
+// truncatedLength is how many tokens of a prompt of n the engine prefills.
+func (f *truncateFields) truncatedLength(n int) int {
+	k, ok := laxInt(f.TruncatePromptTokens)
+	if !ok || k < 1 || k >= int64(n) {
+		return n
+	}
+	return int(k)
+}
+
+// cutsRight reports whether the prompt keeps its first tokens, not its last.
+func (f *truncateFields) cutsRight() bool {
+	side, _ := f.TruncationSide.Text()
+	return side == "right"
 }

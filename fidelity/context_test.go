@@ -91,10 +91,19 @@ func TestLongPromptsGoWhereTheirContextFits(t *testing.T) {
 			t.Fatalf("the long text turn is %d tokens: not past worker 1's context", a.usage.PromptTokens)
 		}
 	}
+	// A request that asks for its prompt's logprobs reads no cache, and is
+	// routed by load: by load among the workers its ids fit (it went to
+	// either, and worker 1 refused it).
+	for i := range 4 {
+		a = g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": turn(5, 5000+i), "max_tokens": 2, "prompt_logprobs": 1})
+		if a.status != http.StatusOK || served(a) != "2" {
+			t.Fatalf("a 5,000-token prompt with prompt_logprobs, send %d: %d on worker %s, want 200 on worker 2 (%s)", i, a.status, served(a), a.body)
+		}
+	}
 	// The operator sees the turns the filter narrowed: three at 5,000
 	// tokens, one with max_tokens 1000, one without max_tokens, three
-	// long texts.
-	if want := `kvrouter_context_filtered_total{model="default",outcome="narrowed"} 8`; !strings.Contains(g.metrics(t), want) {
+	// long texts, four with prompt_logprobs.
+	if want := `kvrouter_context_filtered_total{model="default",outcome="narrowed"} 12`; !strings.Contains(g.metrics(t), want) {
 		t.Errorf("no %s in the metrics", want)
 	}
 }

@@ -1,0 +1,100 @@
+package caddymodule
+
+import (
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// idList is n token ids as a JSON list.
+func idList(n int) string {
+	return "[" + strings.TrimSuffix(strings.Repeat("7,", n), ",") + "]"
+}
+
+// TestLongestIDList counts the longest list of a batch without decoding
+// it; strings, however they are escaped, are not lists.
+func TestLongestIDList(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want int
+		ok   bool
+	}{
+		{`[[1,2,3],[4,5]]`, 3, true},
+		{`[ [ 1 , 2 ] , [ ] ]`, 2, true},
+		{`[[],[]]`, 0, true},
+		{`["a,b,c", [1]]`, 1, true},
+		{`["a\"],[1,2,3,4", [1,2]]`, 2, true},
+		{`["x","y"]`, 0, false},
+		{`[{"a":[1,2,3]},[9]]`, 1, true},
+		{`[]`, 0, false},
+	} {
+		got, ok := longestIDList(selection.RawJSON(tc.raw))
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %d %v, want %d %v", tc.raw, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// routeOf runs what the handler routes body by, on path, for model's
+// partition: the tokens (nil: by load) and the workers allowed.
+func routeOf(t *testing.T, h *Handler, path, model, body string) ([]uint32, []uint64) {
+	t.Helper()
+	var o openAIRequest
+	if err := selection.DecodeJSON([]byte(body), &o); err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, path, nil)
+	part := selection.Partition{ModelName: model}
+	toks, allowed := h.routingTokens(r, &o, part.Key(), "")
+	if allowed == nil {
+		return toks, nil
+	}
+	ids := slices.Collect(maps.Keys(allowed))
+	slices.Sort(ids)
+	return toks, ids
+}
+
+// TestLoadRoutedIDPromptsGoWhereTheyFit: a request routed by load whose
+// prompt is token ids (its logprobs asked for, so no cache is read; a
+// batch of prompts; an SGLang extra_key) still cannot be served by a
+// worker whose context its prompt overruns: it goes to those it fits,
+// by its longest prompt (helper-53's probe: a 400 from the short worker).
+// One that fits none is counted over and goes anywhere.
+func TestLoadRoutedIDPromptsGoWhereTheyFit(t *testing.T) {
+	router := routerWith(t, nil, contextWorker(1, 100), contextWorker(2, 1000))
+	h := &Handler{router: router, contexts: newContextLimits(router.Catalog())}
+	long, short := idList(500), idList(3)
+	for _, tc := range []struct {
+		what, path, body string
+		want             []uint64
+	}{
+		{"prompt_logprobs", "/v1/completions", `{"model":"m","prompt_logprobs":1,"prompt":` + long + `}`, []uint64{2}},
+		{"echo with logprobs", "/v1/completions", `{"model":"m","echo":true,"logprobs":1,"prompt":` + long + `}`, []uint64{2}},
+		{"a batch, the long prompt second", "/v1/completions", `{"model":"m","prompt":[` + short + `,` + long + `]}`, []uint64{2}},
+		{"a batch with text", "/v1/completions", `{"model":"m","prompt":["some text",` + long + `]}`, []uint64{2}},
+		{"a batch cut to fit", "/v1/completions", `{"model":"m","truncate_prompt_tokens":50,"prompt":[` + short + `,` + long + `]}`, nil},
+		{"a batch of short prompts", "/v1/completions", `{"model":"m","prompt":[` + short + `,` + short + `]}`, nil},
+		{"a batch of text", "/v1/completions", `{"model":"m","prompt":["a","b"]}`, nil},
+		{"an SGLang extra_key", "/v1/completions", `{"model":"m","extra_key":"k","prompt":` + long + `}`, []uint64{2}},
+		{"SGLang's batch of input_ids", "/generate", `{"input_ids":[` + short + `,` + long + `]}`, []uint64{2}},
+		{"SGLang's input_ids, return_logprob from 0", "/generate", `{"return_logprob":true,"logprob_start_len":0,"input_ids":` + long + `}`, []uint64{2}},
+		{"a chat's token_ids with prompt_logprobs", "/v1/chat/completions", `{"model":"m","prompt_logprobs":0,"messages":[],"token_ids":` + long + `}`, []uint64{2}},
+	} {
+		toks, allowed := routeOf(t, h, tc.path, "m", tc.body)
+		if toks != nil || !slices.Equal(allowed, tc.want) {
+			t.Errorf("%s: routed by %d tokens, allowed %v; want by load, allowed %v", tc.what, len(toks), allowed, tc.want)
+		}
+	}
+	over := contextFiltered.WithLabelValues("m", "over")
+	o0 := testCounter(over)
+	toks, allowed := routeOf(t, h, "/v1/completions", "m", `{"model":"m","prompt":[`+short+`,`+idList(2000)+`]}`)
+	if toks != nil || allowed != nil || testCounter(over)-o0 != 1 {
+		t.Errorf("a batch past every context: %d tokens, allowed %v, %v counted over; want by load, anywhere, 1",
+			len(toks), allowed, testCounter(over)-o0)
+	}
+}
