@@ -288,3 +288,30 @@ func TestContextsOutliveOtherModelsChanges(t *testing.T) {
 		t.Errorf("worker 1's context grew to 8,192: over %v, allowed %v; want anywhere", over, allowed)
 	}
 }
+
+// BenchmarkContextPlaceChurn: BenchmarkContextPlace's request after each
+// change to a worker of another model, as a catalog changing a few
+// thousand times a second has it.
+func BenchmarkContextPlaceChurn(b *testing.B) {
+	var workers []selection.WorkerRequest
+	for id := uint64(1); id <= 1024; id++ {
+		workers = append(workers, contextWorker(id, 4096<<(id%2)))
+	}
+	other := contextWorker(2000, 4096)
+	other.ModelName = ptr("n")
+	router := routerWith(b, nil, append(workers, other)...)
+	c := newContextLimits(router.Catalog())
+	part := selection.PartitionKey{Model: "m"}
+	lens := [2]uint64{4096, 8192}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		if _, err := router.Catalog().PatchWorker(2000, &selection.WorkerRequest{MaxModelLen: &lens[i%2]}); err != nil {
+			b.Fatal(err)
+		}
+		if _, allowed := c.place(part, "", 5000); len(allowed) != 512 {
+			b.Fatal(len(allowed))
+		}
+	}
+}

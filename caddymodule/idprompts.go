@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"net/http"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -63,6 +64,10 @@ func longestIDList(raw selection.RawJSON) (longest int, ok bool) {
 			depth++
 			if depth == 2 {
 				inList, count, seen = c == '[', 0, false
+				if n, end, flat := countFlatList(raw, i); flat {
+					longest, ok, inList = max(longest, n), true, false
+					i, depth = end, 1
+				}
 			}
 		case ']', '}':
 			if depth == 2 && inList {
@@ -82,4 +87,26 @@ func longestIDList(raw selection.RawJSON) (longest int, ok bool) {
 		}
 	}
 	return longest, ok
+}
+
+// countFlatList counts the elements of the list that opens at raw[open],
+// when it holds no string, list or object (a prompt of ids), with the
+// byte search and count the runtime does many bytes at a time; end is the
+// index of its closing bracket. ok is false for any other list, left to
+// the byte-by-byte scan.
+func countFlatList(raw []byte, open int) (n, end int, ok bool) {
+	size := bytes.IndexByte(raw[open+1:], ']')
+	if size < 0 {
+		return 0, 0, false
+	}
+	items := raw[open+1 : open+1+size]
+	for _, c := range []byte{'"', '[', '{'} {
+		if bytes.IndexByte(items, c) >= 0 {
+			return 0, 0, false
+		}
+	}
+	if len(bytes.TrimSpace(items)) > 0 {
+		n = bytes.Count(items, []byte{','}) + 1
+	}
+	return n, open + 1 + size, true
 }

@@ -17,7 +17,8 @@ func idList(n int) string {
 }
 
 // TestLongestIDList counts the longest list of a batch without decoding
-// it; strings, however they are escaped, are not lists.
+// it; strings, however they are escaped, are not lists, and a list that
+// holds anything but numbers is counted byte by byte.
 func TestLongestIDList(t *testing.T) {
 	for _, tc := range []struct {
 		raw  string
@@ -32,6 +33,9 @@ func TestLongestIDList(t *testing.T) {
 		{`["x","y"]`, 0, false},
 		{`[{"a":[1,2,3]},[9]]`, 1, true},
 		{`[]`, 0, false},
+		{`[[1,"]",3],[4]]`, 3, true},
+		{`[[1,[2,3],4],[5]]`, 3, true},
+		{"[[1,\n2\t,3]]", 3, true},
 	} {
 		got, ok := longestIDList(selection.RawJSON(tc.raw))
 		if got != tc.want || ok != tc.ok {
@@ -97,4 +101,34 @@ func TestLoadRoutedIDPromptsGoWhereTheyFit(t *testing.T) {
 		t.Errorf("a batch past every context: %d tokens, allowed %v, %v counted over; want by load, anywhere, 1",
 			len(toks), allowed, testCounter(over)-o0)
 	}
+}
+
+// BenchmarkLongestIDList: counting a 16 MiB batch of two prompts of ids
+// (some 2.8 million), against decoding the request that holds it, which
+// every request pays.
+func BenchmarkLongestIDList(b *testing.B) {
+	half := idList(1 << 20)
+	half = strings.ReplaceAll(half, "7", "123456") // six-digit ids, as a real vocabulary's
+	body := []byte(`{"model":"m","prompt":[` + half + `,` + half + `]}`)
+	b.Run("decode", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			var o openAIRequest
+			if err := selection.DecodeJSON(body, &o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	var o openAIRequest
+	if err := selection.DecodeJSON(body, &o); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("count", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if n, ok := longestIDList(o.RawPrompt); !ok || n != 1<<20 {
+				b.Fatal(n, ok)
+			}
+		}
+	})
 }
