@@ -194,31 +194,47 @@ var contextFiltered = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Proxied requests whose prompt and max_tokens do not fit every worker's context (max_model_len), by model and outcome (narrowed: sent only to the workers whose context fits; over: no worker's fits, routed by load).",
 }, []string{"model", "outcome"})
 
+// contextFit is where a request may go among a partition's workers for
+// its context: allowed (nil: any), and the shortest context among them
+// (0 when any worker may take it; math.MaxUint64 when only workers that
+// reported no context may), which names the set (the overload queue's
+// lines: lineScope).
+type contextFit struct {
+	allowed map[uint64]bool
+	context uint64
+}
+
 // place says where a request needing need tokens of context
 // (contextNeed) may go among part's workers (those serving adapter, when
-// the request may go only to them): nowhere (over, every
-// worker's context is too short), or only to allowed (nil: to any). The
-// set is shared: the caller must not change it.
-func (c *contextLimits) place(part selection.PartitionKey, adapter string, need uint64) (over bool, allowed map[uint64]bool) {
+// the request may go only to them): nowhere (over, every worker's context
+// is too short), or where fit says. The set is shared: the caller must
+// not change it.
+func (c *contextLimits) place(part selection.PartitionKey, adapter string, need uint64) (over bool, fit contextFit) {
 	pc := c.of(part, adapter)
 	switch {
 	case pc.longest > 0 && need > pc.longest:
 		contextFiltered.WithLabelValues(part.Model, "over").Inc()
-		return true, nil
+		return true, contextFit{}
 	case pc.shortest == 0 || need <= pc.shortest:
-		return false, nil
+		return false, contextFit{}
 	}
 	contextFiltered.WithLabelValues(part.Model, "narrowed").Inc()
 	for _, t := range pc.tiers {
 		if need <= t.context {
-			return false, t.allowed
+			return false, contextFit{t.allowed, t.context}
 		}
 	}
 	if pc.tiers != nil {
 		// Past every reported context: the workers that reported none.
-		return false, pc.unreported
+		return false, contextFit{pc.unreported, math.MaxUint64}
 	}
-	return false, pc.fitting(need)
+	shortest := uint64(math.MaxUint64)
+	for _, w := range pc.workers {
+		if w.context >= need {
+			shortest = min(shortest, w.context)
+		}
+	}
+	return false, contextFit{pc.fitting(need), shortest}
 }
 
 // outputFields are the request's bounds on its answer, which the engine

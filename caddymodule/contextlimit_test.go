@@ -147,8 +147,8 @@ func TestContextFitting(t *testing.T) {
 			{8193, []uint64{2, 3}},
 			{1 << 20, []uint64{3}},
 		} {
-			if over, got := c.place(part, "", tc.need); over || !slices.Equal(ids(got), tc.want) {
-				t.Errorf("need %d: over %v, allowed %v; want %v", tc.need, over, ids(got), tc.want)
+			if over, got := c.place(part, "", tc.need); over || !slices.Equal(ids(got.allowed), tc.want) {
+				t.Errorf("need %d: over %v, allowed %v; want %v", tc.need, over, ids(got.allowed), tc.want)
 			}
 		}
 		if n := testing.AllocsPerRun(100, func() { c.place(part, "", 5000) }); n != 0 {
@@ -169,8 +169,8 @@ func TestContextFitting(t *testing.T) {
 		}
 		router := routerWith(t, nil, workers...)
 		c := newContextLimits(router.Catalog())
-		if over, got := c.place(part, "", 4500); over || !slices.Equal(ids(got), []uint64{5, 6}) {
-			t.Errorf("need 4500: over %v, allowed %v; want [5 6]", over, ids(got))
+		if over, got := c.place(part, "", 4500); over || !slices.Equal(ids(got.allowed), []uint64{5, 6}) || got.context != 5000 {
+			t.Errorf("need 4500: over %v, allowed %v of context %d; want [5 6] of 5000", over, ids(got.allowed), got.context)
 		}
 		o0 := testCounter(contextFiltered.WithLabelValues("m", "over"))
 		if over, _ := c.place(part, "", 6001); !over {
@@ -194,8 +194,8 @@ func BenchmarkContextPlace(b *testing.B) {
 	part := selection.PartitionKey{Model: "m"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, allowed := c.place(part, "", 5000); len(allowed) != 512 {
-			b.Fatal(len(allowed))
+		if _, fit := c.place(part, "", 5000); len(fit.allowed) != 512 {
+			b.Fatal(len(fit.allowed))
 		}
 	}
 }
@@ -250,14 +250,14 @@ func TestAdapterContextsAreItsWorkers(t *testing.T) {
 	router := routerWith(t, nil, short, contextWorker(2, 65536))
 	c := newContextLimits(router.Catalog())
 	part := selection.PartitionKey{Model: "m"}
-	if over, allowed := c.place(part, "a", 5000); !over || allowed != nil {
-		t.Errorf("past the adapter's one worker's context: over %v, allowed %v; want over", over, allowed)
+	if over, fit := c.place(part, "a", 5000); !over || fit.allowed != nil {
+		t.Errorf("past the adapter's one worker's context: over %v, allowed %v; want over", over, fit.allowed)
 	}
-	if over, allowed := c.place(part, "", 5000); over || len(allowed) != 1 || !allowed[2] {
-		t.Errorf("the base model: over %v, allowed %v; want worker 2", over, allowed)
+	if over, fit := c.place(part, "", 5000); over || len(fit.allowed) != 1 || !fit.allowed[2] {
+		t.Errorf("the base model: over %v, allowed %v; want worker 2", over, fit.allowed)
 	}
-	if over, allowed := c.place(part, "a", 4000); over || allowed != nil {
-		t.Errorf("within the adapter's worker's context: over %v, allowed %v; want anywhere", over, allowed)
+	if over, fit := c.place(part, "a", 4000); over || fit.allowed != nil {
+		t.Errorf("within the adapter's worker's context: over %v, allowed %v; want anywhere", over, fit.allowed)
 	}
 }
 
@@ -278,14 +278,14 @@ func TestContextsOutliveOtherModelsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The same set, not one made again.
-	if _, after := c.place(part, "", 5000); reflect.ValueOf(after).Pointer() != reflect.ValueOf(before).Pointer() {
+	if _, after := c.place(part, "", 5000); reflect.ValueOf(after.allowed).Pointer() != reflect.ValueOf(before.allowed).Pointer() {
 		t.Error("after another model's change, the figures were made again")
 	}
 	if _, err := router.Catalog().PatchWorker(1, &selection.WorkerRequest{MaxModelLen: &longer}); err != nil {
 		t.Fatal(err)
 	}
-	if over, allowed := c.place(part, "", 5000); over || allowed != nil {
-		t.Errorf("worker 1's context grew to 8,192: over %v, allowed %v; want anywhere", over, allowed)
+	if over, fit := c.place(part, "", 5000); over || fit.allowed != nil {
+		t.Errorf("worker 1's context grew to 8,192: over %v, allowed %v; want anywhere", over, fit.allowed)
 	}
 }
 
@@ -310,8 +310,8 @@ func BenchmarkContextPlaceChurn(b *testing.B) {
 		if _, err := router.Catalog().PatchWorker(2000, &selection.WorkerRequest{MaxModelLen: &lens[i%2]}); err != nil {
 			b.Fatal(err)
 		}
-		if _, allowed := c.place(part, "", 5000); len(allowed) != 512 {
-			b.Fatal(len(allowed))
+		if _, fit := c.place(part, "", 5000); len(fit.allowed) != 512 {
+			b.Fatal(len(fit.allowed))
 		}
 	}
 }

@@ -326,7 +326,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// (its model, or SGLang's forms): lora_name is a selection-API member
 	// no engine route reads, which would only mislead the gateway.
 	// Only to workers whose context fits it (contextlimit.go).
-	req.TokenIDs, req.Placement.AllowedSet = h.routingTokens(tr, oai, req.Partition.Key(), onlyAdapter(req, adapter))
+	only := onlyAdapter(req, adapter)
+	var fit contextFit
+	req.TokenIDs, fit = h.routingTokens(tr, oai, req.Partition.Key(), only)
+	req.Placement.AllowedSet = fit.allowed
 	if req.TokenIDs != nil {
 		req.CacheSalt = oai.CacheSalt
 	}
@@ -340,7 +343,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	// Through the overload queue when every worker is busy
 	// (overload_handler.go).
-	res, took, answered, err := h.reserve(w, r, req, mode)
+	res, took, answered, err := h.reserve(w, r, req, lineScope{adapter: only, context: fit.context}, mode)
 	if answered {
 		return nil
 	}
@@ -457,24 +460,24 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 // as the request asks (truncate.go); nil when the request is routed by
 // load, which includes a request too long for every worker's context:
 // the engine refuses it, and nothing of it is worth hashing or booking.
-// allowed are the workers whose context fits the request when some do
-// not (nil: any), among those serving adapter when it is not "" (the
-// request may go only to them). A request routed by load whose prompt is
+// fit says which workers' context fits the request when some do not,
+// among those serving adapter when it is not "" (the request may go only
+// to them). A request routed by load whose prompt is
 // token ids goes only to workers it fits too (idprompts.go).
-func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey, adapter string) (toks []uint32, allowed map[uint64]bool) {
+func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey, adapter string) (toks []uint32, fit contextFit) {
 	toks = h.tokens(r, oai, part)
 	if toks == nil {
 		if n, ok := oai.longestIDPrompt(r); ok {
-			_, allowed = h.contexts.place(part, adapter, oai.contextNeed(r, n))
+			_, fit = h.contexts.place(part, adapter, oai.contextNeed(r, n))
 		}
-		return nil, allowed
+		return nil, fit
 	}
 	toks = oai.truncate(toks)
-	over, allowed := h.contexts.place(part, adapter, oai.contextNeed(r, len(toks)))
+	over, fit := h.contexts.place(part, adapter, oai.contextNeed(r, len(toks)))
 	if over {
-		return nil, nil
+		return nil, contextFit{}
 	}
-	return toks, allowed
+	return toks, fit
 }
 
 // onlyAdapter is adapter when req may go only to the workers serving it

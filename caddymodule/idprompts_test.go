@@ -54,11 +54,11 @@ func routeOf(t *testing.T, h *Handler, path, model, body string) ([]uint32, []ui
 	}
 	r := httptest.NewRequest(http.MethodPost, path, nil)
 	part := selection.Partition{ModelName: model}
-	toks, allowed := h.routingTokens(r, &o, part.Key(), "")
-	if allowed == nil {
+	toks, fit := h.routingTokens(r, &o, part.Key(), "")
+	if fit.allowed == nil {
 		return toks, nil
 	}
-	ids := slices.Collect(maps.Keys(allowed))
+	ids := slices.Collect(maps.Keys(fit.allowed))
 	slices.Sort(ids)
 	return toks, ids
 }

@@ -60,23 +60,56 @@ const (
 	shedCanceled      shedReason = "canceled"       // its client went away (answered to no one)
 )
 
-// overloadQueue is the handler's lines, one per partition that has had
-// waiting requests.
+// overloadQueue is the handler's lines, one per partition and scope
+// (lineScope) that has had waiting requests.
 type overloadQueue struct {
 	s    overloadSettings
-	busy func(selection.Partition) (busy, exists bool) // the router's PartitionBusy
+	busy func(selection.Partition, *selection.Placement) (busy, exists bool) // the router's PartitionBusy
 	now  func() time.Time
 	// clearFor is how long a not-busy answer is reused (the const).
 	clearFor time.Duration
 
 	mu     sync.Mutex
-	lines  map[selection.PartitionKey]*waitLine
+	lines  map[selection.PartitionKey]map[lineScope]*waitLine
+	scoped int // lines of a scope other than the whole partition's
 	closed bool
 }
 
-// waitLine is one partition's waiting requests, a FIFO per class. Lines
-// exist for partitions of the catalog only (the router said they exist),
-// so clients cannot grow the map.
+// lineScope is the part of a partition's workers a request may go to:
+// all of them (the zero scope), or those serving a LoRA adapter, or
+// those whose context fits a long prompt (contextlimit.go). A request
+// waits in its scope's line, for its scope's workers: in the partition's
+// line it would go on while any other worker is free, and get a 503, or
+// hold up requests that any worker could take.
+type lineScope struct {
+	adapter string // the adapter whose workers alone may take it, or ""
+	context uint64 // the shortest context among its workers; 0: any worker
+}
+
+// lineKey names one line.
+type lineKey struct {
+	part  selection.PartitionKey
+	scope lineScope
+}
+
+// lineRequest is what the queue knows of a request: its line, and how it
+// is placed, for the router's busy check.
+type lineRequest struct {
+	part      selection.Partition
+	scope     lineScope
+	placement *selection.Placement
+}
+
+func (r lineRequest) key() lineKey { return lineKey{r.part.Key(), r.scope} }
+
+// maxScopedLines bounds the scoped lines kept: past it, the empty ones
+// are dropped. Scopes come from the catalog (its adapters and contexts),
+// but the catalog changes over time.
+const maxScopedLines = 1024
+
+// waitLine is one line's waiting requests, a FIFO per class. Lines exist
+// for partitions of the catalog only (the router said they exist), and
+// scopes the catalog made, so clients cannot grow the map.
 type waitLine struct {
 	classes [][]*waiter
 	n       int
@@ -94,8 +127,8 @@ type waiter struct {
 	wake  chan struct{}
 }
 
-func newOverloadQueue(s overloadSettings, busy func(selection.Partition) (bool, bool)) *overloadQueue {
-	return &overloadQueue{s: s, busy: busy, now: time.Now, clearFor: clearFor, lines: map[selection.PartitionKey]*waitLine{}}
+func newOverloadQueue(s overloadSettings, busy func(selection.Partition, *selection.Placement) (bool, bool)) *overloadQueue {
+	return &overloadQueue{s: s, busy: busy, now: time.Now, clearFor: clearFor, lines: map[selection.PartitionKey]map[lineScope]*waitLine{}}
 }
 
 // admission is how a request came through the queue.
@@ -107,11 +140,11 @@ type admission struct {
 
 // wait returns once the request may book a worker, or when it must be
 // refused.
-func (q *overloadQueue) wait(ctx context.Context, part selection.Partition, class int) admission {
-	key := part.Key()
+func (q *overloadQueue) wait(ctx context.Context, lr lineRequest, class int) admission {
+	key := lr.key()
 	start := q.now()
 	q.mu.Lock()
-	line := q.lines[key]
+	line := q.line(key)
 	idle := line == nil || line.n == 0
 	clear := line != nil && start.Before(line.clearUntil)
 	q.mu.Unlock()
@@ -119,7 +152,7 @@ func (q *overloadQueue) wait(ctx context.Context, part selection.Partition, clas
 		return admission{}
 	}
 	if idle {
-		busy, exists := q.busy(part)
+		busy, exists := q.busy(lr.part, lr.placement)
 		if !busy {
 			if exists {
 				q.noteClear(key, start)
@@ -131,7 +164,7 @@ func (q *overloadQueue) wait(ctx context.Context, part selection.Partition, clas
 	if reason := q.enqueue(key, w, start); reason != "" {
 		return admission{shed: reason}
 	}
-	model := key.Model
+	model := key.part.Model
 	queueDepth.WithLabelValues(model).Inc()
 	defer queueDepth.WithLabelValues(model).Dec()
 	deadline := time.NewTimer(q.s.maxWait)
@@ -139,7 +172,7 @@ func (q *overloadQueue) wait(ctx context.Context, part selection.Partition, clas
 	poll := time.NewTicker(headPoll)
 	defer poll.Stop()
 	for {
-		if q.isHead(key, w) && !q.isBusy(part) && q.admit(key, w) {
+		if q.isHead(key, w) && !q.isBusy(lr) && q.admit(key, w) {
 			return admission{queued: true, waited: q.now().Sub(start)}
 		}
 		select {
@@ -156,14 +189,15 @@ func (q *overloadQueue) wait(ctx context.Context, part selection.Partition, clas
 	}
 }
 
-// isBusy asks the router whether every worker of the partition is busy.
-func (q *overloadQueue) isBusy(part selection.Partition) bool {
-	busy, _ := q.busy(part)
+// isBusy asks the router whether every worker the request may go to is
+// busy.
+func (q *overloadQueue) isBusy(lr lineRequest) bool {
+	busy, _ := q.busy(lr.part, lr.placement)
 	return busy
 }
 
-// noteClear remembers that the partition was not busy at now.
-func (q *overloadQueue) noteClear(key selection.PartitionKey, now time.Time) {
+// noteClear remembers that the line's workers were not busy at now.
+func (q *overloadQueue) noteClear(key lineKey, now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.lineLocked(key).clearUntil = now.Add(q.clearFor)
@@ -171,26 +205,55 @@ func (q *overloadQueue) noteClear(key selection.PartitionKey, now time.Time) {
 
 // forgetClear drops the partition's not-busy answer: a booking found
 // every worker full.
-func (q *overloadQueue) forgetClear(key selection.PartitionKey) {
+func (q *overloadQueue) forgetClear(key lineKey) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if line := q.lines[key]; line != nil {
+	if line := q.line(key); line != nil {
 		line.clearUntil = time.Time{}
 	}
 }
 
-// lineLocked is the partition's line, made when missing. q.mu is held.
-func (q *overloadQueue) lineLocked(key selection.PartitionKey) *waitLine {
-	line := q.lines[key]
-	if line == nil {
-		line = &waitLine{classes: make([][]*waiter, len(q.s.classes))}
-		q.lines[key] = line
+// line is key's line, nil when it has none. q.mu is held.
+func (q *overloadQueue) line(key lineKey) *waitLine {
+	return q.lines[key.part][key.scope]
+}
+
+// lineLocked is key's line, made when missing. q.mu is held.
+func (q *overloadQueue) lineLocked(key lineKey) *waitLine {
+	if line := q.line(key); line != nil {
+		return line
 	}
+	if key.scope != (lineScope{}) {
+		if q.scoped >= maxScopedLines {
+			q.dropEmptyScopedLocked()
+		}
+		q.scoped++
+	}
+	scopes := q.lines[key.part]
+	if scopes == nil {
+		scopes = map[lineScope]*waitLine{}
+		q.lines[key.part] = scopes
+	}
+	line := &waitLine{classes: make([][]*waiter, len(q.s.classes))}
+	scopes[key.scope] = line
 	return line
 }
 
+// dropEmptyScopedLocked drops the scoped lines no request waits in. q.mu
+// is held.
+func (q *overloadQueue) dropEmptyScopedLocked() {
+	for _, scopes := range q.lines {
+		for scope, line := range scopes {
+			if scope != (lineScope{}) && line.n == 0 {
+				delete(scopes, scope)
+				q.scoped--
+			}
+		}
+	}
+}
+
 // enqueue puts w at the end of its class, or says why it may not wait.
-func (q *overloadQueue) enqueue(key selection.PartitionKey, w *waiter, now time.Time) shedReason {
+func (q *overloadQueue) enqueue(key lineKey, w *waiter, now time.Time) shedReason {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -255,10 +318,10 @@ func (l *waitLine) remove(w *waiter) bool {
 	return false
 }
 
-func (q *overloadQueue) isHead(key selection.PartitionKey, w *waiter) bool {
+func (q *overloadQueue) isHead(key lineKey, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	line := q.lines[key]
+	line := q.line(key)
 	return line != nil && line.head() == w
 }
 
@@ -271,10 +334,10 @@ func (q *overloadQueue) isClosed() bool {
 // admit takes the head out of its line to book a worker; the handler
 // kicks the next head once it has (kick). False when w is no longer the
 // head (a request of a higher class came meanwhile).
-func (q *overloadQueue) admit(key selection.PartitionKey, w *waiter) bool {
+func (q *overloadQueue) admit(key lineKey, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	line := q.lines[key]
+	line := q.line(key)
 	if line == nil || line.head() != w {
 		return false
 	}
@@ -286,9 +349,9 @@ func (q *overloadQueue) admit(key selection.PartitionKey, w *waiter) bool {
 
 // leave takes a waiter out of its line, wakes the new head if it was the
 // head, and reports why.
-func (q *overloadQueue) leave(key selection.PartitionKey, w *waiter, start time.Time, why shedReason) admission {
+func (q *overloadQueue) leave(key lineKey, w *waiter, start time.Time, why shedReason) admission {
 	q.mu.Lock()
-	if line := q.lines[key]; line != nil {
+	if line := q.line(key); line != nil {
 		wasHead := line.head() == w
 		line.remove(w)
 		if h := line.head(); wasHead && h != nil {
@@ -299,12 +362,13 @@ func (q *overloadQueue) leave(key selection.PartitionKey, w *waiter, start time.
 	return admission{queued: true, waited: q.now().Sub(start), shed: why}
 }
 
-// kick wakes the head of a partition's line: a worker may have capacity
-// (a booking freed, a prefill completed, a waiter booked its worker).
+// kick wakes the head of each of a partition's lines: a worker may have
+// capacity (a booking freed, a prefill completed, a waiter booked its
+// worker), and which lines' workers it is, only their heads can tell.
 func (q *overloadQueue) kick(key selection.PartitionKey) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if line := q.lines[key]; line != nil {
+	for _, line := range q.lines[key] {
 		if h := line.head(); h != nil {
 			signal(h)
 		}
@@ -316,23 +380,27 @@ func (q *overloadQueue) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	for _, line := range q.lines {
-		for _, c := range line.classes {
-			for _, w := range c {
-				signal(w)
+	for _, scopes := range q.lines {
+		for _, line := range scopes {
+			for _, c := range line.classes {
+				for _, w := range c {
+					signal(w)
+				}
 			}
 		}
 	}
 }
 
-// depth is the number of requests waiting for a partition.
+// depth is the number of requests waiting for a partition, in all its
+// lines.
 func (q *overloadQueue) depth(key selection.PartitionKey) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if line := q.lines[key]; line != nil {
-		return line.n
+	n := 0
+	for _, line := range q.lines[key] {
+		n += line.n
 	}
-	return 0
+	return n
 }
 
 func signal(w *waiter) {

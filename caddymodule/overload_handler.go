@@ -15,8 +15,9 @@ import (
 // up to clearFor old, and found every worker full (503) waits in the
 // queue and tries once more, so that it is not refused for the age of
 // that answer. took is the time the booking itself took.
-func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, req *selection.SelectRequest, mode string) (res *selection.Reservation, took time.Duration, answered bool, err error) {
-	queued, ok := h.admitOrShed(w, r, req.Partition, mode)
+func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, req *selection.SelectRequest, scope lineScope, mode string) (res *selection.Reservation, took time.Duration, answered bool, err error) {
+	lr := lineRequest{part: req.Partition, scope: scope, placement: &req.Placement}
+	queued, ok := h.admitOrShed(w, r, lr, mode)
 	if !ok {
 		return nil, 0, true, nil
 	}
@@ -27,8 +28,8 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, req *selection
 	if err == nil || h.queue == nil || queued || selection.StatusOf(err) != http.StatusServiceUnavailable {
 		return res, took, false, err
 	}
-	h.queue.forgetClear(req.Partition.Key())
-	if _, ok := h.admitOrShed(w, r, req.Partition, mode); !ok {
+	h.queue.forgetClear(lr.key())
+	if _, ok := h.admitOrShed(w, r, lr, mode); !ok {
 		return nil, 0, true, nil
 	}
 	start = time.Now()
@@ -41,13 +42,13 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, req *selection
 // admitOrShed runs a request through the overload queue: ok when it may
 // book a worker (queued: after a wait); not ok when it was answered 429
 // (or its client left).
-func (h *Handler) admitOrShed(w http.ResponseWriter, r *http.Request, part selection.Partition, mode string) (queued, ok bool) {
+func (h *Handler) admitOrShed(w http.ResponseWriter, r *http.Request, lr lineRequest, mode string) (queued, ok bool) {
 	if h.queue == nil {
 		return false, true
 	}
 	class := h.overload.class(strings.TrimSpace(r.Header.Get(h.overload.priorityHeader)))
-	a := h.queue.wait(r.Context(), part, class)
-	model := part.Key().Model
+	a := h.queue.wait(r.Context(), lr, class)
+	model := lr.part.Key().Model
 	if a.shed == "" {
 		if a.queued {
 			queueAdmittedTotal.WithLabelValues(model).Inc()

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -94,12 +95,13 @@ func TestOverloadCaddyfile(t *testing.T) {
 // would wait past max_wait is refused on arrival.
 func TestOverloadPredictedWaitSheds(t *testing.T) {
 	s, _ := (&OverloadConfig{MaxWait: 1_000_000_000}).settings()
-	q := newOverloadQueue(s, func(selection.Partition) (bool, bool) { return true, true })
+	q := newOverloadQueue(s, func(selection.Partition, *selection.Placement) (bool, bool) { return true, true })
 	now := time.Unix(1000, 0)
 	q.now = func() time.Time { return now }
-	key := selection.PartitionKey{Model: "m"}
-	line := &waitLine{classes: make([][]*waiter, len(s.classes))}
-	q.lines[key] = line
+	key := lineKey{part: selection.PartitionKey{Model: "m"}}
+	q.mu.Lock()
+	line := q.lineLocked(key)
+	q.mu.Unlock()
 	for i := range 11 { // ten admissions a second
 		line.admits[i] = now.Add(time.Duration(i-10) * 100 * time.Millisecond)
 	}
@@ -129,10 +131,10 @@ func TestOverloadCloseReleasesWaiters(t *testing.T) {
 	s, _ := (&OverloadConfig{}).settings()
 	var busy atomic.Bool
 	busy.Store(true)
-	q := newOverloadQueue(s, func(selection.Partition) (bool, bool) { return busy.Load(), true })
+	q := newOverloadQueue(s, func(selection.Partition, *selection.Placement) (bool, bool) { return busy.Load(), true })
 	part := selection.Partition{ModelName: "m"}
 	done := make(chan admission)
-	go func() { done <- q.wait(context.Background(), part, 1) }()
+	go func() { done <- q.wait(context.Background(), lineRequest{part: part}, 1) }()
 	for q.depth(part.Key()) == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -143,11 +145,11 @@ func TestOverloadCloseReleasesWaiters(t *testing.T) {
 	if q.depth(part.Key()) != 0 {
 		t.Fatal("the closed queue still holds a waiter")
 	}
-	if a := q.wait(context.Background(), part, 1); a.shed != shedClosing {
+	if a := q.wait(context.Background(), lineRequest{part: part}, 1); a.shed != shedClosing {
 		t.Fatalf("a request after close: %+v", a)
 	}
 	busy.Store(false)
-	if a := q.wait(context.Background(), part, 1); a.shed != "" || a.queued {
+	if a := q.wait(context.Background(), lineRequest{part: part}, 1); a.shed != "" || a.queued {
 		t.Fatalf("with capacity, even a closed queue lets requests go straight on: %+v", a)
 	}
 }
@@ -183,7 +185,7 @@ func TestParseRetryAfter(t *testing.T) {
 func TestOverloadFastPathAsksSparingly(t *testing.T) {
 	s, _ := (&OverloadConfig{}).settings()
 	var asked atomic.Int64
-	q := newOverloadQueue(s, func(p selection.Partition) (bool, bool) {
+	q := newOverloadQueue(s, func(p selection.Partition, _ *selection.Placement) (bool, bool) {
 		asked.Add(1)
 		return false, p.ModelName == "m" && p.RoutingGroup == ""
 	})
@@ -191,7 +193,7 @@ func TestOverloadFastPathAsksSparingly(t *testing.T) {
 	q.now = func() time.Time { return now }
 	served := selection.Partition{ModelName: "m"}
 	for range 3 {
-		if a := q.wait(context.Background(), served, 1); a.queued || a.shed != "" {
+		if a := q.wait(context.Background(), lineRequest{part: served}, 1); a.queued || a.shed != "" {
 			t.Fatalf("an idle partition: %+v", a)
 		}
 	}
@@ -199,12 +201,12 @@ func TestOverloadFastPathAsksSparingly(t *testing.T) {
 		t.Fatalf("asked the router %d times within clearFor", asked.Load())
 	}
 	now = now.Add(clearFor)
-	q.wait(context.Background(), served, 1)
+	q.wait(context.Background(), lineRequest{part: served}, 1)
 	if asked.Load() != 2 {
 		t.Fatalf("not asked again after clearFor: %d", asked.Load())
 	}
 	for i := range 100 {
-		q.wait(context.Background(), selection.Partition{ModelName: "m", RoutingGroup: strconv.Itoa(i)}, 1)
+		q.wait(context.Background(), lineRequest{part: selection.Partition{ModelName: "m", RoutingGroup: strconv.Itoa(i)}}, 1)
 	}
 	if len(q.lines) != 1 {
 		t.Fatalf("%d lines: unknown partitions got lines", len(q.lines))
@@ -224,7 +226,7 @@ func TestOverloadStaleClearRequeues(t *testing.T) {
 	request := func() (*selection.Reservation, error, bool) {
 		req := &selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}}}
 		r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
-		res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, "kv")
+		res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, lineScope{}, "kv")
 		return res, err, answered
 	}
 	first, err, answered := request()
@@ -252,4 +254,73 @@ func TestOverloadStaleClearRequeues(t *testing.T) {
 		t.Fatalf("the waiting request: %v (answered %v)", o.err, o.answered)
 	}
 	o.res.Release()
+}
+
+// A request that may go only to some workers (a long prompt to those
+// whose context fits it) waits for them when they are full, however idle
+// the others: the queue asked about the whole partition, let it go on
+// and it got a 503 (helper-54's probe: four of six long requests). A
+// request any worker may take is not held up behind it.
+func TestOverloadNarrowedRequestWaitsForItsWorkers(t *testing.T) {
+	endpoint, bs := "127.0.0.1:9", uint32(4)
+	worker := func(id uint64) selection.WorkerRequest {
+		ep := fmt.Sprintf("%s%d", endpoint, id)
+		return selection.WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}
+	}
+	router := routerWith(t, func(c *selection.Config) { c.MaxReservationsPerRank = 1 }, worker(1), worker(2))
+	s, _ := (&OverloadConfig{}).settings()
+	h := &Handler{router: router, overload: s, queue: newOverloadQueue(s, router.PartitionBusy)}
+	onlyTwo := map[uint64]bool{2: true}
+	scope := lineScope{context: 65536}
+	request := func(allowed map[uint64]bool, scope lineScope) (*selection.Reservation, error, bool) {
+		req := &selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}},
+			Placement: selection.Placement{AllowedSet: allowed}}
+		r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+		res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, scope, "kv")
+		return res, err, answered
+	}
+	first, err, answered := request(onlyTwo, scope)
+	if err != nil || answered {
+		t.Fatalf("first long request: %v %v", err, answered)
+	}
+	type outcome struct {
+		res      *selection.Reservation
+		err      error
+		answered bool
+	}
+	second := make(chan outcome, 1)
+	go func() { res, err, answered := request(onlyTwo, scope); second <- outcome{res, err, answered} }()
+	for h.queue.depth((&selection.Partition{}).Key()) == 0 {
+		select {
+		case o := <-second:
+			t.Fatalf("the second long request did not wait for worker 2: %v (answered %v)", o.err, o.answered)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	short, err, answered := request(nil, lineScope{})
+	if err != nil || answered || short.Response().WorkerID != 1 {
+		t.Fatalf("a short request behind the waiting long one: %v (answered %v)", err, answered)
+	}
+	short.Release()
+	first.Release()
+	h.kickQueue(selection.Partition{})
+	o := <-second
+	if o.err != nil || o.answered || o.res == nil || o.res.Response().WorkerID != 2 {
+		t.Fatalf("the waiting long request: %v (answered %v)", o.err, o.answered)
+	}
+	o.res.Release()
+}
+
+// Scoped lines are bounded: past maxScopedLines, the empty ones go.
+func TestOverloadScopedLinesAreBounded(t *testing.T) {
+	s, _ := (&OverloadConfig{}).settings()
+	q := newOverloadQueue(s, func(selection.Partition, *selection.Placement) (bool, bool) { return false, true })
+	for i := range 3 * maxScopedLines {
+		q.wait(context.Background(), lineRequest{scope: lineScope{context: uint64(i + 1)}}, 1)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n := len(q.lines[(&selection.Partition{}).Key()]); n > maxScopedLines+1 || q.scoped > maxScopedLines {
+		t.Fatalf("%d lines (%d scoped) kept for one partition", n, q.scoped)
+	}
 }

@@ -65,14 +65,26 @@ func (h *Health) busyMarks() map[uint64]bool {
 }
 
 // PartitionBusy reports whether every rank of the partition that could
-// take a request (not down) is busy, and whether the partition exists. A
-// partition with no such rank, or none at all, is not busy: Reserve
-// answers for it (404 or 503). It stops at the first rank that is not
-// busy, so outside overload it reads one rank.
-func (r *Router) PartitionBusy(part Partition) (busy, exists bool) {
+// take a request placed as pl (not down; when pl is not nil, among its
+// AllowedSet and with its required taints, as Reserve filters) is busy,
+// and whether the partition exists. A request that may go only to some
+// workers (a long prompt to those whose context fits it, an adapter's to
+// those serving it) waits for them, however idle the others. A partition
+// with no such rank, or none at all, is not busy: Reserve answers for it
+// (404 or 503). It stops at the first rank that is not busy, so outside
+// overload it reads one rank.
+func (r *Router) PartitionBusy(part Partition, pl *Placement) (busy, exists bool) {
 	p := r.catalog.partition(part.Key())
 	if p == nil {
 		return false, false
+	}
+	var allowed map[uint64]bool
+	var required []string
+	if pl != nil {
+		allowed = pl.AllowedSet
+		if pl.RoutingConstraints != nil {
+			required = pl.RoutingConstraints.RequiredTaints
+		}
 	}
 	marks := r.health.busyMarks() // before p.mu: Health.mu is taken alone
 	cfg := r.cfg.get()
@@ -80,7 +92,7 @@ func (r *Router) PartitionBusy(part Partition) (busy, exists bool) {
 	defer p.mu.Unlock()
 	eligible := 0
 	for _, rs := range p.ranks {
-		if rs.down {
+		if rs.down || allowed != nil && !allowed[rs.rank.WorkerID] || !hasAll(rs.taints, required) {
 			continue
 		}
 		eligible++

@@ -13,7 +13,7 @@ func TestPartitionBusyPrefillThreshold(t *testing.T) {
 		addWorker(t, r, id, func(w *WorkerRequest) { w.MaxNumBatchedTokens = ptr(uint64(100)) })
 	}
 	part := Partition{}
-	busy := func() bool { b, _ := r.PartitionBusy(part); return b }
+	busy := func() bool { b, _ := r.PartitionBusy(part, nil); return b }
 	if busy() {
 		t.Fatal("an idle partition is busy")
 	}
@@ -37,6 +37,34 @@ func TestPartitionBusyPrefillThreshold(t *testing.T) {
 	}
 }
 
+// A request that may go only to some workers (an allowed set, required
+// taints) finds the partition busy when those are, however idle the
+// others: it waits for them rather than going on to a 503.
+func TestPartitionBusyAmongTheRequestsWorkers(t *testing.T) {
+	r := newTestRouter(t, nil)
+	addWorker(t, r, 1, nil)
+	addWorker(t, r, 2, func(w *WorkerRequest) { w.Taints = []string{"t"} })
+	part := Partition{}
+	r.Health().ReportBusy(2, time.Hour)
+	onlyTwo := &Placement{AllowedSet: map[uint64]bool{2: true}}
+	tainted := &Placement{RoutingConstraints: &RoutingConstraints{RequiredTaints: []string{"t"}}}
+	for _, tc := range []struct {
+		what string
+		pl   *Placement
+		want bool
+	}{
+		{"any worker", nil, false},
+		{"worker 2 only", onlyTwo, true},
+		{"the taint's workers", tainted, true},
+		{"no worker allowed", &Placement{AllowedSet: map[uint64]bool{9: true}}, false},
+		{"worker 1 only", &Placement{AllowedSet: map[uint64]bool{1: true}}, false},
+	} {
+		if busy, _ := r.PartitionBusy(part, tc.pl); busy != tc.want {
+			t.Errorf("%s: busy %v, want %v", tc.what, busy, tc.want)
+		}
+	}
+}
+
 // A worker's own busy mark counts until it runs out, and does not make
 // it a failing worker.
 func TestReportBusyMarksForItsDuration(t *testing.T) {
@@ -50,7 +78,7 @@ func TestReportBusyMarksForItsDuration(t *testing.T) {
 	defer r.Close()
 	addWorker(t, r, 1, nil)
 	busy := func(model string) bool {
-		b, exists := r.PartitionBusy(Partition{ModelName: model})
+		b, exists := r.PartitionBusy(Partition{ModelName: model}, nil)
 		if exists != (model == "") {
 			t.Fatalf("partition %q exists: %v", model, exists)
 		}
