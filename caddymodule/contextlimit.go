@@ -194,6 +194,14 @@ var contextFiltered = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Proxied requests whose prompt and max_tokens do not fit every worker's context (max_model_len), by model and outcome (narrowed: sent only to the workers whose context fits; over: no worker's fits, routed by load).",
 }, []string{"model", "outcome"})
 
+// differ reports whether part's workers (those serving adapter, when it
+// is not "") may take a request or refuse it for its length unlike each
+// other: their contexts differ, or some reported one and some did not.
+func (c *contextLimits) differ(part selection.PartitionKey, adapter string) bool {
+	pc := c.of(part, adapter)
+	return pc.shortest != 0 && (pc.longest == 0 || pc.shortest < pc.longest)
+}
+
 // contextFit is where a request may go among a partition's workers for
 // its context: allowed (nil: any), and the shortest context among them
 // (0 when any worker may take it; math.MaxUint64 when only workers that

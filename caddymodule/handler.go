@@ -465,7 +465,7 @@ func (h *Handler) refuse(w http.ResponseWriter, status int, err error) error {
 // to them). A request routed by load whose prompt is
 // token ids goes only to workers it fits too (idprompts.go).
 func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey, adapter string) (toks []uint32, fit contextFit) {
-	toks = h.tokens(r, oai, part)
+	toks, lengthOnly := h.tokens(r, oai, part, adapter)
 	if toks == nil {
 		if n, ok := oai.longestIDPrompt(r); ok {
 			_, fit = h.contexts.place(part, adapter, oai.contextNeed(r, n))
@@ -474,8 +474,11 @@ func (h *Handler) routingTokens(r *http.Request, oai *openAIRequest, part select
 	}
 	toks = oai.truncate(toks)
 	over, fit := h.contexts.place(part, adapter, oai.contextNeed(r, len(toks)))
-	if over {
+	switch {
+	case over:
 		return nil, contextFit{}
+	case lengthOnly:
+		return nil, fit
 	}
 	return toks, fit
 }
@@ -493,19 +496,37 @@ func onlyAdapter(req *selection.SelectRequest, adapter string) string {
 // /v1/completions, SGLang's /generate prompt (generate.go), or the
 // workers' /tokenize. Nil means none could be had, or that the engine
 // will read no cache for the request the index can see (cacheread.go,
-// sglangfields.go).
-func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) []uint32 {
+// sglangfields.go) and its length does not matter. lengthOnly says the
+// tokens are for the request's length alone: no cache the index can see
+// is read, so it is routed by load, but its model's workers have
+// different contexts, and it may go only to those it fits
+// (contextlimit.go).
+func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey, adapter string) (toks []uint32, lengthOnly bool) {
 	chat := isChat(r)
-	if oai.skipsPrefixCache(chat) || oai.keyedApart() || oai.embedsPrompt() {
-		// No worker's cache is read, or none the index can see (an
-		// SGLang extra_key, prompt embeddings): route by load.
-		return nil
+	if oai.embedsPrompt() {
+		return nil, false // prompt embeddings: no length the gateway can count
 	}
+	// No worker's cache is read, or none the index can see (an SGLang
+	// extra_key, a cap on what SGLang reads): route by load.
+	lengthOnly = oai.skipsPrefixCache(chat) || oai.keyedApart() || isGenerate(r) && oai.capsCacheRead()
+	if lengthOnly && !h.contexts.differ(part, adapter) {
+		// Every worker takes it or refuses it alike: no /tokenize call
+		// for a length that decides nothing.
+		return nil, false
+	}
+	toks = h.promptTokens(r, oai, part)
+	return toks, lengthOnly
+}
+
+// promptTokens are tokens' finding, from the body or a worker's
+// /tokenize.
+func (h *Handler) promptTokens(r *http.Request, oai *openAIRequest, part selection.PartitionKey) []uint32 {
+	chat := isChat(r)
 	switch {
 	case isGenerate(r):
 		text, ids, ok := oai.generatePrompt()
 		switch {
-		case !ok || oai.capsCacheRead():
+		case !ok:
 			return nil
 		case ids != nil:
 			return ids
@@ -532,9 +553,9 @@ func (h *Handler) tokens(r *http.Request, oai *openAIRequest, part selection.Par
 	var err error
 	switch {
 	case chat && len(oai.Messages) > 0:
-		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.CacheSalt, chatTokenizeBody(oai))
+		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.CacheSalt, chatTokenizeBody(oai), oai.cuts())
 	case oai.RawPrompt.IsString():
-		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.CacheSalt, completionTokenizeBody(oai))
+		toks, err = h.tokenizer.tokenize(r.Context(), part, oai.CacheSalt, completionTokenizeBody(oai), oai.cuts())
 	default:
 		return nil
 	}

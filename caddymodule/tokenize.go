@@ -45,13 +45,16 @@ const maxTokenizeTries = 3
 // request's own fault and would be the same anywhere. salt is the
 // request's cache_salt: answers are kept per salt, so that a tenant's
 // conversation is never answered faster for another tenant having sent
-// it (a timing oracle cache_salt exists to close).
-func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, salt string, body []byte) ([]uint32, error) {
+// it (a timing oracle cache_salt exists to close). cut says the request
+// cuts its prompt (truncate_prompt_tokens), which /tokenize does not: its
+// answer is read whole, whatever the workers' contexts, for the cut to be
+// made of it.
+func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, salt string, body []byte, cut bool) ([]uint32, error) {
 	key := tokenCacheKey(part.Model+"\x00"+part.Group+"\x00"+salt, body)
 	if toks := t.cache.get(key); toks != nil {
 		return toks, nil
 	}
-	toks, err := t.askWorkers(ctx, part, body)
+	toks, err := t.askWorkers(ctx, part, body, cut)
 	if err == nil {
 		t.cache.put(key, toks)
 	}
@@ -59,7 +62,7 @@ func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, s
 }
 
 // askWorkers asks up to maxTokenizeTries workers of part in turn.
-func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey, body []byte) ([]uint32, error) {
+func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey, body []byte, cut bool) ([]uint32, error) {
 	var endpoints []string
 	adapter := tokenizeAdapter(ctx)
 	// The longest context of the workers, 0 when one reported none: a
@@ -78,7 +81,7 @@ func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey,
 			}
 		}
 	}
-	if unknown {
+	if unknown || cut {
 		maxLen = 0
 	}
 	if len(endpoints) == 0 {

@@ -52,7 +52,7 @@ func BenchmarkTokenizeCache(b *testing.B) {
 			tk := newTokenizer(router, 10*time.Second, c.cache)
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				toks, err := tk.tokenize(context.Background(), part, "", chat)
+				toks, err := tk.tokenize(context.Background(), part, "", chat, false)
 				if err != nil || len(toks) != n {
 					b.Fatal(fmt.Sprint(len(toks), err))
 				}

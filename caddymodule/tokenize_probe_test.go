@@ -40,7 +40,8 @@ func tokensOf(t *testing.T, h *Handler, path, body string) []uint32 {
 	}
 	r := httptest.NewRequest(http.MethodPost, path, nil)
 	part := selection.Partition{ModelName: "m"}
-	return h.tokens(r, &o, part.Key())
+	toks, _ := h.tokens(r, &o, part.Key(), "")
+	return toks
 }
 
 // TestTokenizeCacheKeptPerSalt: two tenants' salted requests for the same

@@ -29,6 +29,12 @@ func (f *truncateFields) truncate(toks []uint32) []uint32 {
 	return toks[len(toks)-n:]
 }
 
+// cuts reports whether the request cuts its prompt to a count of tokens.
+func (f *truncateFields) cuts() bool {
+	k, ok := laxInt(f.TruncatePromptTokens)
+	return ok && k >= 1
+}
+
 // truncatedLength is how many tokens of a prompt of n the engine prefills.
 func (f *truncateFields) truncatedLength(n int) int {
 	k, ok := laxInt(f.TruncatePromptTokens)

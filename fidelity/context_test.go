@@ -100,10 +100,28 @@ func TestLongPromptsGoWhereTheirContextFits(t *testing.T) {
 			t.Fatalf("a 5,000-token prompt with prompt_logprobs, send %d: %d on worker %s, want 200 on worker 2 (%s)", i, a.status, served(a), a.body)
 		}
 	}
+	// The same for a text prompt, which a worker's /tokenize counts, only
+	// for its length: it went to either.
+	for i := range 3 {
+		a = g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": words("lp", 4500+i), "max_tokens": 2, "prompt_logprobs": 1})
+		if a.status != http.StatusOK || served(a) != "2" || a.usage.PromptTokens <= 4096 {
+			t.Fatalf("a %d-token text with prompt_logprobs, send %d: %d on worker %s, want 200 on worker 2 (%s)", a.usage.PromptTokens, i, a.status, served(a), a.body)
+		}
+	}
+	// A text past every context, cut by truncate_prompt_tokens to fit
+	// worker 2's: /tokenize does not cut, and its answer was cut off at
+	// the longest context, the request counted over and sent anywhere.
+	for i := range 2 {
+		a = g.post(t, "/v1/completions", map[string]any{"model": model, "prompt": words("cut", 70000+i), "max_tokens": 2, "truncate_prompt_tokens": 5000})
+		if a.status != http.StatusOK || served(a) != "2" || a.usage.PromptTokens != 5000 {
+			t.Fatalf("a text past every context cut to 5,000 tokens, send %d: %d on worker %s (%d tokens), want 200 on worker 2 (%s)", i, a.status, served(a), a.usage.PromptTokens, a.body)
+		}
+	}
 	// The operator sees the turns the filter narrowed: three at 5,000
 	// tokens, one with max_tokens 1000, one without max_tokens, three
-	// long texts, four with prompt_logprobs.
-	if want := `kvrouter_context_filtered_total{model="default",outcome="narrowed"} 12`; !strings.Contains(g.metrics(t), want) {
+	// long texts, four with prompt_logprobs and three texts with them,
+	// two cut texts.
+	if want := `kvrouter_context_filtered_total{model="default",outcome="narrowed"} 17`; !strings.Contains(g.metrics(t), want) {
 		t.Errorf("no %s in the metrics", want)
 	}
 }
