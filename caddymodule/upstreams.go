@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -25,9 +26,19 @@ type Upstreams struct {
 	cache  *dialCache
 }
 
-// dialCache is the workers' dial addresses as of a catalog version.
+// dialCache is the workers' dial addresses as of a version of what the
+// catalog serves (Catalog.EndpointsVersion): most catalog writes leave
+// them, and a list made again on each cost every request under churn.
+// Requests read the list without a lock; mu lets one of them make a new
+// one while the others wait for it.
 type dialCache struct {
 	mu      sync.Mutex
+	current atomic.Pointer[dialList]
+}
+
+// dialList is the dial addresses as of one version; never changed once
+// published.
+type dialList struct {
 	version uint64
 	dials   []string
 }
@@ -47,35 +58,44 @@ func (u *Upstreams) Provision(ctx caddy.Context) error {
 		return err
 	}
 	u.router = app.Router()
-	u.cache = &dialCache{version: ^uint64(0)}
+	u.cache = new(dialCache)
 	return nil
 }
 
 // GetUpstreams returns fresh upstreams for the catalog's schedulable
-// workers, from a list rebuilt only when the catalog changes.
+// workers, from a list made again only when they change.
 func (u *Upstreams) GetUpstreams(*http.Request) ([]*reverseproxy.Upstream, error) {
-	c := u.cache
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v := u.router.Catalog().Version(); v != c.version {
-		seen := map[string]bool{}
-		c.dials = c.dials[:0]
-		for _, w := range u.router.Catalog().ListWorkers("", "") {
-			if !w.Schedulable() || w.Endpoint == nil {
-				continue
-			}
-			if d := selection.HostPort(*w.Endpoint); !seen[d] {
-				seen[d] = true
-				c.dials = append(c.dials, d)
-			}
-		}
-		c.version = v
-	}
-	out := make([]*reverseproxy.Upstream, len(c.dials))
-	for i, d := range c.dials {
+	dials := u.cache.dials(u.router.Catalog())
+	out := make([]*reverseproxy.Upstream, len(dials))
+	for i, d := range dials {
 		out[i] = &reverseproxy.Upstream{Dial: d}
 	}
 	return out, nil
+}
+
+// dials is the list as of c's current version, made when it is older.
+func (d *dialCache) dials(c *selection.Catalog) []string {
+	// The version is read before the endpoints: a list made of endpoints
+	// newer than its version is made again, never the reverse.
+	v := c.EndpointsVersion()
+	if l := d.current.Load(); l != nil && l.version == v {
+		return l.dials
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l := d.current.Load(); l != nil && l.version == v {
+		return l.dials // made while this request waited
+	}
+	seen := map[string]bool{}
+	var dials []string
+	for _, ep := range c.SchedulableEndpoints(nil) {
+		if d := selection.HostPort(ep); !seen[d] {
+			seen[d] = true
+			dials = append(dials, d)
+		}
+	}
+	d.current.Store(&dialList{version: v, dials: dials})
+	return dials
 }
 
 // UnmarshalCaddyfile sets up the source from Caddyfile tokens. Syntax:

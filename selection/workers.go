@@ -28,6 +28,8 @@ type Catalog struct {
 	// modelVersions holds, for each model some worker names, the version
 	// of the last change to one of its workers (ModelVersion).
 	modelVersions sync.Map // model name → uint64
+	// endpoints versions what is served (endpointset.go).
+	endpoints endpointSet
 
 	mu      sync.RWMutex
 	workers map[uint64]*WorkerRecord
@@ -422,6 +424,7 @@ func (c *Catalog) ModelVersion(model string) uint64 {
 // as new as the version.
 func (c *Catalog) notify(old, cur *WorkerRecord) {
 	v := c.version.Add(1)
+	c.endpoints.note(old, cur)
 	for _, rec := range [2]*WorkerRecord{old, cur} {
 		if rec == nil {
 			continue
