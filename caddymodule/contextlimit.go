@@ -68,6 +68,12 @@ type partContexts struct {
 	// unreported are the workers that reported no context, with tiers.
 	unreported map[uint64]bool
 	workers    []workerContext
+	// tokenizers are the schedulable workers' endpoints, which /tokenize
+	// asks in turn, and tokenizeLimit the longest of their contexts (0
+	// when one reported none): a prompt of more tokens fits none of them
+	// (tokenize.go).
+	tokenizers    []string
+	tokenizeLimit uint64
 }
 
 type contextTier struct {
@@ -113,7 +119,7 @@ func (c *contextLimits) of(part selection.PartitionKey, adapter string) partCont
 	}
 	var workers []selection.WorkerRecord
 	for _, w := range c.catalog.ListWorkers(part.Model, part.Group) {
-		if adapter == "" || w.ServesAdapter(adapter) {
+		if servesAdapter(&w, adapter) {
 			workers = append(workers, w)
 		}
 	}
@@ -155,6 +161,7 @@ func contextsOf(workers []selection.WorkerRecord) partContexts {
 	if unbounded {
 		pc.longest = 0
 	}
+	pc.tokenizers, pc.tokenizeLimit = tokenizersOf(workers)
 	if len(distinct) <= maxContextTiers {
 		slices.Sort(distinct)
 		for _, l := range distinct {
@@ -163,6 +170,28 @@ func contextsOf(workers []selection.WorkerRecord) partContexts {
 		pc.unreported = pc.fitting(math.MaxUint64)
 	}
 	return pc
+}
+
+// tokenizersOf are the endpoints of the schedulable workers, and the
+// longest of their contexts, 0 when one of them reported none.
+func tokenizersOf(workers []selection.WorkerRecord) (endpoints []string, limit uint64) {
+	unknown := false
+	for i := range workers {
+		w := &workers[i]
+		if !w.Schedulable() || w.Endpoint == nil {
+			continue
+		}
+		endpoints = append(endpoints, *w.Endpoint)
+		if l := contextOf(w); l > 0 {
+			limit = max(limit, l)
+		} else {
+			unknown = true
+		}
+	}
+	if unknown {
+		limit = 0
+	}
+	return endpoints, limit
 }
 
 // contextOf is w's context, 0 when it reported none.

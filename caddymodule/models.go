@@ -95,8 +95,9 @@ func tokenizeAdapter(ctx context.Context) string {
 	return a
 }
 
-// canTokenize reports whether w can tokenize for adapter ("": the base
-// model, which every worker of the partition serves).
-func canTokenize(w *selection.WorkerRecord, adapter string) bool {
+// servesAdapter reports whether w can take, and tokenize, a request for
+// adapter ("": the base model, which every worker of the partition
+// serves).
+func servesAdapter(w *selection.WorkerRecord, adapter string) bool {
 	return adapter == "" || w.ServesAdapter(adapter)
 }

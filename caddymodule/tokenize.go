@@ -19,15 +19,15 @@ import (
 // model shares its tokenizer, so any schedulable one will do; they take
 // turns.
 type tokenizer struct {
-	router  *selection.Router
-	timeout time.Duration // for all of one request's tries
+	workers *contextLimits // the workers to ask, made once a version of the model's
+	timeout time.Duration  // for all of one request's tries
 	client  *http.Client
 	next    atomic.Uint64
 	cache   *tokenCache // nil when off
 }
 
 func newTokenizer(r *selection.Router, timeout time.Duration, cacheTokens int) *tokenizer {
-	return &tokenizer{router: r, timeout: timeout, client: &http.Client{}, cache: newTokenCache(cacheTokens)}
+	return &tokenizer{workers: newContextLimits(r.Catalog()), timeout: timeout, client: &http.Client{}, cache: newTokenCache(cacheTokens)}
 }
 
 // tokenizeResponse is the part of vLLM's /tokenize answer we read.
@@ -63,25 +63,14 @@ func (t *tokenizer) tokenize(ctx context.Context, part selection.PartitionKey, s
 
 // askWorkers asks up to maxTokenizeTries workers of part in turn.
 func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey, body []byte, cut bool) ([]uint32, error) {
-	var endpoints []string
-	adapter := tokenizeAdapter(ctx)
-	// The longest context of the workers, 0 when one reported none: a
-	// prompt longer than a shorter worker's context still fits a longer
-	// one, or one whose context is unknown, which the context filter then
-	// sends it to (contextlimit.go).
-	var maxLen uint64
-	unknown := false
-	for _, w := range t.router.Catalog().ListWorkers(part.Model, part.Group) {
-		if w.Schedulable() && w.Endpoint != nil && canTokenize(&w, adapter) {
-			endpoints = append(endpoints, *w.Endpoint)
-			if l := w.MaxModelLen; l != nil {
-				maxLen = max(maxLen, *l)
-			} else {
-				unknown = true
-			}
-		}
-	}
-	if unknown || cut {
+	// The workers serving the request's adapter, when it has one: only
+	// they can tokenize for it. The longest of their contexts bounds the
+	// answer (0: none): a prompt longer than a shorter worker's context
+	// still fits a longer one, or one whose context is unknown, which the
+	// context filter then sends it to (contextlimit.go).
+	pc := t.workers.of(part, tokenizeAdapter(ctx))
+	endpoints, maxLen := pc.tokenizers, pc.tokenizeLimit
+	if cut {
 		maxLen = 0
 	}
 	if len(endpoints) == 0 {

@@ -199,3 +199,22 @@ func TestHealthProbeIsMarked(t *testing.T) {
 		t.Fatalf("the probe carried %s %q, want this process's id", viaHeader, v)
 	}
 }
+
+// BenchmarkTokenizeWorkers: the workers a /tokenize call may ask, at
+// 1,024 workers of the model, as a request whose answer is not cached
+// finds them.
+func BenchmarkTokenizeWorkers(b *testing.B) {
+	var workers []selection.WorkerRequest
+	for id := uint64(1); id <= 1024; id++ {
+		workers = append(workers, contextWorker(id, 4096<<(id%2)))
+	}
+	router := routerWith(b, nil, workers...)
+	tk := newTokenizer(router, time.Second, 0)
+	part := selection.PartitionKey{Model: "m"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if pc := tk.workers.of(part, ""); len(pc.tokenizers) != 1024 || pc.tokenizeLimit != 8192 {
+			b.Fatal(len(pc.tokenizers), pc.tokenizeLimit)
+		}
+	}
+}
