@@ -54,6 +54,9 @@ type workerHealth struct {
 	// by this router's sweep; a replica announcing afresh re-tells only
 	// its own decisions (TakenOutHere).
 	byPeer bool
+	// suspect: another replica said it is down; the next sweep's probe
+	// says whether it is taken out here (ObservedByPeer).
+	suspect bool
 }
 
 // Health tracks the failures callers report (ReportStatus) and takes
@@ -199,8 +202,10 @@ func (h *Health) sweep() {
 		case w.down:
 			probe[id] = w
 		case !w.failingSince.IsZero() && now.Sub(w.failingSince) >= grace:
-			w.down = true
+			w.down, w.suspect = true, false
 			takeOut = append(takeOut, id)
+		case w.suspect:
+			probe[id] = w // a peer said it is down: see for ourselves
 		}
 	}
 	h.mu.Unlock()
@@ -228,7 +233,8 @@ func (h *Health) sweep() {
 		go func(id uint64, w *workerHealth, endpoint string) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if !probeHealthy(endpoint, probeTimeout(grace), h.probeHeader) {
+			healthy := probeHealthy(endpoint, probeTimeout(grace), h.probeHeader)
+			if h.settleSuspect(id, w, healthy) || !healthy {
 				return
 			}
 			h.mu.Lock()

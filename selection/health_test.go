@@ -278,3 +278,45 @@ func TestHealthProbeCarriesHeader(t *testing.T) {
 		t.Fatalf("the probe carried X-Kvrouter-Via %q, want [gw-1]", v)
 	}
 }
+
+// TestPeersWordIsCheckedByProbe: another replica's word that a worker is
+// down takes it out here only once this router's own probe fails: a
+// worker that answers /health stays in, its index entries kept (one
+// message took every worker out on every replica until the next probe
+// brought it back). A failing one is taken out at the next sweep, on the
+// peer's word (not told again), and comes back with its probe.
+func TestPeersWordIsCheckedByProbe(t *testing.T) {
+	var healthy atomic.Bool
+	healthy.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	r := newTestRouter(t, func(c *Config) { c.WorkerDownAfter = time.Hour }) // swept by hand
+	addWorker(t, r, 1, func(w *WorkerRequest) { w.Endpoint = ptr(srv.URL) })
+	h := r.Health()
+	h.ObservedByPeer(1, true)
+	if h.WorkerDown(1) {
+		t.Fatal("taken out on a peer's word, before any probe")
+	}
+	r.Sweep()
+	if h.WorkerDown(1) || len(h.TakenOut()) != 0 {
+		t.Fatal("a worker whose /health answers was taken out on a peer's word")
+	}
+	healthy.Store(false)
+	h.ObservedByPeer(1, true)
+	r.Sweep()
+	if !h.WorkerDown(1) {
+		t.Fatal("a worker a peer said is down, whose /health fails, is still in")
+	}
+	if len(h.TakenOutHere()) != 0 {
+		t.Fatal("a worker taken out on a peer's word is counted as this router's own decision")
+	}
+	healthy.Store(true)
+	r.Sweep()
+	if h.WorkerDown(1) {
+		t.Fatal("a worker whose /health answers again is still out")
+	}
+}

@@ -35,10 +35,16 @@ func (h *Health) shared(id uint64, down bool) {
 }
 
 // ObservedByPeer applies another replica's observation of a worker in
-// the catalog: down takes it out here too (this router's own probe brings
-// it back once it answers, as for one it took out itself); up brings back
-// a worker that is down here. With the health sweep off (WorkerDownAfter
-// 0) nothing would probe a worker back, so observations are ignored.
+// the catalog. Down makes it a suspect, which this router's next sweep
+// probes: a worker whose /health fails is taken out here too (and
+// brought back by the same probe once it answers, as one taken out here);
+// one that answers stays. A peer's word alone took it out, and its index
+// entries with it: one message (a replica cut off from the workers while
+// they serve the others, or anyone who can publish on the cluster's
+// subjects) took every worker out on every replica until its probe ran.
+// Up brings back a worker that is down here. With the health sweep off
+// (WorkerDownAfter 0) nothing would probe a worker, so observations are
+// ignored.
 func (h *Health) ObservedByPeer(id uint64, down bool) {
 	if h.cfg.get().WorkerDownAfter <= 0 {
 		return
@@ -57,7 +63,9 @@ func (h *Health) ObservedByPeer(id uint64, down bool) {
 			w = &workerHealth{}
 			h.workers[id] = w
 		}
-		w.down, w.byPeer = true, true
+		w.suspect = true
+		h.mu.Unlock()
+		return // the sweep's probe decides
 	case !down && w != nil && w.down:
 		delete(h.workers, id)
 	default:
@@ -66,6 +74,30 @@ func (h *Health) ObservedByPeer(id uint64, down bool) {
 	}
 	h.mu.Unlock()
 	h.setDown(id, down, true)
+}
+
+// settleSuspect applies a sweep's probe of w, when w is a suspect still
+// (a peer said it is down, and it is not down here): taken out on the
+// peer's word when the probe failed, cleared when it answered. It reports
+// whether w was a suspect.
+func (h *Health) settleSuspect(id uint64, w *workerHealth, healthy bool) bool {
+	h.mu.Lock()
+	if h.workers[id] != w || !w.suspect || w.down {
+		h.mu.Unlock()
+		return false
+	}
+	w.suspect = false
+	if healthy {
+		if w.failingSince.IsZero() {
+			delete(h.workers, id)
+		}
+		h.mu.Unlock()
+		return true
+	}
+	w.down, w.byPeer = true, true
+	h.mu.Unlock()
+	h.setDown(id, true, true)
+	return true
 }
 
 // TakenOutHere lists the workers this router took out itself and holds
