@@ -284,12 +284,12 @@ func (c *catalogSync) apply(e jetstream.KeyValueEntry) {
 		r.ctr.drop("catalog_malformed")
 		return
 	}
-	env := envelope{Origin: v.Origin, Fingerprint: v.Fingerprint, Version: v.Version}
-	if reason := r.refusal(&env); reason != "" && reason != "own_name" {
-		r.ctr.refuse(reason)
-		r.logRefusal(v.Origin, reason, &env)
-		return
-	}
+	// Whatever its writer's settings and build: an entry is a worker's
+	// registration as the selection API takes it, which the catalog checks
+	// itself (catalog_rejected). Refused for another fingerprint, an entry
+	// outlived the settings it was written under: once every replica's
+	// settings (or build) changed, each kept only the entries it wrote
+	// itself, for good.
 	if v.Deleted {
 		c.remove(id)
 		return

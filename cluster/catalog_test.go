@@ -213,10 +213,12 @@ func bucketWriter(t *testing.T, url string) func(key, value string) {
 	}
 }
 
-// TestCatalogRefusesOtherSettings: a bucket entry from a replica with
-// another settings fingerprint is refused and counted, so is one whose key
-// is not its worker's id; a write over the value bound is not put.
-func TestCatalogRefusesOtherSettings(t *testing.T) {
+// TestCatalogEntriesWhateverTheirWritersSettings: a bucket entry from a
+// replica with another settings fingerprint or build is applied (it was
+// refused, and a fleet whose settings all changed kept, on each replica,
+// only the entries that replica wrote); one whose key is not its worker's
+// id is dropped and counted; a write over the value bound is not put.
+func TestCatalogEntriesWhateverTheirWritersSettings(t *testing.T) {
 	s := natsServer(t, 0)
 	b := testRouter(t)
 	rb := startReplica(t, b, s.ClientURL(), "b", func(c *Config) { c.MaxCatalogValueBytes = 1024 })
@@ -229,16 +231,19 @@ func TestCatalogRefusesOtherSettings(t *testing.T) {
 	taints := strings.Repeat(`"`+strings.Repeat("t", 60)+`",`, 20)
 	call(t, http.MethodPost, apiServer(t, b)+"/workers", `{"worker_id":53,"endpoint":"127.0.0.1:53","block_size":16,"taints":[`+taints+`"x"]}`)
 	put("54", `{"origin":"x","fingerprint":42,"version":"test","worker":{"worker_id":54,"endpoint":"127.0.0.1:54","block_size":16}}`)
-	waitFor(t, 3*time.Second, "B applies the good entry", func() bool { return endpointOn(b, 54) != "" })
+	put("55", `{"origin":"y","fingerprint":42,"version":"older","worker":{"worker_id":55,"endpoint":"127.0.0.1:55","block_size":16}}`)
+	waitFor(t, 3*time.Second, "B applies the good entries", func() bool {
+		return endpointOn(b, 50) != "" && endpointOn(b, 54) != "" && endpointOn(b, 55) != ""
+	})
 	st := rb.Stats()
-	if st.Refused["fingerprint"] != 1 || st.Dropped["catalog_malformed"] != 1 || st.Dropped["catalog_oversize"] != 1 {
+	if st.Refused["fingerprint"]+st.Refused["version"] != 0 || st.Dropped["catalog_malformed"] != 1 || st.Dropped["catalog_oversize"] != 1 {
 		t.Fatalf("refused %v dropped %v", st.Refused, st.Dropped)
 	}
 	if st.CatalogPublished != 0 {
 		t.Fatal("an over-bound write was put")
 	}
 	_, _ = b.Catalog().DeleteWorker(53) // the local write stands locally
-	for _, id := range []uint64{50, 51, 52, 53} {
+	for _, id := range []uint64{51, 52, 53} {
 		if _, ok := b.Catalog().Worker(id); ok {
 			t.Fatalf("worker %d applied", id)
 		}
