@@ -161,7 +161,8 @@ func (r *Replica) send(events []event) {
 		r.ctr.drop("disconnected")
 		return
 	}
-	env := envelope{Origin: r.cfg.Name, Fingerprint: r.cfg.Fingerprint, Version: r.cfg.Version, Epoch: r.epoch, Events: events}
+	env := envelope{Origin: r.cfg.Name, Fingerprint: r.cfg.Fingerprint, Version: r.cfg.Version, Epoch: r.epoch,
+		LeaseMs: uint64(r.cfg.Lease / time.Millisecond), Events: events}
 	data, err := encode(&env)
 	if err != nil {
 		r.ctr.drop("malformed")

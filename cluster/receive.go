@@ -75,7 +75,7 @@ func (r *Replica) receive(msg *nats.Msg) {
 		r.router.Remote().DropOrigin(origin)
 		p.epoch = env.Epoch
 	}
-	p.lastSeen = time.Now()
+	p.lastSeen, p.lease = time.Now(), r.leaseOf(&env)
 	if compared {
 		p.digestDiff = diff
 	}
@@ -95,6 +95,16 @@ func (r *Replica) refusal(env *envelope) string {
 		return "version"
 	}
 	return ""
+}
+
+// leaseOf is how long env's sender keeps its bookings here after its last
+// message: the lease it says it runs (at most maxPeerLease), or this
+// replica's own when it says none.
+func (r *Replica) leaseOf(env *envelope) time.Duration {
+	if env.LeaseMs == 0 {
+		return r.cfg.Lease
+	}
+	return time.Duration(min(env.LeaseMs, uint64(maxPeerLease/time.Millisecond))) * time.Millisecond
 }
 
 // logRefusal logs the first refusal of each origin (bounded: a hostile

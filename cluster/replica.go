@@ -58,13 +58,17 @@ type Replica struct {
 type peer struct {
 	epoch    uint64
 	lastSeen time.Time
+	lease    time.Duration // its own, as its last message said (leaseOf)
 	// digestDiff is how far its index was from ours at its last digest.
 	digestDiff uint64
 }
 
 // Bounds on what peers control that the config does not name.
 const (
-	maxPeers          = 256 // replicas followed at once
+	maxPeers = 256 // replicas followed at once
+	// maxPeerLease bounds the lease a peer's messages may claim: a silent
+	// peer's bookings go after it at the latest.
+	maxPeerLease      = 10 * time.Minute
 	maxEventsPerEnv   = 4096
 	maxIDBytes        = 128
 	maxSessionBytes   = 256
@@ -294,13 +298,13 @@ func (r *Replica) expire(now time.Time) time.Time {
 	defer r.mu.Unlock()
 	next := now.Add(r.cfg.Lease)
 	for origin, p := range r.peers {
-		end := p.lastSeen.Add(r.cfg.Lease)
+		end := p.lastSeen.Add(p.lease)
 		if !now.Before(end) {
 			n := r.router.Remote().DropOrigin(origin)
 			delete(r.peers, origin)
 			r.ctr.leaseExpiries.Add(1)
 			r.log.Warn("replica silent past its lease: its bookings are dropped",
-				zap.String("replica", origin), zap.Int("bookings", n), zap.Duration("lease", r.cfg.Lease))
+				zap.String("replica", origin), zap.Int("bookings", n), zap.Duration("lease", p.lease))
 			continue
 		}
 		if end.Before(next) {

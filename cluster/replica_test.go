@@ -124,6 +124,32 @@ func TestSilentReplicaLeaseExpires(t *testing.T) {
 	}
 }
 
+// TestPeersOwnLeaseIsKept: replicas may run other heartbeats and
+// leases; each keeps a peer's bookings for the lease the peer says it
+// runs. A receiver's own, shorter than the sender's heartbeat, dropped
+// the sender between its heartbeats, again and again (3 expiries in 12 s
+// with 1 s against 4 s).
+func TestPeersOwnLeaseIsKept(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	ra := startReplica(t, a, s.ClientURL(), "a", nil) // heartbeat 50ms, lease 300ms
+	slow := func(c *Config) { c.Heartbeat, c.Lease = 400*time.Millisecond, 1200*time.Millisecond }
+	rb := startReplica(t, b, s.ClientURL(), "b", slow)
+	reserve(t, b, "b1", 1, []uint64{1, 2}, 40)
+	waitFor(t, 3*time.Second, "A sees B's booking", func() bool { return a.Remote().Count("b") == 1 })
+	for range 15 { // 1.5 s: three of B's heartbeats, each past A's lease
+		if a.Remote().Count("b") != 1 {
+			t.Fatalf("A dropped B's booking between B's heartbeats (%d expiries)", ra.Stats().LeaseExpiries)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := ra.Stats().LeaseExpiries; got != 0 {
+		t.Fatalf("A let B's lease run out %d times", got)
+	}
+	rb.Close()
+	waitFor(t, 3*time.Second, "A drops B once B is silent past B's lease", func() bool { return a.Remote().Count("b") == 0 })
+}
+
 // TestOutageAndResync: with NATS gone both replicas route alone; when it is
 // back they converge on each other's live bookings, including what changed
 // while it was away.

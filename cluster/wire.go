@@ -23,11 +23,16 @@ const (
 )
 
 type envelope struct {
-	Origin      string  `msgpack:"o"`
-	Fingerprint uint64  `msgpack:"f"`
-	Version     string  `msgpack:"v"`
-	Epoch       uint64  `msgpack:"e"`
-	Events      []event `msgpack:"x"`
+	Origin      string `msgpack:"o"`
+	Fingerprint uint64 `msgpack:"f"`
+	Version     string `msgpack:"v"`
+	Epoch       uint64 `msgpack:"e"`
+	// LeaseMs is the sender's lease, in milliseconds: how long the others
+	// keep its bookings after its last message. Replicas may run other
+	// heartbeats and leases, and one whose heartbeat outran a receiver's
+	// lease was dropped between its heartbeats, again and again.
+	LeaseMs uint64  `msgpack:"l,omitempty"`
+	Events  []event `msgpack:"x"`
 }
 
 // event is one step of a booking's life, a heartbeat, a hello, a
