@@ -28,7 +28,17 @@ type RemoteBookings struct {
 	// hashes are kept here, and a count of bookings alone let one origin
 	// hold 65,536 of 4,096 blocks each (2 GiB).
 	maxBlocks int
+	// bookings and allBlocks are the table's totals, all origins together,
+	// which maxOriginsInFull bounds.
+	bookings, allBlocks int
 }
+
+// maxOriginsInFull bounds the table as a whole: at most this many
+// origins' worth of bookings and blocks at their per-origin bounds. Each
+// origin's bound alone let 256 origins (maxPeers) hold 256 times one's
+// (some 9.7 GB at the defaults); a fleet's live bookings are far under
+// one origin's bound each.
+const maxOriginsInFull = 8
 
 // SetMaxBlocksPerOrigin bounds the prompt blocks one origin's bookings may
 // hold here (0: no bound); a booking past it is RemoteOverBound.
@@ -71,7 +81,8 @@ func (m *RemoteBookings) Reserve(origin string, rec *BookingRecord, maxPerOrigin
 	if _, ok := mine[rec.ID]; ok {
 		return RemoteDuplicate
 	}
-	if maxPerOrigin > 0 && len(mine) >= maxPerOrigin || m.maxBlocks > 0 && m.blocks[origin]+len(rec.Hashes) > m.maxBlocks {
+	if maxPerOrigin > 0 && (len(mine) >= maxPerOrigin || m.bookings >= maxOriginsInFull*maxPerOrigin) ||
+		m.maxBlocks > 0 && (m.blocks[origin]+len(rec.Hashes) > m.maxBlocks || m.allBlocks+len(rec.Hashes) > maxOriginsInFull*m.maxBlocks) {
 		return RemoteOverBound
 	}
 	p := m.catalog.partition(rec.Partition.withDefaults())
@@ -104,6 +115,7 @@ func (m *RemoteBookings) Reserve(origin string, rec *BookingRecord, maxPerOrigin
 	}
 	mine[rec.ID] = b
 	m.blocks[origin] += len(b.hashes)
+	m.bookings, m.allBlocks = m.bookings+1, m.allBlocks+len(b.hashes)
 	return RemoteApplied
 }
 
@@ -192,11 +204,7 @@ func (m *RemoteBookings) Count(origin string) int {
 func (m *RemoteBookings) Total() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := 0
-	for _, mine := range m.origins {
-		n += len(mine)
-	}
-	return n
+	return m.bookings
 }
 
 // forgetWorker releases the remote bookings on a worker whose endpoint now
@@ -222,6 +230,7 @@ func (m *RemoteBookings) releaseLocked(origin string, b *booking) {
 	if m.blocks[origin] -= len(b.hashes); m.blocks[origin] <= 0 {
 		delete(m.blocks, origin)
 	}
+	m.bookings, m.allBlocks = m.bookings-1, m.allBlocks-len(b.hashes)
 	p := b.part
 	p.mu.Lock()
 	p.load.free(b, m.cfg.get().TrackActiveBlocks)

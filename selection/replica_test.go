@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -103,6 +104,51 @@ func TestReplicaRemoteBoundsAndDrop(t *testing.T) {
 	}
 	if got := loadOf(b, 1, 0); got != (PotentialLoad{WorkerID: 1}) {
 		t.Fatalf("after the drop: %+v", got)
+	}
+}
+
+// TestReplicaRemoteTotalsAreBounded: many origins, each within its own
+// bounds, hold at most maxOriginsInFull origins' worth in all (256 origins
+// at their bounds were 256 times one's: some 9.7 GB at the defaults), in
+// bookings and in blocks; what is freed makes room again.
+func TestReplicaRemoteTotalsAreBounded(t *testing.T) {
+	b := newTestRouter(t, nil)
+	addWorker(t, b, 1, nil)
+	rm := b.Remote()
+	rec := func(id string, blocks int) *BookingRecord {
+		return &BookingRecord{ID: id, Rank: Rank{WorkerID: 1}, Hashes: make([]uint64, blocks), PrefillTokens: 5}
+	}
+	const perOrigin = 2
+	for o := range maxOriginsInFull + 1 {
+		for i := range perOrigin {
+			want := RemoteApplied
+			if o == maxOriginsInFull {
+				want = RemoteOverBound
+			}
+			if got := rm.Reserve(fmt.Sprint("o", o), rec(fmt.Sprint(i), 1), perOrigin); got != want {
+				t.Fatalf("origin %d, booking %d: %v, want %v", o, i, got, want)
+			}
+		}
+	}
+	if n := rm.Total(); n != maxOriginsInFull*perOrigin {
+		t.Fatalf("%d bookings held, want %d", n, maxOriginsInFull*perOrigin)
+	}
+	rm.Free("o0", "0")
+	if got := rm.Reserve("late", rec("0", 1), perOrigin); got != RemoteApplied {
+		t.Fatalf("after a free: %v, want applied", got)
+	}
+	rm.DropAll()
+	rm.SetMaxBlocksPerOrigin(10)
+	for o := range maxOriginsInFull {
+		if got := rm.Reserve(fmt.Sprint("o", o), rec("big", 10), 0); got != RemoteApplied {
+			t.Fatalf("origin %d's 10 blocks: %v", o, got)
+		}
+	}
+	if got := rm.Reserve("one more", rec("big", 1), 0); got != RemoteOverBound {
+		t.Fatalf("a block past %d origins' worth: %v, want over bound", maxOriginsInFull, got)
+	}
+	if n := rm.DropAll(); n != maxOriginsInFull || rm.Total() != 0 {
+		t.Fatalf("dropped %d, %d left", n, rm.Total())
 	}
 }
 
