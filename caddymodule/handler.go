@@ -537,6 +537,9 @@ func (h *Handler) promptTokens(r *http.Request, oai *openAIRequest, part selecti
 	case !chat && oai.promptTokens != nil:
 		return oai.promptTokens
 	case !chat && oai.RawPrompt.IsArray():
+		if ids, ok := laxIDList(oai.RawPrompt); ok {
+			return ids // token ids pydantic reads from floats, strings or booleans
+		}
 		text, ids, ok := promptOfOne(oai.RawPrompt)
 		switch {
 		case !ok:

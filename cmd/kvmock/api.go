@@ -238,6 +238,9 @@ func decodePrompt(raw []byte) (string, []uint32, error) {
 		if err := json.Unmarshal(raw, &batch); err != nil {
 			return "", nil, badRequest("prompt must be a string, an array of token ids, or a batch of one: %v", err)
 		}
+		if ids, isIDs, err := laxTokenIDs(batch); isIDs {
+			return "", ids, err
+		}
 		if len(batch) != 1 {
 			return "", nil, badRequest("batched prompts are not supported (got %d)", len(batch))
 		}

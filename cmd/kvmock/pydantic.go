@@ -95,3 +95,36 @@ func withoutDigitSeparators(s string) string {
 	}
 	return strings.Join(groups, "")
 }
+
+// laxTokenIDs reads a prompt list that is not a list of JSON integers as
+// pydantic reads vLLM's prompt union (list[int], list[list[int]], str,
+// list[str]) in its smart mode: strings alone match list[str] strictly (a
+// batch of texts: isIDs false); a list of scalars otherwise can only be
+// list[int] in lax mode, each element a pyInt (7.0, "8", true), and one
+// that is not makes the request a 400. A list holding a list or an object
+// is not for this reading (isIDs false).
+func laxTokenIDs(items []json.RawMessage) (ids []uint32, isIDs bool, err error) {
+	texts := 0
+	for _, it := range items {
+		switch t := strings.TrimSpace(string(it)); {
+		case t == "" || t[0] == '[' || t[0] == '{':
+			return nil, false, nil
+		case t[0] == '"':
+			texts++
+		}
+	}
+	if len(items) == 0 || texts == len(items) {
+		return nil, false, nil
+	}
+	for i, it := range items {
+		var n pyInt
+		if err := json.Unmarshal(it, &n); err != nil {
+			return nil, true, badRequest("prompt[%d]: %v", i, err)
+		}
+		if n < 0 || n > math.MaxUint32 {
+			return nil, true, badRequest("prompt[%d]: token id %d out of range", i, n)
+		}
+		ids = append(ids, uint32(n))
+	}
+	return ids, true, nil
+}

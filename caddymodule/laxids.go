@@ -1,0 +1,112 @@
+package caddymodule
+
+import (
+	"bytes"
+	"math"
+	"strconv"
+	"unsafe"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// laxIDList reads a /v1/completions prompt, a flat JSON array that the
+// token decoder did not take (it takes JSON integers only), as vLLM's
+// pydantic reads it. The prompt is a union of list[int], list[list[int]],
+// str and list[str], read in pydantic's smart mode: a list of strings only
+// is a batch of text prompts (list[str], strictly); any other list of
+// scalars is list[int] in lax mode, each element read as laxInt reads an
+// int (7.0, 1e3, "8", true). ok is false when the list is not such a
+// prompt of token ids (an element that is not an integer, or one out of a
+// token id's range, which the engine refuses), or holds a list or an
+// object. A client writing floats (a numpy array's tolist()) had its
+// prompt routed by load.
+func laxIDList(raw selection.RawJSON) (ids []uint32, ok bool) {
+	b := bytes.TrimSpace(raw)
+	if len(b) < 2 || b[0] != '[' {
+		return nil, false
+	}
+	allText := true
+	for i := skipSpace(b, 1); i < len(b) && b[i] != ']'; {
+		end := scalarEnd(b, i)
+		if end < 0 {
+			return nil, false // a list or an object
+		}
+		item := b[i:end]
+		allText = allText && item[0] == '"'
+		id, ok := laxID(item)
+		if !ok {
+			return nil, false
+		}
+		ids = append(ids, id)
+		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	if len(ids) == 0 || allText {
+		return nil, false
+	}
+	return ids, true
+}
+
+// scalarEnd is the index just past the scalar value that starts at b[i]
+// (a string, a number, true, false or null), or -1 when a list or an
+// object starts there. b is valid JSON.
+func scalarEnd(b []byte, i int) int {
+	switch b[i] {
+	case '[', '{':
+		return -1
+	case '"':
+		for i++; i < len(b) && b[i] != '"'; i++ {
+			if b[i] == '\\' {
+				i++ // the escaped byte
+			}
+		}
+		return i + 1
+	}
+	for i < len(b) && b[i] != ',' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\n' && b[i] != '\r' {
+		i++
+	}
+	return i
+}
+
+// laxID is item, one scalar, as a token id: laxInt's reading, in
+// uint32's range. A number is parsed in place: a list of millions costs
+// no allocation per element.
+func laxID(item []byte) (uint32, bool) {
+	if c := item[0]; c == '-' || c >= '0' && c <= '9' {
+		if id, ok := plainID(item); ok {
+			return id, true
+		}
+		f, err := strconv.ParseFloat(unsafe.String(&item[0], len(item)), 64)
+		if err != nil || f != math.Trunc(f) || f < 0 || f > math.MaxUint32 {
+			return 0, false
+		}
+		return uint32(f), true
+	}
+	n, ok := laxInt(selection.RawJSON(item))
+	if !ok || n < 0 || n > math.MaxUint32 {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// plainID reads the common forms of a number laxID takes, digits with
+// an optional fraction of zeros ("123", "123.0"), without ParseFloat's
+// cost; ok is false for any other (laxID parses it then).
+func plainID(item []byte) (uint32, bool) {
+	var n uint64
+	i := 0
+	for ; i < len(item) && item[i] >= '0' && item[i] <= '9'; i++ {
+		if n = n*10 + uint64(item[i]-'0'); n > math.MaxUint32 {
+			return 0, false
+		}
+	}
+	if i == 0 {
+		return 0, false
+	}
+	if i < len(item) && item[i] == '.' {
+		for i++; i < len(item) && item[i] == '0'; i++ {
+		}
+	}
+	return uint32(n), i == len(item)
+}

@@ -1,0 +1,64 @@
+package caddymodule
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
+)
+
+// TestLaxIDList reads prompts as vLLM's pydantic reads its prompt union:
+// a list of strings only is a batch of text; any other flat list is
+// list[int] in lax mode, or refused.
+func TestLaxIDList(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want []uint32
+	}{
+		{`[7.0, 8.0, 9]`, []uint32{7, 8, 9}},
+		{`[1e3,2E0,-0.0]`, []uint32{1000, 2, 0}},
+		{`[7, "8", true, false]`, []uint32{7, 8, 1, 0}},
+		{`[ "7" , 8.0 ]`, []uint32{7, 8}},
+		{`["7", "8"]`, nil},     // strictly list[str]: a batch of two texts
+		{`[7.5, 8]`, nil},       // not an integer: refused by the engine
+		{`[-1.0]`, nil},         // not a token id
+		{`[4294967296.0]`, nil}, // past uint32
+		{`[7, "x"]`, nil},       // "x" is no int
+		{`[7, null]`, nil},      // null is no int
+		{`[[7.0], [8.0]]`, nil}, // a batch of lists
+		{`[7, {"a": 1}]`, nil},  // an object
+		{`[]`, nil},             // empty
+		{`[7.0,"a\"]",8]`, nil}, // a string holding a bracket is still a string
+	} {
+		got, ok := laxIDList(selection.RawJSON(tc.raw))
+		if ok != (tc.want != nil) || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v %v, want %v", tc.raw, got, ok, tc.want)
+		}
+	}
+}
+
+// TestLaxIDPromptsAreRoutedByTheirIDs: a prompt of ids written as floats
+// is routed by its ids, where it went by load.
+func TestLaxIDPromptsAreRoutedByTheirIDs(t *testing.T) {
+	router := routerWith(t, nil)
+	h := &Handler{router: router, contexts: newContextLimits(router.Catalog())}
+	floats := "[" + strings.TrimSuffix(strings.Repeat("7.0,", 64), ",") + "]"
+	toks, _ := routeOf(t, h, "/v1/completions", "m", `{"model":"m","prompt":`+floats+`}`)
+	if len(toks) != 64 || toks[0] != 7 {
+		t.Fatalf("64 ids as floats: routed by %d tokens", len(toks))
+	}
+}
+
+// BenchmarkLaxIDList: a 16 MiB prompt of ids written as floats, read
+// without an allocation per id.
+func BenchmarkLaxIDList(b *testing.B) {
+	raw := selection.RawJSON("[" + strings.TrimSuffix(strings.Repeat("123456.0,", 16<<20/9), ",") + "]")
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := laxIDList(raw); !ok {
+			b.Fatal("refused")
+		}
+	}
+}
