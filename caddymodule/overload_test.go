@@ -213,6 +213,39 @@ func TestOverloadFastPathAsksSparingly(t *testing.T) {
 	}
 }
 
+// reserved is what a booking through the handler's queue came to.
+type reserved struct {
+	res      *selection.Reservation
+	err      error
+	answered bool // refused through the queue (429)
+}
+
+// reserveThrough books an 8-token prompt through h's queue as the handler
+// does, allowed (nil: any worker) in scope's line.
+func reserveThrough(h *Handler, allowed map[uint64]bool, scope lineScope) reserved {
+	req := &selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}},
+		Placement: selection.Placement{AllowedSet: allowed}}
+	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, scope, "kv")
+	return reserved{res, err, answered}
+}
+
+// waiting starts book in the background and returns once it waits in h's
+// queue (the default partition's), failing the test if it ends instead.
+func waiting(t *testing.T, h *Handler, book func() reserved) <-chan reserved {
+	t.Helper()
+	done := make(chan reserved, 1)
+	go func() { done <- book() }()
+	for h.queue.depth((&selection.Partition{}).Key()) == 0 {
+		select {
+		case o := <-done:
+			t.Fatalf("the request did not wait: %v (answered %v)", o.err, o.answered)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return done
+}
+
 // A request that went straight on, on a not-busy answer still reused,
 // and found every worker full waits in the queue instead of getting 503,
 // and books the worker once it frees.
@@ -223,31 +256,12 @@ func TestOverloadStaleClearRequeues(t *testing.T) {
 	s, _ := (&OverloadConfig{}).settings()
 	h := &Handler{router: router, overload: s, queue: newOverloadQueue(s, router.PartitionBusy)}
 	h.queue.clearFor = time.Hour // the first answer is reused throughout
-	request := func() (*selection.Reservation, error, bool) {
-		req := &selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}}}
-		r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
-		res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, lineScope{}, "kv")
-		return res, err, answered
+	first := reserveThrough(h, nil, lineScope{})
+	if first.err != nil || first.answered {
+		t.Fatalf("first request: %v %v", first.err, first.answered)
 	}
-	first, err, answered := request()
-	if err != nil || answered {
-		t.Fatalf("first request: %v %v", err, answered)
-	}
-	type outcome struct {
-		res      *selection.Reservation
-		err      error
-		answered bool
-	}
-	second := make(chan outcome, 1)
-	go func() { res, err, answered := request(); second <- outcome{res, err, answered} }()
-	for h.queue.depth((&selection.Partition{}).Key()) == 0 {
-		select {
-		case o := <-second:
-			t.Fatalf("the second request did not wait: %v (answered %v)", o.err, o.answered)
-		case <-time.After(time.Millisecond):
-		}
-	}
-	first.Release()
+	second := waiting(t, h, func() reserved { return reserveThrough(h, nil, lineScope{}) })
+	first.res.Release()
 	h.kickQueue(selection.Partition{})
 	o := <-second
 	if o.err != nil || o.answered || o.res == nil {
@@ -272,37 +286,17 @@ func TestOverloadNarrowedRequestWaitsForItsWorkers(t *testing.T) {
 	h := &Handler{router: router, overload: s, queue: newOverloadQueue(s, router.PartitionBusy)}
 	onlyTwo := map[uint64]bool{2: true}
 	scope := lineScope{context: 65536}
-	request := func(allowed map[uint64]bool, scope lineScope) (*selection.Reservation, error, bool) {
-		req := &selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}},
-			Placement: selection.Placement{AllowedSet: allowed}}
-		r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
-		res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, scope, "kv")
-		return res, err, answered
+	first := reserveThrough(h, onlyTwo, scope)
+	if first.err != nil || first.answered {
+		t.Fatalf("first long request: %v %v", first.err, first.answered)
 	}
-	first, err, answered := request(onlyTwo, scope)
-	if err != nil || answered {
-		t.Fatalf("first long request: %v %v", err, answered)
+	second := waiting(t, h, func() reserved { return reserveThrough(h, onlyTwo, scope) })
+	short := reserveThrough(h, nil, lineScope{})
+	if short.err != nil || short.answered || short.res.Response().WorkerID != 1 {
+		t.Fatalf("a short request behind the waiting long one: %v (answered %v)", short.err, short.answered)
 	}
-	type outcome struct {
-		res      *selection.Reservation
-		err      error
-		answered bool
-	}
-	second := make(chan outcome, 1)
-	go func() { res, err, answered := request(onlyTwo, scope); second <- outcome{res, err, answered} }()
-	for h.queue.depth((&selection.Partition{}).Key()) == 0 {
-		select {
-		case o := <-second:
-			t.Fatalf("the second long request did not wait for worker 2: %v (answered %v)", o.err, o.answered)
-		case <-time.After(time.Millisecond):
-		}
-	}
-	short, err, answered := request(nil, lineScope{})
-	if err != nil || answered || short.Response().WorkerID != 1 {
-		t.Fatalf("a short request behind the waiting long one: %v (answered %v)", err, answered)
-	}
-	short.Release()
-	first.Release()
+	short.res.Release()
+	first.res.Release()
 	h.kickQueue(selection.Partition{})
 	o := <-second
 	if o.err != nil || o.answered || o.res == nil || o.res.Response().WorkerID != 2 {

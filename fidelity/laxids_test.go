@@ -24,18 +24,7 @@ func TestLaxTokenIDsAreRoutedByPrefix(t *testing.T) {
 			items[i] = fmt.Sprintf(form, 1000+i)
 		}
 		body := json.RawMessage(fmt.Sprintf(`{"model":%q,"max_tokens":2,"prompt":[%s]}`, model, strings.Join(items, ",")))
-		for round := range 2 {
-			a := g.post(t, "/v1/completions", body)
-			if a.status != 200 || !a.reported {
-				t.Fatalf("%s round %d: %d %s", form, round, a.status, a.body)
-			}
-			if want := predicted(t, a); a.usage.cached() != want {
-				t.Errorf("%s round %d: the engine reported %d cached tokens, the gateway predicted %d", form, round, a.usage.cached(), want)
-			}
-			if round == 1 && a.usage.cached() < 144 {
-				t.Errorf("%s: the repeated prompt found %d tokens cached: not routed to the worker holding it", form, a.usage.cached())
-			}
-		}
+		sentTwice(t, g, form, body, 144)
 	}
 	if p := g.predictions(t, model); p.PromptTokensMismatch != 0 || p.CachedExact+p.NoCachedTokens != 4 {
 		t.Fatalf("the gateway's accounting: %+v", p)
