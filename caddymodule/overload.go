@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -9,16 +10,22 @@ import (
 )
 
 // The overload queue (docs/overload.md). A request whose model has no
-// waiting request and a worker that is not busy goes straight on. Any
-// other waits in its model's line, behind every earlier request of its
-// class and of the classes above it. Only the line's head (the first of
-// its highest class) asks the router whether a worker has capacity: when
-// the handler frees a booking or sees a prefill complete it wakes the
-// head (kick), and the head also looks again every headPoll, for capacity
-// freed where the handler does not see it (a worker's busy mark running
-// out, a booking freed through the selection API or by the TTL sweep).
-// An admitted head wakes the next one once it has booked its worker, so
-// a line drains as fast as capacity frees, one booking at a time.
+// waiting request and a worker it may go to that is not busy goes
+// straight on. Any other waits in its model's line, behind every earlier
+// request of its class and of the classes above it. A request may go only
+// to some of the model's workers (an adapter's, to those serving it; a
+// long prompt, to those whose context fits it), so the line is not
+// served strictly from its head: each time capacity may have freed (the
+// handler frees a booking or sees a prefill complete: kick; or the head's
+// look every headPoll, for capacity freed where the handler does not see
+// it: a worker's busy mark running out, a booking freed through the
+// selection API or by the TTL sweep), the queue admits the first waiter,
+// in class and arrival order, some of whose workers are not busy
+// (dispatch). A waiter for busy workers holds up none that could go
+// elsewhere, and one arriving later for the same workers never passes
+// it. One admission at a time: the next is made once the admitted
+// request has booked its worker, so a line drains as fast as capacity
+// frees, and two waiters are never let on for one free place.
 //
 // Waiting runs on the request's own goroutine: the queue starts none, and
 // a client that goes away, a deadline or the handler's Cleanup takes its
@@ -60,8 +67,8 @@ const (
 	shedCanceled      shedReason = "canceled"       // its client went away (answered to no one)
 )
 
-// overloadQueue is the handler's lines, one per partition and scope
-// (lineScope) that has had waiting requests.
+// overloadQueue is the handler's lines, one per partition that has had
+// waiting requests.
 type overloadQueue struct {
 	s    overloadSettings
 	busy func(selection.Partition, *selection.Placement) (busy, exists bool) // the router's PartitionBusy
@@ -70,51 +77,23 @@ type overloadQueue struct {
 	clearFor time.Duration
 
 	mu     sync.Mutex
-	lines  map[selection.PartitionKey]map[lineScope]*waitLine
-	scoped int // lines of a scope other than the whole partition's
+	lines  map[selection.PartitionKey]*waitLine
 	closed bool
 }
 
-// lineScope is the part of a partition's workers a request may go to:
-// all of them (the zero scope), or those serving a LoRA adapter, or
-// those whose context fits a long prompt (contextlimit.go). A request
-// waits in its scope's line, for its scope's workers: in the partition's
-// line it would go on while any other worker is free, and get a 503, or
-// hold up requests that any worker could take.
-type lineScope struct {
-	adapter string // the adapter whose workers alone may take it, or ""
-	context uint64 // the shortest context among its workers; 0: any worker
-}
-
-// lineKey names one line.
-type lineKey struct {
-	part  selection.PartitionKey
-	scope lineScope
-}
-
-// lineRequest is what the queue knows of a request: its line, and how it
-// is placed, for the router's busy check.
-type lineRequest struct {
-	part      selection.Partition
-	scope     lineScope
-	placement *selection.Placement
-}
-
-func (r lineRequest) key() lineKey { return lineKey{r.part.Key(), r.scope} }
-
-// maxScopedLines bounds the scoped lines kept: past it, the empty ones
-// are dropped. Scopes come from the catalog (its adapters and contexts),
-// but the catalog changes over time.
-const maxScopedLines = 1024
-
-// waitLine is one line's waiting requests, a FIFO per class. Lines exist
-// for partitions of the catalog only (the router said they exist), and
-// scopes the catalog made, so clients cannot grow the map.
+// waitLine is one partition's waiting requests, a FIFO per class. Lines
+// exist for partitions of the catalog only (the router said they exist),
+// so clients cannot grow the map.
 type waitLine struct {
 	classes [][]*waiter
 	n       int
-	// clearUntil is when the partition, found not busy, is asked again.
+	// clearUntil is when the partition, found not busy, is asked again
+	// (for a request that may go to any of its workers).
 	clearUntil time.Time
+	// admitting is when the latest admitted waiter was let on, zero once
+	// it has booked (settled): no other is admitted meanwhile, unless it
+	// has not booked within headPoll.
+	admitting time.Time
 	// admits is a ring of the latest admission times, for the rate.
 	admits [rateWindow]time.Time
 	nAdmit int
@@ -125,10 +104,31 @@ type waitLine struct {
 type waiter struct {
 	class int
 	wake  chan struct{}
+	req   lineRequest
+	// admitted is set, under the queue's lock, when dispatch lets it on.
+	admitted bool
+}
+
+// lineRequest is what the queue knows of a request: its partition, and
+// how it is placed, for the router's busy check; scope names the workers
+// it may go to, so that one busy check stands for every waiter of a
+// scope.
+type lineRequest struct {
+	part      selection.Partition
+	scope     lineScope
+	placement *selection.Placement
+}
+
+// lineScope is the part of a partition's workers a request may go to:
+// all of them (the zero scope), those serving a LoRA adapter, or those
+// whose context fits a long prompt (contextlimit.go).
+type lineScope struct {
+	adapter string // the adapter whose workers alone may take it, or ""
+	context uint64 // the shortest context among its workers; 0: any worker
 }
 
 func newOverloadQueue(s overloadSettings, busy func(selection.Partition, *selection.Placement) (bool, bool)) *overloadQueue {
-	return &overloadQueue{s: s, busy: busy, now: time.Now, clearFor: clearFor, lines: map[selection.PartitionKey]map[lineScope]*waitLine{}}
+	return &overloadQueue{s: s, busy: busy, now: time.Now, clearFor: clearFor, lines: map[selection.PartitionKey]*waitLine{}}
 }
 
 // admission is how a request came through the queue.
@@ -141,12 +141,13 @@ type admission struct {
 // wait returns once the request may book a worker, or when it must be
 // refused.
 func (q *overloadQueue) wait(ctx context.Context, lr lineRequest, class int) admission {
-	key := lr.key()
+	key := lr.part.Key()
+	anyWorker := lr.scope == lineScope{}
 	start := q.now()
 	q.mu.Lock()
-	line := q.line(key)
+	line := q.lines[key]
 	idle := line == nil || line.n == 0
-	clear := line != nil && start.Before(line.clearUntil)
+	clear := anyWorker && line != nil && start.Before(line.clearUntil)
 	q.mu.Unlock()
 	if idle && clear {
 		return admission{}
@@ -154,30 +155,34 @@ func (q *overloadQueue) wait(ctx context.Context, lr lineRequest, class int) adm
 	if idle {
 		busy, exists := q.busy(lr.part, lr.placement)
 		if !busy {
-			if exists {
+			if exists && anyWorker {
 				q.noteClear(key, start)
 			}
 			return admission{}
 		}
 	}
-	w := &waiter{class: class, wake: make(chan struct{}, 1)}
+	w := &waiter{class: class, wake: make(chan struct{}, 1), req: lr}
 	if reason := q.enqueue(key, w, start); reason != "" {
 		return admission{shed: reason}
 	}
-	model := key.part.Model
+	model := key.Model
 	queueDepth.WithLabelValues(model).Inc()
 	defer queueDepth.WithLabelValues(model).Dec()
+	q.dispatch(key) // a waiter for idle workers goes on at once
 	deadline := time.NewTimer(q.s.maxWait)
 	defer deadline.Stop()
 	poll := time.NewTicker(headPoll)
 	defer poll.Stop()
 	for {
-		if q.isHead(key, w) && !q.isBusy(lr) && q.admit(key, w) {
+		if q.isAdmitted(w) {
 			return admission{queued: true, waited: q.now().Sub(start)}
 		}
 		select {
 		case <-w.wake:
 		case <-poll.C:
+			if q.isHead(key, w) {
+				q.dispatch(key)
+			}
 		case <-deadline.C:
 			return q.leave(key, w, start, shedDeadline)
 		case <-ctx.Done():
@@ -189,15 +194,61 @@ func (q *overloadQueue) wait(ctx context.Context, lr lineRequest, class int) adm
 	}
 }
 
-// isBusy asks the router whether every worker the request may go to is
-// busy.
-func (q *overloadQueue) isBusy(lr lineRequest) bool {
-	busy, _ := q.busy(lr.part, lr.placement)
-	return busy
+// dispatch admits the first waiter of the partition's line, in class and
+// arrival order, some of whose workers are not busy, unless an admitted
+// one has not booked yet (settled). One busy check is asked per scope.
+func (q *overloadQueue) dispatch(key selection.PartitionKey) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	line := q.lines[key]
+	if line == nil || line.n == 0 || q.closed {
+		return
+	}
+	now := q.now()
+	if !line.admitting.IsZero() && now.Sub(line.admitting) < headPoll {
+		return // the last one let on has not booked yet
+	}
+	var busyScopes []lineScope
+	for _, c := range line.classes {
+		for _, w := range c {
+			if slices.Contains(busyScopes, w.req.scope) {
+				continue
+			}
+			if busy, _ := q.busy(w.req.part, w.req.placement); busy {
+				busyScopes = append(busyScopes, w.req.scope)
+				continue
+			}
+			line.remove(w)
+			w.admitted = true
+			line.admitting = now
+			line.admits[line.nAdmit%rateWindow] = now
+			line.nAdmit++
+			signal(w)
+			return
+		}
+	}
 }
 
-// noteClear remembers that the line's workers were not busy at now.
-func (q *overloadQueue) noteClear(key lineKey, now time.Time) {
+// settled says the request last admitted from the partition's line has
+// booked its worker (or failed to): the next may be admitted.
+func (q *overloadQueue) settled(key selection.PartitionKey) {
+	q.mu.Lock()
+	if line := q.lines[key]; line != nil {
+		line.admitting = time.Time{}
+	}
+	q.mu.Unlock()
+	q.dispatch(key)
+}
+
+// isAdmitted reports whether dispatch let w on.
+func (q *overloadQueue) isAdmitted(w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return w.admitted
+}
+
+// noteClear remembers that the partition was not busy at now.
+func (q *overloadQueue) noteClear(key selection.PartitionKey, now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.lineLocked(key).clearUntil = now.Add(q.clearFor)
@@ -205,55 +256,26 @@ func (q *overloadQueue) noteClear(key lineKey, now time.Time) {
 
 // forgetClear drops the partition's not-busy answer: a booking found
 // every worker full.
-func (q *overloadQueue) forgetClear(key lineKey) {
+func (q *overloadQueue) forgetClear(key selection.PartitionKey) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if line := q.line(key); line != nil {
+	if line := q.lines[key]; line != nil {
 		line.clearUntil = time.Time{}
 	}
 }
 
-// line is key's line, nil when it has none. q.mu is held.
-func (q *overloadQueue) line(key lineKey) *waitLine {
-	return q.lines[key.part][key.scope]
-}
-
-// lineLocked is key's line, made when missing. q.mu is held.
-func (q *overloadQueue) lineLocked(key lineKey) *waitLine {
-	if line := q.line(key); line != nil {
-		return line
+// lineLocked is the partition's line, made when missing. q.mu is held.
+func (q *overloadQueue) lineLocked(key selection.PartitionKey) *waitLine {
+	line := q.lines[key]
+	if line == nil {
+		line = &waitLine{classes: make([][]*waiter, len(q.s.classes))}
+		q.lines[key] = line
 	}
-	if key.scope != (lineScope{}) {
-		if q.scoped >= maxScopedLines {
-			q.dropEmptyScopedLocked()
-		}
-		q.scoped++
-	}
-	scopes := q.lines[key.part]
-	if scopes == nil {
-		scopes = map[lineScope]*waitLine{}
-		q.lines[key.part] = scopes
-	}
-	line := &waitLine{classes: make([][]*waiter, len(q.s.classes))}
-	scopes[key.scope] = line
 	return line
 }
 
-// dropEmptyScopedLocked drops the scoped lines no request waits in. q.mu
-// is held.
-func (q *overloadQueue) dropEmptyScopedLocked() {
-	for _, scopes := range q.lines {
-		for scope, line := range scopes {
-			if scope != (lineScope{}) && line.n == 0 {
-				delete(scopes, scope)
-				q.scoped--
-			}
-		}
-	}
-}
-
 // enqueue puts w at the end of its class, or says why it may not wait.
-func (q *overloadQueue) enqueue(key lineKey, w *waiter, now time.Time) shedReason {
+func (q *overloadQueue) enqueue(key selection.PartitionKey, w *waiter, now time.Time) shedReason {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -318,10 +340,10 @@ func (l *waitLine) remove(w *waiter) bool {
 	return false
 }
 
-func (q *overloadQueue) isHead(key lineKey, w *waiter) bool {
+func (q *overloadQueue) isHead(key selection.PartitionKey, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	line := q.line(key)
+	line := q.lines[key]
 	return line != nil && line.head() == w
 }
 
@@ -331,48 +353,25 @@ func (q *overloadQueue) isClosed() bool {
 	return q.closed
 }
 
-// admit takes the head out of its line to book a worker; the handler
-// kicks the next head once it has (kick). False when w is no longer the
-// head (a request of a higher class came meanwhile).
-func (q *overloadQueue) admit(key lineKey, w *waiter) bool {
+// leave takes a waiter out of its line and reports why, unless dispatch
+// let it on meanwhile: then it goes on.
+func (q *overloadQueue) leave(key selection.PartitionKey, w *waiter, start time.Time, why shedReason) admission {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	line := q.line(key)
-	if line == nil || line.head() != w {
-		return false
-	}
-	line.remove(w)
-	line.admits[line.nAdmit%rateWindow] = q.now()
-	line.nAdmit++
-	return true
-}
-
-// leave takes a waiter out of its line, wakes the new head if it was the
-// head, and reports why.
-func (q *overloadQueue) leave(key lineKey, w *waiter, start time.Time, why shedReason) admission {
-	q.mu.Lock()
-	if line := q.line(key); line != nil {
-		wasHead := line.head() == w
+	admitted := w.admitted
+	if line := q.lines[key]; line != nil && !admitted {
 		line.remove(w)
-		if h := line.head(); wasHead && h != nil {
-			signal(h)
-		}
 	}
 	q.mu.Unlock()
+	if admitted {
+		return admission{queued: true, waited: q.now().Sub(start)}
+	}
 	return admission{queued: true, waited: q.now().Sub(start), shed: why}
 }
 
-// kick wakes the head of each of a partition's lines: a worker may have
-// capacity (a booking freed, a prefill completed, a waiter booked its
-// worker), and which lines' workers it is, only their heads can tell.
+// kick looks for a waiter to admit: a worker may have capacity (a
+// booking freed, a prefill completed).
 func (q *overloadQueue) kick(key selection.PartitionKey) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, line := range q.lines[key] {
-		if h := line.head(); h != nil {
-			signal(h)
-		}
-	}
+	q.dispatch(key)
 }
 
 // close refuses every waiting and later request (Cleanup).
@@ -380,27 +379,23 @@ func (q *overloadQueue) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	for _, scopes := range q.lines {
-		for _, line := range scopes {
-			for _, c := range line.classes {
-				for _, w := range c {
-					signal(w)
-				}
+	for _, line := range q.lines {
+		for _, c := range line.classes {
+			for _, w := range c {
+				signal(w)
 			}
 		}
 	}
 }
 
-// depth is the number of requests waiting for a partition, in all its
-// lines.
+// depth is the number of requests waiting for a partition.
 func (q *overloadQueue) depth(key selection.PartitionKey) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := 0
-	for _, line := range q.lines[key] {
-		n += line.n
+	if line := q.lines[key]; line != nil {
+		return line.n
 	}
-	return n
+	return 0
 }
 
 func signal(w *waiter) {

@@ -24,19 +24,35 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, req *selection
 	start := time.Now()
 	res, err = h.router.Reserve(req, h.Explain)
 	took = time.Since(start)
-	h.kickQueue(req.Partition) // the next waiter may look for capacity now
-	if err == nil || h.queue == nil || queued || selection.StatusOf(err) != http.StatusServiceUnavailable {
+	h.booked(req.Partition, queued) // the next waiter may look for capacity now
+	if err == nil || h.queue == nil || selection.StatusOf(err) != http.StatusServiceUnavailable {
 		return res, took, false, err
 	}
-	h.queue.forgetClear(lr.key())
-	if _, ok := h.admitOrShed(w, r, lr, mode); !ok {
+	// Every worker it may go to was full after all: a not-busy answer
+	// reused, or a place another request took first. It waits (again)
+	// rather than get a 503, once.
+	h.queue.forgetClear(req.Partition.Key())
+	if queued, ok = h.admitOrShed(w, r, lr, mode); !ok {
 		return nil, 0, true, nil
 	}
 	start = time.Now()
 	res, err = h.router.Reserve(req, h.Explain)
 	took = time.Since(start)
-	h.kickQueue(req.Partition)
+	h.booked(req.Partition, queued)
 	return res, took, false, err
+}
+
+// booked tells the queue a request has booked its worker, or failed to:
+// one it admitted lets the next be admitted; any other, a freed place
+// (a failed booking) may let a waiter on.
+func (h *Handler) booked(part selection.Partition, queued bool) {
+	switch {
+	case h.queue == nil:
+	case queued:
+		h.queue.settled(part.Key())
+	default:
+		h.queue.kick(part.Key())
+	}
 }
 
 // admitOrShed runs a request through the overload queue: ok when it may

@@ -98,7 +98,7 @@ func TestOverloadPredictedWaitSheds(t *testing.T) {
 	q := newOverloadQueue(s, func(selection.Partition, *selection.Placement) (bool, bool) { return true, true })
 	now := time.Unix(1000, 0)
 	q.now = func() time.Time { return now }
-	key := lineKey{part: selection.PartitionKey{Model: "m"}}
+	key := selection.PartitionKey{Model: "m"}
 	q.mu.Lock()
 	line := q.lineLocked(key)
 	q.mu.Unlock()
@@ -221,11 +221,19 @@ type reserved struct {
 }
 
 // reserveThrough books an 8-token prompt through h's queue as the handler
-// does, allowed (nil: any worker) in scope's line.
+// does, allowed (nil: any worker) in scope.
 func reserveThrough(h *Handler, allowed map[uint64]bool, scope lineScope) reserved {
+	return reserveAs(h, allowed, scope, "")
+}
+
+// reserveAs is reserveThrough with a priority class.
+func reserveAs(h *Handler, allowed map[uint64]bool, scope lineScope, priority string) reserved {
 	req := &selection.SelectRequest{Prompt: selection.Prompt{TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8}},
 		Placement: selection.Placement{AllowedSet: allowed}}
 	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	if priority != "" {
+		r.Header.Set("X-Priority", priority)
+	}
 	res, _, answered, err := h.reserve(httptest.NewRecorder(), r, req, scope, "kv")
 	return reserved{res, err, answered}
 }
@@ -305,16 +313,73 @@ func TestOverloadNarrowedRequestWaitsForItsWorkers(t *testing.T) {
 	o.res.Release()
 }
 
-// Scoped lines are bounded: past maxScopedLines, the empty ones go.
-func TestOverloadScopedLinesAreBounded(t *testing.T) {
+// The line orders every waiter of the partition, whatever workers it may
+// go to: a place freed on worker 2 goes to the first waiter, by class
+// then arrival, that may take it (a long prompt of a higher class before
+// a short one of a lower class that came first), and a place on worker 1
+// to a waiter that may go there, not held up behind the long one. Lines
+// per scope let a short request of a lower class take worker 2 before a
+// long one waiting for it, and let a long one that came later pass the
+// partition's line (helper-57's probe, with max_tokens raised to pass).
+func TestOverloadLineServesEveryScopeInOrder(t *testing.T) {
+	worker := func(id uint64) selection.WorkerRequest {
+		ep, bs := fmt.Sprintf("127.0.0.1:9%d", id), uint32(4)
+		return selection.WorkerRequest{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}
+	}
+	router := routerWith(t, func(c *selection.Config) { c.MaxReservationsPerRank = 1 }, worker(1), worker(2))
 	s, _ := (&OverloadConfig{}).settings()
-	q := newOverloadQueue(s, func(selection.Partition, *selection.Placement) (bool, bool) { return false, true })
-	for i := range 3 * maxScopedLines {
-		q.wait(context.Background(), lineRequest{scope: lineScope{context: uint64(i + 1)}}, 1)
+	h := &Handler{router: router, overload: s, queue: newOverloadQueue(s, router.PartitionBusy)}
+	onlyTwo, long := map[uint64]bool{2: true}, lineScope{context: 65536}
+	one, two := reserveThrough(h, map[uint64]bool{1: true}, long), reserveThrough(h, onlyTwo, long)
+	if one.err != nil || two.err != nil {
+		t.Fatalf("filling both workers: %v, %v", one.err, two.err)
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if n := len(q.lines[(&selection.Partition{}).Key()]); n > maxScopedLines+1 || q.scoped > maxScopedLines {
-		t.Fatalf("%d lines (%d scoped) kept for one partition", n, q.scoped)
+	short := waiting(t, h, func() reserved { return reserveAs(h, nil, lineScope{}, "low") })
+	longer := make(chan reserved, 1)
+	go func() { longer <- reserveAs(h, onlyTwo, long, "high") }()
+	for h.queue.depth((&selection.Partition{}).Key()) < 2 {
+		time.Sleep(time.Millisecond)
 	}
+	two.res.Release()
+	h.kickQueue(selection.Partition{})
+	got := <-longer
+	if got.err != nil || got.answered || got.res.Response().WorkerID != 2 {
+		t.Fatalf("the high long request, worker 2 freed: %v (answered %v)", got.err, got.answered)
+	}
+	select {
+	case o := <-short:
+		t.Fatalf("the low short request went on with every worker full: %v (answered %v)", o.err, o.answered)
+	case <-time.After(50 * time.Millisecond):
+	}
+	one.res.Release()
+	h.kickQueue(selection.Partition{})
+	o := <-short
+	if o.err != nil || o.answered || o.res.Response().WorkerID != 1 {
+		t.Fatalf("the low short request, worker 1 freed: %v (answered %v)", o.err, o.answered)
+	}
+	o.res.Release()
+	got.res.Release()
+}
+
+// queue_size bounds the waiters of a partition, whatever workers each
+// may go to (per line of a scope, a client choosing its scope by its
+// max_tokens or an adapter had lines times queue_size).
+func TestOverloadQueueSizeIsThePartitions(t *testing.T) {
+	s, _ := (&OverloadConfig{QueueSize: 2}).settings()
+	q := newOverloadQueue(s, func(selection.Partition, *selection.Placement) (bool, bool) { return true, true })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan admission, 2)
+	for i := range 2 {
+		go func() { done <- q.wait(ctx, lineRequest{scope: lineScope{context: uint64(1000 * (i + 1))}}, 1) }()
+	}
+	for q.depth((&selection.Partition{}).Key()) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if a := q.wait(ctx, lineRequest{scope: lineScope{adapter: "a"}}, 1); a.shed != shedQueueFull {
+		t.Fatalf("a third waiter, of a third scope, past queue_size 2: %+v", a)
+	}
+	cancel()
+	<-done
+	<-done
 }
