@@ -92,6 +92,8 @@ func shedMessage(reason shedReason, maxWait fmt.Stringer) string {
 		return fmt.Sprintf("every worker of the model stayed busy for %s; retry later", maxWait)
 	case shedClosing:
 		return "the gateway is reloading; retry"
+	case shedPredictedWait:
+		return fmt.Sprintf("every worker of the model is busy, and at the rate the queue admits requests this one would wait past %s; retry later", maxWait)
 	}
 	return "every worker of the model is busy and the queue is full; retry later"
 }

@@ -383,3 +383,20 @@ func TestOverloadQueueSizeIsThePartitions(t *testing.T) {
 	<-done
 	<-done
 }
+
+// Each refusal says why: a predicted wait is not a full queue (it said
+// so, helper-57's probe).
+func TestShedMessagesSayWhy(t *testing.T) {
+	wait := 5 * time.Second
+	seen := map[string]shedReason{}
+	for _, r := range []shedReason{shedQueueFull, shedPredictedWait, shedDeadline, shedClosing} {
+		m := shedMessage(r, wait)
+		if other, dup := seen[m]; dup {
+			t.Errorf("%s and %s say the same: %q", r, other, m)
+		}
+		seen[m] = r
+	}
+	if m := shedMessage(shedPredictedWait, wait); strings.Contains(m, "full") || !strings.Contains(m, "5s") {
+		t.Errorf("predicted wait: %q", m)
+	}
+}
