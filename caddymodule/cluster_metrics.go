@@ -15,6 +15,10 @@ var (
 		"Other replicas heard from within the lease.", nil, nil)
 	clusterRemoteBookingsDesc = prometheus.NewDesc("kvrouter_cluster_remote_bookings",
 		"Other replicas' bookings counted as load on this one.", nil, nil)
+	clusterRemoteByReplicaDesc = prometheus.NewDesc("kvrouter_cluster_remote_bookings_by_replica",
+		"Other replicas' bookings counted as load on this one, by the replica that made them.", []string{"replica"}, nil)
+	clusterRemoteEvictedDesc = prometheus.NewDesc("kvrouter_cluster_remote_evicted_total",
+		"Other replicas' bookings evicted from the full table so that a replica under its fair share of it could book.", nil, nil)
 	clusterMessagesDesc = prometheus.NewDesc("kvrouter_cluster_messages_total",
 		"NATS messages this replica sent or received, by direction.", []string{"direction"}, nil)
 	clusterBytesDesc = prometheus.NewDesc("kvrouter_cluster_bytes_total",
@@ -46,7 +50,8 @@ type clusterCollector struct{}
 func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{clusterConnectedDesc, clusterPeersDesc, clusterRemoteBookingsDesc, clusterMessagesDesc,
 		clusterBytesDesc, clusterDroppedDesc, clusterRefusedDesc, clusterLeaseExpiriesDesc, clusterOutagesDesc, clusterDigestDiffDesc,
-		clusterCatalogSyncedDesc, clusterCatalogWritesDesc, clusterCatalogUnavailableDesc, clusterHealthDesc, clusterApproxAppliedDesc} {
+		clusterCatalogSyncedDesc, clusterCatalogWritesDesc, clusterCatalogUnavailableDesc, clusterHealthDesc, clusterApproxAppliedDesc,
+		clusterRemoteByReplicaDesc, clusterRemoteEvictedDesc} {
 		ch <- d
 	}
 }
@@ -70,6 +75,10 @@ func (clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(clusterConnectedDesc, connected)
 	gauge(clusterPeersDesc, float64(s.Peers))
 	gauge(clusterRemoteBookingsDesc, float64(s.RemoteBookings))
+	for name, n := range s.RemoteByReplica {
+		gauge(clusterRemoteByReplicaDesc, float64(n), name)
+	}
+	counter(clusterRemoteEvictedDesc, s.RemoteEvicted)
 	counter(clusterMessagesDesc, s.SentMessages, "sent")
 	counter(clusterMessagesDesc, s.RecvMessages, "received")
 	counter(clusterBytesDesc, s.SentBytes, "sent")

@@ -193,6 +193,8 @@ func (r *Replica) Stats() Stats {
 	}
 	r.mu.Unlock()
 	s.RemoteBookings = r.router.Remote().Total()
+	s.RemoteByReplica = r.router.Remote().Counts()
+	s.RemoteEvicted = r.router.Remote().Evicted()
 	return s
 }
 

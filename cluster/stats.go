@@ -6,13 +6,18 @@ import "sync/atomic"
 // "Metrics"). Read them with Replica.Stats.
 type Stats struct {
 	Connected      bool
-	Peers          int    // other replicas heard within the lease
-	RemoteBookings int    // their bookings applied here
-	SentMessages   uint64 // messages published
-	SentBytes      uint64
-	SentEvents     uint64
-	RecvMessages   uint64 // messages read from other replicas
-	RecvBytes      uint64
+	Peers          int // other replicas heard within the lease
+	RemoteBookings int // their bookings applied here
+	// RemoteByReplica is RemoteBookings by the replica that made them.
+	RemoteByReplica map[string]int
+	// RemoteEvicted counts their bookings evicted so that a replica under
+	// its fair share of the full table could book (docs/replicas.md).
+	RemoteEvicted uint64
+	SentMessages  uint64 // messages published
+	SentBytes     uint64
+	SentEvents    uint64
+	RecvMessages  uint64 // messages read from other replicas
+	RecvBytes     uint64
 	// Dropped counts what was not sent or not applied, by reason:
 	// queue_full, disconnected, publish_error (not sent); oversize,
 	// malformed, over_bound, unknown_rank, bad_field (not applied).

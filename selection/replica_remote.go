@@ -2,6 +2,7 @@ package selection
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,9 @@ type RemoteBookings struct {
 	// bookings and allBlocks are the table's totals, all origins together,
 	// which maxOriginsInFull bounds.
 	bookings, allBlocks int
+	// evicted counts bookings evicted to make an origin its fair share of
+	// a full table (makeRoom).
+	evicted atomic.Uint64
 }
 
 // maxOriginsInFull bounds the table as a whole: at most this many
@@ -81,8 +85,9 @@ func (m *RemoteBookings) Reserve(origin string, rec *BookingRecord, maxPerOrigin
 	if _, ok := mine[rec.ID]; ok {
 		return RemoteDuplicate
 	}
-	if maxPerOrigin > 0 && (len(mine) >= maxPerOrigin || m.bookings >= maxOriginsInFull*maxPerOrigin) ||
-		m.maxBlocks > 0 && (m.blocks[origin]+len(rec.Hashes) > m.maxBlocks || m.allBlocks+len(rec.Hashes) > maxOriginsInFull*m.maxBlocks) {
+	if maxPerOrigin > 0 && len(mine) >= maxPerOrigin ||
+		m.maxBlocks > 0 && m.blocks[origin]+len(rec.Hashes) > m.maxBlocks ||
+		!m.makeRoom(origin, len(rec.Hashes), maxPerOrigin) {
 		return RemoteOverBound
 	}
 	p := m.catalog.partition(rec.Partition.withDefaults())
@@ -191,6 +196,21 @@ func (m *RemoteBookings) DropAll() int {
 		n += m.DropOrigin(o)
 	}
 	return n
+}
+
+// Evicted is the number of bookings evicted so that an origin under its
+// fair share of the full table could book (makeRoom).
+func (m *RemoteBookings) Evicted() uint64 { return m.evicted.Load() }
+
+// Counts is the number of bookings each origin holds here.
+func (m *RemoteBookings) Counts() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	counts := make(map[string]int, len(m.origins))
+	for o, mine := range m.origins {
+		counts[o] = len(mine)
+	}
+	return counts
 }
 
 // Count is the number of bookings origin holds here.

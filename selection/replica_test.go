@@ -110,7 +110,8 @@ func TestReplicaRemoteBoundsAndDrop(t *testing.T) {
 // TestReplicaRemoteTotalsAreBounded: many origins, each within its own
 // bounds, hold at most maxOriginsInFull origins' worth in all (256 origins
 // at their bounds were 256 times one's: some 9.7 GB at the defaults), in
-// bookings and in blocks; what is freed makes room again.
+// bookings and in blocks; an origin already holding its fair share of the
+// full table is refused, and what is freed makes room again.
 func TestReplicaRemoteTotalsAreBounded(t *testing.T) {
 	b := newTestRouter(t, nil)
 	addWorker(t, b, 1, nil)
@@ -119,22 +120,25 @@ func TestReplicaRemoteTotalsAreBounded(t *testing.T) {
 		return &BookingRecord{ID: id, Rank: Rank{WorkerID: 1}, Hashes: make([]uint64, blocks), PrefillTokens: 5}
 	}
 	const perOrigin = 2
-	for o := range maxOriginsInFull + 1 {
+	for o := range maxOriginsInFull {
 		for i := range perOrigin {
-			want := RemoteApplied
-			if o == maxOriginsInFull {
-				want = RemoteOverBound
-			}
-			if got := rm.Reserve(fmt.Sprint("o", o), rec(fmt.Sprint(i), 1), perOrigin); got != want {
-				t.Fatalf("origin %d, booking %d: %v, want %v", o, i, got, want)
+			if got := rm.Reserve(fmt.Sprint("o", o), rec(fmt.Sprint(i), 1), perOrigin); got != RemoteApplied {
+				t.Fatalf("origin %d, booking %d: %v", o, i, got)
 			}
 		}
 	}
-	if n := rm.Total(); n != maxOriginsInFull*perOrigin {
-		t.Fatalf("%d bookings held, want %d", n, maxOriginsInFull*perOrigin)
+	// The table is full; a ninth origin's fair share is 16/9, one booking.
+	if got := rm.Reserve("late", rec("0", 1), perOrigin); got != RemoteApplied {
+		t.Fatalf("a ninth origin's first booking: %v, want applied", got)
+	}
+	if got := rm.Reserve("late", rec("1", 1), perOrigin); got != RemoteOverBound {
+		t.Fatalf("past its fair share: %v, want over bound", got)
+	}
+	if n := rm.Total(); n != maxOriginsInFull*perOrigin || rm.Evicted() != 1 {
+		t.Fatalf("%d bookings held, %d evicted; want %d, 1", n, rm.Evicted(), maxOriginsInFull*perOrigin)
 	}
 	rm.Free("o0", "0")
-	if got := rm.Reserve("late", rec("0", 1), perOrigin); got != RemoteApplied {
+	if got := rm.Reserve("late", rec("1", 1), perOrigin); got != RemoteApplied {
 		t.Fatalf("after a free: %v, want applied", got)
 	}
 	rm.DropAll()
@@ -144,11 +148,58 @@ func TestReplicaRemoteTotalsAreBounded(t *testing.T) {
 			t.Fatalf("origin %d's 10 blocks: %v", o, got)
 		}
 	}
-	if got := rm.Reserve("one more", rec("big", 1), 0); got != RemoteOverBound {
-		t.Fatalf("a block past %d origins' worth: %v, want over bound", maxOriginsInFull, got)
+	if got := rm.Reserve("o0", rec("more", 1), 0); got != RemoteOverBound {
+		t.Fatalf("a block past an origin's bound: %v, want over bound", got)
 	}
-	if n := rm.DropAll(); n != maxOriginsInFull || rm.Total() != 0 {
-		t.Fatalf("dropped %d, %d left", n, rm.Total())
+	// 80 blocks over 9 origins: a share of 8, which 9 blocks pass.
+	if got := rm.Reserve("one more", rec("big", 9), 0); got != RemoteOverBound {
+		t.Fatalf("9 blocks past a fair share of 8: %v, want over bound", got)
+	}
+	if got := rm.Reserve("one more", rec("big", 8), 0); got != RemoteApplied {
+		t.Fatalf("8 blocks within a fair share of 8: %v, want applied", got)
+	}
+	counts := rm.Counts()
+	if n := rm.DropAll(); n != maxOriginsInFull || rm.Total() != 0 || counts["one more"] != 1 || len(counts) != maxOriginsInFull {
+		t.Fatalf("dropped %d, %d left, counts %v", n, rm.Total(), counts)
+	}
+}
+
+// TestReplicaRemoteFairShare: eight origins that filled the table (as
+// names claiming a ten-minute lease and then falling silent would) no
+// longer lock a ninth out: it books up to its fair share, each booking
+// taking the place of one of the largest origin's, and the table's total
+// stays within its bound.
+func TestReplicaRemoteFairShare(t *testing.T) {
+	b := newTestRouter(t, nil)
+	addWorker(t, b, 1, nil)
+	rm := b.Remote()
+	const perOrigin = 100
+	for o := range maxOriginsInFull {
+		for i := range perOrigin {
+			rm.Reserve(fmt.Sprint("hog", o), &BookingRecord{ID: fmt.Sprint(i), Rank: Rank{WorkerID: 1}, PrefillTokens: 5}, perOrigin)
+		}
+	}
+	applied := 0
+	for i := range perOrigin {
+		if rm.Reserve("real", &BookingRecord{ID: fmt.Sprint(i), Rank: Rank{WorkerID: 1}, PrefillTokens: 7}, perOrigin) == RemoteApplied {
+			applied++
+		}
+	}
+	share := maxOriginsInFull * perOrigin / (maxOriginsInFull + 1)
+	if applied != share || rm.Total() != maxOriginsInFull*perOrigin || rm.Evicted() != uint64(share) {
+		t.Fatalf("the ninth origin booked %d (share %d); table %d, evicted %d", applied, share, rm.Total(), rm.Evicted())
+	}
+	counts := rm.Counts()
+	for o := range maxOriginsInFull {
+		if n := counts[fmt.Sprint("hog", o)]; n < share || n > share+1 {
+			t.Fatalf("hog%d holds %d; the evictions should have levelled the hogs near %d", o, n, share)
+		}
+	}
+	// The load on the worker is what the table holds: 5 tokens a hog's
+	// booking, 7 the real one's.
+	want := uint64(5*(maxOriginsInFull*perOrigin-share) + 7*share)
+	if got := loadOf(b, 1, 0).PotentialPrefillTokens; got != want {
+		t.Fatalf("prefill load %d, want %d", got, want)
 	}
 }
 

@@ -1,0 +1,68 @@
+package selection
+
+// makeRoom makes room in the table as a whole (maxOriginsInFull times the
+// per-origin bounds) for a booking of origin with blocks prompt blocks,
+// and reports whether there is room. While the table is full, an origin
+// holding less than its fair share of it (the table over the origins
+// holding bookings, this one counted) takes the place of a booking of the
+// origin holding most. Without it, the first origins to fill the table
+// kept every other out for as long as they kept their bookings: eight
+// names claiming a ten-minute lease locked a real replica's bookings out
+// for ten minutes. m.mu is held.
+func (m *RemoteBookings) makeRoom(origin string, blocks, maxPerOrigin int) bool {
+	capBookings, capBlocks := maxOriginsInFull*maxPerOrigin, maxOriginsInFull*m.maxBlocks
+	origins := len(m.origins)
+	if m.origins[origin] == nil {
+		origins++
+	}
+	for {
+		fullBookings := maxPerOrigin > 0 && m.bookings >= capBookings
+		fullBlocks := m.maxBlocks > 0 && m.allBlocks+blocks > capBlocks
+		switch {
+		case !fullBookings && !fullBlocks:
+			return true
+		case fullBookings && len(m.origins[origin])+1 > capBookings/origins,
+			fullBlocks && m.blocks[origin]+blocks > capBlocks/origins:
+			return false // it has its share already: it waits for its own frees
+		}
+		hog := m.largestOrigin(fullBlocks)
+		if hog == "" || hog == origin {
+			m.evictOne(hog)
+		}
+		m.evictOne(hog)
+	}
+}
+
+// largestOrigin is the origin holding most blocks (byBlocks) or most
+// bookings, other than none; "" when the table is empty. Its scan is over
+// at most maxPeers origins, and runs only while the table is full.
+func (m *RemoteBookings) largestOrigin(byBlocks bool) string {
+	largest, most := "", 0
+	for o, mine := range m.origins {
+		n := len(mine)
+		if byBlocks {
+			n = m.blocks[o]
+		}
+		if n > most {
+			largest, most = o, n
+		}
+	}
+	return largest
+}
+
+// evictOne releases one of origin's bookings, whichever the map yields
+// first: which one matters little, since origin holds more than its share.
+// The origin's later free of it finds it unknown, as a free of one dropped
+// at its lease does. m.mu is held.
+func (m *RemoteBookings) evictOne(origin string) {
+	mine := m.origins[origin]
+	for id, b := range mine {
+		delete(mine, id)
+		if len(mine) == 0 {
+			delete(m.origins, origin)
+		}
+		m.releaseLocked(origin, b)
+		m.evicted.Add(1)
+		return
+	}
+}
