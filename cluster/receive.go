@@ -76,6 +76,11 @@ func (r *Replica) receive(msg *nats.Msg) {
 		p.epoch = env.Epoch
 	}
 	p.lastSeen, p.lease = time.Now(), r.leaseOf(&env)
+	if r.refusedAt[origin] {
+		// Its settings match again: a later mismatch (the next rollout)
+		// is logged anew.
+		delete(r.refusedAt, origin)
+	}
 	if compared {
 		p.digestDiff = diff
 	}
@@ -98,17 +103,22 @@ func (r *Replica) refusal(env *envelope) string {
 }
 
 // leaseOf is how long env's sender keeps its bookings here after its last
-// message: the lease it says it runs (at most maxPeerLease), or this
-// replica's own when it says none.
+// message: the lease it says it runs, or this replica's own when it says
+// none. The claim is held between twice this replica's heartbeat and
+// maxPeerLease: a lease of a millisecond made its sender lapse and be
+// heard anew between any two of its messages, each time asking every
+// replica to announce.
 func (r *Replica) leaseOf(env *envelope) time.Duration {
 	if env.LeaseMs == 0 {
 		return r.cfg.Lease
 	}
-	return time.Duration(min(env.LeaseMs, uint64(maxPeerLease/time.Millisecond))) * time.Millisecond
+	claimed := time.Duration(min(env.LeaseMs, uint64(maxPeerLease/time.Millisecond))) * time.Millisecond
+	return max(claimed, 2*r.cfg.Heartbeat)
 }
 
-// logRefusal logs the first refusal of each origin (bounded: a hostile
-// stream of names cannot grow the set past maxPeers).
+// logRefusal logs the first refusal of each origin since it was last
+// accepted (bounded: a hostile stream of names cannot grow the set past
+// maxPeers).
 func (r *Replica) logRefusal(origin, reason string, env *envelope) {
 	r.mu.Lock()
 	first := !r.refusedAt[origin] && len(r.refusedAt) < maxPeers
