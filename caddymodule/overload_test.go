@@ -102,10 +102,10 @@ func TestOverloadPredictedWaitSheds(t *testing.T) {
 	q.mu.Lock()
 	line := q.lineLocked(key)
 	q.mu.Unlock()
-	for i := range 11 { // ten admissions a second
-		line.admits[i] = now.Add(time.Duration(i-10) * 100 * time.Millisecond)
+	for i := range 10 { // ten admissions a second, the line never empty
+		line.gaps[i] = 100 * time.Millisecond
 	}
-	line.nAdmit = 11
+	line.nGaps, line.lastAdmit = 10, now
 	for i := range 5 {
 		if r := q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1)}, now); r != "" {
 			t.Fatalf("waiter %d (predicted wait %v) refused: %s", i, time.Duration(i+1)*100*time.Millisecond, r)
@@ -124,6 +124,59 @@ func TestOverloadPredictedWaitSheds(t *testing.T) {
 	if r := q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1)}, now.Add(2*time.Second)); r != "" {
 		t.Fatalf("refused on a stale rate: %s", r)
 	}
+}
+
+// On sparse traffic the line empties at each admission, and the gaps
+// between admissions are the clients' pauses, not the workers' pace: a
+// newcomer is not refused on them. Requests 2.7 s apart on one worker,
+// each waiting 0.2 s, made a rate of 0.37 a second, and the next was
+// refused as if it would wait 2.7 s (over half of max_wait's 5 s).
+func TestOverloadSparseTrafficIsNotShed(t *testing.T) {
+	s, _ := (&OverloadConfig{}).settings() // max_wait 5s
+	var busy atomic.Bool
+	q := newOverloadQueue(s, func(selection.Partition, *selection.Placement) (bool, bool) { return busy.Load(), true })
+	now := time.Unix(1000, 0)
+	q.now = func() time.Time { return now }
+	key := selection.PartitionKey{Model: "m"}
+	lr := lineRequest{part: selection.Partition{ModelName: "m"}}
+	for i := range 12 {
+		busy.Store(true)
+		w := &waiter{class: 1, wake: make(chan struct{}, 1), req: lr}
+		if r := q.enqueue(key, w, now); r != "" {
+			t.Fatalf("request %d, 2.7 s after the one before, refused: %s", i, r)
+		}
+		now = now.Add(200 * time.Millisecond)
+		busy.Store(false)
+		q.dispatch(key)
+		if !q.isAdmitted(w) {
+			t.Fatalf("request %d not admitted once its worker was free", i)
+		}
+		q.settled(key)
+		now = now.Add(2500 * time.Millisecond)
+	}
+	// Under real overload the line stays backlogged and every gap counts:
+	// two waiters at a time, a place every 100 ms.
+	for range 10 {
+		busy.Store(true)
+		for range 2 {
+			q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1), req: lr}, now)
+		}
+		busy.Store(false)
+		q.dispatch(key)
+		busy.Store(true) // the admitted one took the place
+		q.settled(key)
+		now = now.Add(100 * time.Millisecond)
+	}
+	if r := q.rateOf(key); r < 9 || r > 11 {
+		t.Fatalf("a backlogged line's rate %.2f a second, want 10", r)
+	}
+}
+
+// rateOf is key's line's admission rate now.
+func (q *overloadQueue) rateOf(key selection.PartitionKey) float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.lines[key].rate(q.now(), q.s.maxWait)
 }
 
 // Cleanup refuses the waiting requests and later ones.
