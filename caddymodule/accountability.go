@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,9 +82,10 @@ type modelPredictions struct {
 }
 
 // maxAccountedModels bounds the models counted apart; more are counted
-// under otherModels. Only models of the catalog reach the ledger (an
-// unknown one is refused before), so this is a guard, not a limit anyone
-// should meet.
+// under otherModels. Models reach the ledger under their metric label
+// (modellabels.go: catalog models, at most maxModelLabels of them, pruned
+// when they leave), so this is a second guard, not a limit anyone should
+// meet.
 const maxAccountedModels = 1024
 
 const otherModels = "(other models)"
@@ -125,7 +127,7 @@ func (l *predictionLedger) snapshot() map[string]modelPredictions {
 // prediction, counts it, and warns about a mismatch at most once a minute
 // per model and cause.
 func (l *predictionLedger) record(p *prediction, u engineUsage, ok bool, logger *zap.Logger) {
-	model := p.model
+	model := modelLabels.of(p.model)
 	if !ok {
 		l.count(model, func(m *modelPredictions) { m.NoUsage++ })
 		usageReportsTotal.WithLabelValues(model, "absent").Inc()
@@ -179,6 +181,18 @@ func (l *predictionLedger) record(p *prediction, u engineUsage, ok bool, logger 
 	}
 	if cause, what := mismatchCause(p, u, reported, mismatch); cause != "" {
 		l.warn(logger, model, cause, what, p, u)
+	}
+}
+
+// forget drops model's counts and warning times (it left the catalog).
+func (l *predictionLedger) forget(model string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.models, model)
+	for k := range l.lastWarn {
+		if strings.HasPrefix(k, model+"\x00") {
+			delete(l.lastWarn, k)
+		}
 	}
 }
 

@@ -250,12 +250,12 @@ func (c *contextLimits) place(part selection.PartitionKey, adapter string, need 
 	pc := c.of(part, adapter)
 	switch {
 	case pc.longest > 0 && need > pc.longest:
-		contextFiltered.WithLabelValues(part.Model, "over").Inc()
+		contextFiltered.WithLabelValues(modelLabels.of(part.Model), "over").Inc()
 		return true, contextFit{}
 	case pc.shortest == 0 || need <= pc.shortest:
 		return false, contextFit{}
 	}
-	contextFiltered.WithLabelValues(part.Model, "narrowed").Inc()
+	contextFiltered.WithLabelValues(modelLabels.of(part.Model), "narrowed").Inc()
 	for _, t := range pc.tiers {
 		if need <= t.context {
 			return false, contextFit{t.allowed, t.context}

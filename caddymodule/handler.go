@@ -359,7 +359,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			// clients grow the metrics without bound.
 			requestsTotal.WithLabelValues("", "unknown_model", "none").Inc()
 		} else {
-			requestsTotal.WithLabelValues(req.Partition.Key().Model, "refused", mode).Inc()
+			requestsTotal.WithLabelValues(modelLabels.of(req.Partition.Key().Model), "refused", mode).Inc()
 		}
 		return h.refuse(w, status, err)
 	}
@@ -565,7 +565,7 @@ func (h *Handler) promptTokens(r *http.Request, oai *openAIRequest, part selecti
 	if errors.Is(err, errPastContext) {
 		// Routed by load, as a prompt of ids past every context is: the
 		// engine refuses it (contextlimit.go).
-		contextFiltered.WithLabelValues(part.Model, "over").Inc()
+		contextFiltered.WithLabelValues(modelLabels.of(part.Model), "over").Inc()
 		return nil
 	}
 	if err != nil {
@@ -686,7 +686,7 @@ func (w *prefillWriter) Write(b []byte) (int, error) {
 				w.prefilled()
 			}
 			if resp := w.res.Response(); resp != nil {
-				ttftSeconds.WithLabelValues(resp.ModelName).Observe(time.Since(w.arrived).Seconds())
+				ttftSeconds.WithLabelValues(modelLabels.of(resp.ModelName)).Observe(time.Since(w.arrived).Seconds())
 			}
 		}
 		if w.tail != nil {

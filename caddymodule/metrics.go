@@ -103,14 +103,14 @@ func registeredCollectors() []prometheus.Collector {
 		promptTokensTotal, cachedTokensTotal, tokenizeFailures, failoversTotal, ttftSeconds,
 		usageReportsTotal, promptTokensMismatch, predictedCachedTotal, reportedCachedTotal,
 		cachedPredictionError, predictionAccuracy, tokenizeCacheTotal, engineFactsCollector{}, discoveryCollector{},
-		takenOutCollector{}, contextFiltered}
+		takenOutCollector{}, contextFiltered, modelLabelPruner{}}
 	cs = append(cs, selectTimingCollectors...)
 	return append(cs, overloadCollectors()...)
 }
 
 // Proxy-path metrics: package-level, so they carry on across reloads. The
 // model label is the partition's model (or "" for a model no worker
-// serves), so its values are bounded by the catalog, not by clients.
+// serves), bounded and pruned as modellabels.go says.
 var (
 	requestsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_requests_total",
@@ -160,7 +160,7 @@ var (
 )
 
 func observeSelection(resp *selection.SelectResponse, promptTokens int, mode string, took time.Duration) {
-	model := resp.ModelName
+	model := modelLabels.of(resp.ModelName)
 	requestsTotal.WithLabelValues(model, "routed", mode).Inc()
 	selectionSeconds.WithLabelValues(model).Observe(took.Seconds())
 	promptTokensTotal.WithLabelValues(model).Add(float64(promptTokens))

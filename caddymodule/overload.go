@@ -169,9 +169,11 @@ func (q *overloadQueue) wait(ctx context.Context, lr lineRequest, class int) adm
 	if reason := q.enqueue(key, w, start); reason != "" {
 		return admission{shed: reason}
 	}
-	model := key.Model
-	queueDepth.WithLabelValues(model).Inc()
-	defer queueDepth.WithLabelValues(model).Dec()
+	// The gauge is held, not looked up again: were the model's series
+	// pruned meanwhile (modellabels.go), a lookup would make one of -1.
+	depth := queueDepth.WithLabelValues(modelLabels.of(key.Model))
+	depth.Inc()
+	defer depth.Dec()
 	q.dispatch(key) // a waiter for idle workers goes on at once
 	deadline := time.NewTimer(q.s.maxWait)
 	defer deadline.Stop()

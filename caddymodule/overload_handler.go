@@ -64,7 +64,7 @@ func (h *Handler) admitOrShed(w http.ResponseWriter, r *http.Request, lr lineReq
 	}
 	class := h.overload.class(strings.TrimSpace(r.Header.Get(h.overload.priorityHeader)))
 	a := h.queue.wait(r.Context(), lr, class)
-	model := lr.part.Key().Model
+	model := modelLabels.of(lr.part.Key().Model)
 	if a.shed == "" {
 		if a.queued {
 			queueAdmittedTotal.WithLabelValues(model).Inc()

@@ -4,7 +4,8 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Overload metrics (docs/overload.md). The model label is a served
 // partition's model: a request only waits when a served partition's
-// workers are busy, so clients cannot grow the label set.
+// workers are busy, so clients cannot grow the label set (and
+// modellabels.go bounds and prunes it).
 var (
 	queueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kvrouter_overload_queue_depth",

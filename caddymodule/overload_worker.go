@@ -51,7 +51,7 @@ func (s *overloadSettings) markOverloaded(health *selection.Health, resp *select
 		d = s.busyFor
 	}
 	health.ReportBusy(resp.WorkerID, min(d, s.busyMax))
-	workerBusyTotal.WithLabelValues(resp.ModelName).Inc()
+	workerBusyTotal.WithLabelValues(modelLabels.of(resp.ModelName)).Inc()
 }
 
 // retryAfterSeconds is the Retry-After of a shed request: the queue's
