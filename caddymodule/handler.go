@@ -383,8 +383,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		pw.prefilled = func() { h.kickQueue(req.Partition) }
 	}
 	defer pw.done()
+	complete := false // the worker's whole answer was passed on
+	if predicted(r) {
+		// Deferred, so that it runs on panic(http.ErrAbortHandler) too:
+		// reverse_proxy aborts so when the client leaves mid-answer (a
+		// client that stops reading at [DONE] and hangs up while the
+		// worker still holds the stream open), and the usage may have come
+		// already. Counted in the return, a third of a benchmark's
+		// answers went uncounted.
+		defer func() { h.account(pw, req, mode, isChat(r), isGenerate(r), complete) }()
+	}
 	proxied = true
 	err = next.ServeHTTP(pw, r)
+	complete = err == nil
 	if strip != nil {
 		strip.finish()
 	}
@@ -400,9 +411,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			writeOpenAIError(w, status, proxyFailureMessage(status))
 			return nil
 		}
-	}
-	if predicted(r) {
-		h.account(pw, req, mode, isChat(r), isGenerate(r), err == nil)
 	}
 	return err
 }
