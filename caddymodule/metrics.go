@@ -49,6 +49,7 @@ func (eventCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- activeReservations
 	ch <- workerIndexBlocks
+	ch <- kvEventsConnected
 	ch <- approxIndexBytes
 	ch <- approxIndexEvicted
 	ch <- approxIndexRefused
@@ -78,6 +79,14 @@ func (eventCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(workerIndexBlocks, prometheus.GaugeValue, float64(n),
 				strconv.FormatUint(rk.WorkerID, 10), strconv.FormatUint(uint64(rk.DPRank), 10))
 		}
+	}
+	for rk, up := range state.events.Connections() {
+		v := 0.0
+		if up {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(kvEventsConnected, prometheus.GaugeValue, v,
+			strconv.FormatUint(rk.WorkerID, 10), strconv.FormatUint(uint64(rk.DPRank), 10))
 	}
 }
 
@@ -157,6 +166,8 @@ var (
 		"(block, worker rank) holds the approximate index did not record: a booking larger than its whole bound.", nil, nil)
 	workerIndexBlocks = prometheus.NewDesc("kvrouter_worker_index_blocks",
 		"Blocks the KV index holds for each worker rank.", []string{"worker_id", "dp_rank"}, nil)
+	kvEventsConnected = prometheus.NewDesc("kvrouter_kv_events_connected",
+		"1 while a worker rank's KV-event publisher is connected, 0 while it is not (an engine that died while idle publishes nothing, so only this tells it from an idle one); connect mode only.", []string{"worker_id", "dp_rank"}, nil)
 )
 
 func observeSelection(resp *selection.SelectResponse, promptTokens int, mode string, took time.Duration) {

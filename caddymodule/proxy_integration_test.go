@@ -208,7 +208,7 @@ func TestProxyRoutesByPrefix(t *testing.T) {
 	}
 	metrics := admin("/metrics")
 	for _, want := range []string{`kvrouter_requests_total{mode="kv",model="m",outcome="routed"}`, `kvrouter_requests_total{mode="none",model="",outcome="unknown_model"}`,
-		`kvrouter_worker_index_blocks{dp_rank="0",worker_id="3"} 16`, `kvrouter_selection_duration_seconds_count{model="m"}`, `kvrouter_cached_tokens_total{model="m"}`, `kvrouter_ttft_seconds_count{model="m"}`} {
+		`kvrouter_worker_index_blocks{dp_rank="0",worker_id="3"} 16`, `kvrouter_kv_events_connected{dp_rank="0",worker_id="3"} 1`, `kvrouter_selection_duration_seconds_count{model="m"}`, `kvrouter_cached_tokens_total{model="m"}`, `kvrouter_ttft_seconds_count{model="m"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	zmq "github.com/pebbe/zmq4"
 	"go.uber.org/zap"
@@ -151,7 +152,7 @@ func (b *BindListener) startSub(endpoint string, gate *frameGate) error {
 	b.turn = &ingestTurn{x: b.index}
 	b.wait = waitFor(sub, b.log)
 	// Counting only: the publishers dial, and redial, a bound SUB.
-	if b.mon, err = startMonitor(b.zctx, sub, b.stats, b.log, nil); err != nil {
+	if b.mon, err = startMonitor(b.zctx, sub, b.stats, b.log, new(atomic.Bool), nil); err != nil {
 		b.log.Warn("kv events: no socket monitor; dropped publisher connections are not counted", zap.Error(err))
 	}
 	go b.run(sub)

@@ -92,6 +92,7 @@ type Listener struct {
 	native *nativeDial // nil for a listener on a SUB
 	sub    *zmq.Socket
 	mon    *monitor // nil when the socket monitor could not start
+	conn   connState
 	done   chan struct{}
 	once   sync.Once
 
@@ -166,10 +167,11 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 	l.sub = sub
 	// Placed before the monitor starts: its redials go where l receives.
 	alone := !l.joinLoop()
-	if l.mon, err = startMonitor(zctx, sub, stats, log, l.askRedial); err != nil {
+	if l.mon, err = startMonitor(zctx, sub, stats, log, &l.conn.up, l.askRedial); err != nil {
 		log.Warn("kv events: no socket monitor; a connection libzmq drops for an oversized message is not dialed again",
 			zap.String("endpoint", cfg.Endpoint), zap.Error(err))
 	}
+	l.conn.known = l.mon != nil
 	if alone {
 		l.wait = waitFor(sub, log)
 		go l.run(sub)

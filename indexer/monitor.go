@@ -42,12 +42,12 @@ type monitor struct {
 	done chan struct{}
 }
 
-// startMonitor watches sock, which the caller owns, and calls
-// onDisconnect (from the monitor's goroutine) after counting each dropped
-// connection in stats.
-func startMonitor(zctx *zmq.Context, sock *zmq.Socket, stats *Stats, log *zap.Logger, onDisconnect func()) (*monitor, error) {
+// startMonitor watches sock, which the caller owns, sets up while it is
+// connected, and calls onDisconnect (from the monitor's goroutine) after
+// counting each dropped connection in stats.
+func startMonitor(zctx *zmq.Context, sock *zmq.Socket, stats *Stats, log *zap.Logger, up *atomic.Bool, onDisconnect func()) (*monitor, error) {
 	addr := fmt.Sprintf("inproc://kvrouter-monitor-%d", monitorSeq.Add(1))
-	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED|zmq.EVENT_MONITOR_STOPPED); err != nil {
+	if err := sock.Monitor(addr, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED|zmq.EVENT_MONITOR_STOPPED); err != nil {
 		return nil, err
 	}
 	pair, err := zctx.NewSocket(zmq.PAIR)
@@ -66,11 +66,11 @@ func startMonitor(zctx *zmq.Context, sock *zmq.Socket, stats *Stats, log *zap.Lo
 		return nil, err
 	}
 	mo := &monitor{pair: pair, wait: waitFor(pair, log), quit: make(chan struct{}), done: make(chan struct{})}
-	go mo.run(stats, onDisconnect)
+	go mo.run(stats, up, onDisconnect)
 	return mo, nil
 }
 
-func (mo *monitor) run(stats *Stats, onDisconnect func()) {
+func (mo *monitor) run(stats *Stats, up *atomic.Bool, onDisconnect func()) {
 	defer close(mo.done)
 	defer mo.pair.Close()
 	defer mo.wait.close()
@@ -98,12 +98,16 @@ func (mo *monitor) run(stats *Stats, onDisconnect func()) {
 			continue
 		}
 		switch ev {
+		case zmq.EVENT_CONNECTED:
+			up.Store(true)
 		case zmq.EVENT_DISCONNECTED:
+			up.Store(false)
 			stats.Disconnects.add(1)
 			if onDisconnect != nil {
 				onDisconnect()
 			}
 		case zmq.EVENT_MONITOR_STOPPED:
+			up.Store(false)
 			return
 		}
 	}

@@ -49,6 +49,7 @@ func (l *Listener) startNative() bool {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.native = &nativeDial{target: target, ctx: ctx, cancel: cancel, pending: -1}
+	l.conn.known = true
 	if !l.index.joinLoop(l) {
 		cancel()
 		l.native = nil
@@ -126,6 +127,7 @@ func (p *ingestLoop) attach(l *Listener) {
 		return
 	}
 	n.conn = newZMTPConn(fd, maxMsgSize(l.cfg.MaxMessageBytes))
+	l.conn.up.Store(true)
 	p.heat(l) // what came before the edge the set will report
 }
 
@@ -141,6 +143,7 @@ func (p *ingestLoop) detach(l *Listener, err error) {
 		l.stats.Disconnects.add(1)
 		l.log.Debug("kv events: publisher connection dropped", zap.String("endpoint", l.cfg.Endpoint), zap.Error(err))
 	}
+	l.conn.up.Store(false)
 	_ = syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_DEL, n.conn.fd, nil)
 	n.conn.close()
 	n.conn = nil
@@ -162,6 +165,7 @@ func (l *Listener) shutNative(p *ingestLoop) {
 		n.pending = -1
 	}
 	n.mu.Unlock()
+	l.conn.up.Store(false)
 	if n.conn != nil {
 		_ = syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_DEL, n.conn.fd, nil)
 		n.conn.close()
