@@ -25,27 +25,51 @@ func laxIDList(raw selection.RawJSON) (ids []uint32, ok bool) {
 	if len(b) < 2 || b[0] != '[' {
 		return nil, false
 	}
-	allText := true
-	for i := skipSpace(b, 1); i < len(b) && b[i] != ']'; {
-		end := scalarEnd(b, i)
-		if end < 0 {
+	// Two passes: the first counts the elements and sees that they are
+	// all scalars, not all strings, so that the ids are allocated once, at
+	// their size. Grown by append, they cost five times their size (16
+	// bytes a byte of a list of floats).
+	n, allText := 0, true
+	for i := range scalars(b) {
+		if i < 0 {
 			return nil, false // a list or an object
 		}
-		item := b[i:end]
-		allText = allText && item[0] == '"'
-		id, ok := laxID(item)
+		n++
+		allText = allText && b[i] == '"'
+	}
+	if n == 0 || allText {
+		return nil, false
+	}
+	ids = make([]uint32, 0, n)
+	for i := range scalars(b) {
+		id, ok := laxID(b[i:scalarEnd(b, i)])
 		if !ok {
 			return nil, false
 		}
 		ids = append(ids, id)
-		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
-			i = skipSpace(b, i+1)
-		}
-	}
-	if len(ids) == 0 || allText {
-		return nil, false
 	}
 	return ids, true
+}
+
+// scalars yields where each element of the list b starts; -1, and no
+// more, at an element that is a list or an object. b is a JSON list,
+// space trimmed.
+func scalars(b []byte) func(yield func(int) bool) {
+	return func(yield func(int) bool) {
+		for i := skipSpace(b, 1); i < len(b) && b[i] != ']'; {
+			end := scalarEnd(b, i)
+			if end < 0 {
+				yield(-1)
+				return
+			}
+			if !yield(i) {
+				return
+			}
+			if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
+				i = skipSpace(b, i+1)
+			}
+		}
+	}
 }
 
 // scalarEnd is the index just past the scalar value that starts at b[i]
@@ -83,7 +107,13 @@ func laxID(item []byte) (uint32, bool) {
 		}
 		return uint32(f), true
 	}
-	n, ok := laxInt(selection.RawJSON(item))
+	var n int64
+	var ok bool
+	if text, plain := plainText(item); plain {
+		n, ok = laxIntText(text) // read in place: no string made an element
+	} else {
+		n, ok = laxInt(selection.RawJSON(item))
+	}
 	if !ok || n < 0 || n > math.MaxUint32 {
 		return 0, false
 	}
@@ -109,4 +139,16 @@ func plainID(item []byte) (uint32, bool) {
 		}
 	}
 	return uint32(n), i == len(item)
+}
+
+// plainText is the text of item, a JSON string, read in place; ok is
+// false for anything else, or a string with an escape (decoded then).
+func plainText(item []byte) (string, bool) {
+	if len(item) < 2 || item[0] != '"' || bytes.IndexByte(item, '\\') >= 0 {
+		return "", false
+	}
+	if len(item) == 2 {
+		return "", true
+	}
+	return unsafe.String(&item[1], len(item)-2), true
 }

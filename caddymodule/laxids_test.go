@@ -62,3 +62,22 @@ func BenchmarkLaxIDList(b *testing.B) {
 		}
 	}
 }
+
+// TestLaxIDListAllocatesOnce: a prompt of ids in lax forms costs one
+// allocation, the ids at their size. Grown by append, and with a string
+// made of each quoted or underscored element, 16 MiB of them cost 8 to 16
+// times the body (256 MiB for floats).
+func TestLaxIDListAllocatesOnce(t *testing.T) {
+	for name, elem := range map[string]string{"floats": "1.0", "ints among floats": "1", "strings": `"12"`,
+		"underscores": `"1_2"`, "spaced": `" 7 "`, "bools": "true"} {
+		raw := selection.RawJSON("[1.0," + strings.TrimSuffix(strings.Repeat(elem+",", 10_000), ",") + "]")
+		allocs := testing.AllocsPerRun(5, func() {
+			if ids, ok := laxIDList(raw); !ok || len(ids) != 10_001 {
+				t.Fatalf("%s: %d ids, %v", name, len(ids), ok)
+			}
+		})
+		if allocs > 1 {
+			t.Errorf("%s: %.0f allocations for 10,001 ids, want 1", name, allocs)
+		}
+	}
+}

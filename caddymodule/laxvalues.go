@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 	"strings"
 
@@ -79,15 +80,7 @@ func laxInt(v selection.RawJSON) (n int64, ok bool) {
 		if !isText {
 			return 0, false
 		}
-		s = strings.TrimSpace(s)
-		if whole, frac, found := strings.Cut(s, "."); found && frac != "" && strings.Trim(frac, "0") == "" {
-			s = whole
-		}
-		if s, ok = pyUnderscores(s); !ok {
-			return 0, false
-		}
-		n, err := strconv.ParseInt(s, 10, 64)
-		return n, err == nil
+		return laxIntText(s)
 	}
 	if n, err := strconv.ParseInt(string(t), 10, 64); err == nil {
 		return n, true
@@ -99,23 +92,54 @@ func laxInt(v selection.RawJSON) (n int64, ok bool) {
 	return int64(f), true
 }
 
-// pyUnderscores drops the underscores Python's int() takes in a string of
-// digits, each between two digits ("1_000"); ok is false for any other
-// ("_1", "1_", "1__0").
-func pyUnderscores(s string) (string, bool) {
-	if !strings.Contains(s, "_") {
-		return s, true
+// laxIntText is a string's text as pydantic's lax int reads it: Python's
+// int() of it (space around, a sign, underscores between digits), after
+// a fraction of zeros is cut ("7.0").
+func laxIntText(s string) (int64, bool) {
+	s = strings.TrimSpace(s)
+	if whole, frac, found := strings.Cut(s, "."); found && frac != "" && strings.Trim(frac, "0") == "" {
+		s = whole
+	}
+	if strings.Contains(s, "_") {
+		return pyUnderscored(s)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// pyUnderscored is Python's int() of s, a sign and digits with
+// underscores, each between two digits ("1_000"); ok is false for any
+// other ("_1", "1_", "1__0") and past int64. Read in place: a prompt of
+// millions of such ids made a string of each.
+func pyUnderscored(s string) (int64, bool) {
+	neg := false
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg, s = s[0] == '-', s[1:]
 	}
 	digit := func(c byte) bool { return c >= '0' && c <= '9' }
-	b := make([]byte, 0, len(s))
+	var n uint64
 	for i := 0; i < len(s); i++ {
-		if s[i] != '_' {
-			b = append(b, s[i])
-			continue
-		}
-		if i == 0 || i+1 == len(s) || !digit(s[i-1]) || !digit(s[i+1]) {
-			return "", false
+		switch c := s[i]; {
+		case c == '_':
+			if i == 0 || i+1 == len(s) || !digit(s[i-1]) || !digit(s[i+1]) {
+				return 0, false
+			}
+		case digit(c):
+			if n > (1<<63)/10 {
+				return 0, false // past int64 (and, unchecked, past uint64)
+			}
+			if n = n*10 + uint64(c-'0'); n > 1<<63 {
+				return 0, false
+			}
+		default:
+			return 0, false
 		}
 	}
-	return string(b), true
+	if len(s) == 0 || !neg && n > math.MaxInt64 {
+		return 0, false
+	}
+	if neg {
+		return -int64(n), true // 1<<63 negated is MinInt64
+	}
+	return int64(n), true
 }

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"math"
 	"testing"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -42,6 +43,11 @@ func TestLaxInt(t *testing.T) {
 		// Python's digit separators, which pydantic's str-to-int takes.
 		`"1_00"`: {100, true}, `" 1_0 "`: {10, true}, `"1_0.0"`: {10, true}, `"0_1"`: {1, true}, `"+1_0"`: {10, true},
 		`"_1"`: {0, false}, `"1_"`: {0, false}, `"1__0"`: {0, false}, `"+_1"`: {0, false}, `"1_.0"`: {0, false},
+		`"-1_0"`: {-10, true}, `"9_223_372_036_854_775_807"`: {math.MaxInt64, true}, `"9_223_372_036_854_775_808"`: {0, false},
+		`"-9_223_372_036_854_775_808"`: {math.MinInt64, true}, `"-9_223_372_036_854_775_809"`: {0, false},
+		`"99_999_999_999_999_999_999"`: {0, false}, `"1_a"`: {0, false}, `"-_"`: {0, false}, `"0_0_0"`: {0, true},
+		// Escaped, decoded first (laxIDList reads unescaped strings in place).
+		`"\u0031_0"`: {10, true}, `"\u00a01\u00a0"`: {1, true},
 	} {
 		n, ok := laxInt(selection.RawJSON(in))
 		if n != want.n || ok != want.ok {
