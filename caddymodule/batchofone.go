@@ -15,8 +15,10 @@ import (
 // gateway cannot route one by one) or anything else, routed by load.
 //
 // Token ids go straight to the strict token decoder, as cheap as the same
-// ids sent flat.
-func promptOfOne(raw selection.RawJSON) (text selection.RawJSON, ids []uint32, ok bool) {
+// ids sent flat. With lax (vLLM's prompt, which pydantic reads), ids that
+// are not all JSON integers are read as pydantic's lax list[list[int]]
+// reads them.
+func promptOfOne(raw selection.RawJSON, lax bool) (text selection.RawJSON, ids []uint32, ok bool) {
 	item, ok := soleElement(raw)
 	switch {
 	case !ok:
@@ -27,10 +29,18 @@ func promptOfOne(raw selection.RawJSON) (text selection.RawJSON, ids []uint32, o
 		return nil, nil, false
 	}
 	var list selection.TokenList
-	if list.UnmarshalJSON(item) != nil || len(list) == 0 {
-		return nil, nil, false
+	if list.UnmarshalJSON(item) == nil && len(list) > 0 {
+		return nil, list, true
 	}
-	return nil, list, true
+	// Not JSON integers only: pydantic's lax list[list[int]] may still
+	// take it ([[7.0, 8.0]], [["7", "8"]]), and vLLM prefill it as one
+	// prompt; routed by load, its cache was missed.
+	if lax {
+		if ids, ok := laxIDs(item, false); ok {
+			return nil, ids, true
+		}
+	}
+	return nil, nil, false
 }
 
 // soleElement is the element of raw when raw is an array of exactly one

@@ -25,12 +25,22 @@ func TestPromptOfOne(t *testing.T) {
 		{`[]`, "", nil, false},
 		{`[[]]`, "", nil, false},
 		{`[[1.5]]`, "", nil, false},
+		// pydantic's lax list[list[int]]: vLLM prefills these as one prompt.
+		{`[[7.0, 8.0]]`, "", []uint32{7, 8}, true},
+		{`[["7", " 8 "]]`, "", []uint32{7, 8}, true},
+		{`[[true, 2]]`, "", []uint32{1, 2}, true},
+		{`[["a"]]`, "", nil, false},
+		{`[[-1.0]]`, "", nil, false},
 		{`[7]`, "", nil, false},
 		{`"x"`, "", nil, false},
 	} {
-		text, ids, ok := promptOfOne(selection.RawJSON(c.raw))
+		text, ids, ok := promptOfOne(selection.RawJSON(c.raw), true)
 		if ok != c.ok || string(text) != c.text || !slices.Equal(ids, c.ids) {
 			t.Errorf("%s: %q %v %v, want %q %v %v", c.raw, text, ids, ok, c.text, c.ids, c.ok)
+		}
+		// Strictly (SGLang's /generate), only JSON integers are ids.
+		if _, ids, ok := promptOfOne(selection.RawJSON(c.raw), false); ok && ids != nil && strings.ContainsAny(c.raw, `."tr`) {
+			t.Errorf("%s read strictly: %v", c.raw, ids)
 		}
 	}
 }
@@ -42,7 +52,7 @@ func TestPromptOfOne(t *testing.T) {
 func TestPromptOfOneReadsOneElement(t *testing.T) {
 	raw := selection.RawJSON(`["x"` + strings.Repeat(",0", 1<<20) + `]`)
 	least := leastAlloc(func() {
-		if _, _, ok := promptOfOne(raw); ok {
+		if _, _, ok := promptOfOne(raw, true); ok {
 			t.Fatal("a batch of many taken as a batch of one")
 		}
 	})

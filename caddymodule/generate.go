@@ -59,12 +59,12 @@ func (g *generateFields) generatePrompt() (text selection.RawJSON, ids []uint32,
 	case g.inputIDs != nil:
 		return nil, g.inputIDs, true
 	case g.RawInputIDs.IsArray():
-		_, ids, ok := promptOfOne(g.RawInputIDs)
+		_, ids, ok := promptOfOne(g.RawInputIDs, false)
 		return nil, ids, ok && ids != nil
 	case g.Text.IsString():
 		return g.Text, nil, true
 	case g.Text.IsArray():
-		text, _, ok := promptOfOne(g.Text)
+		text, _, ok := promptOfOne(g.Text, false)
 		return text, nil, ok && text != nil
 	}
 	return nil, nil, false

@@ -548,7 +548,7 @@ func (h *Handler) promptTokens(r *http.Request, oai *openAIRequest, part selecti
 		if ids, ok := laxIDList(oai.RawPrompt); ok {
 			return ids // token ids pydantic reads from floats, strings or booleans
 		}
-		text, ids, ok := promptOfOne(oai.RawPrompt)
+		text, ids, ok := promptOfOne(oai.RawPrompt, true)
 		switch {
 		case !ok:
 			return nil // a batch of prompts: route by load

@@ -21,6 +21,13 @@ import (
 // object. A client writing floats (a numpy array's tolist()) had its
 // prompt routed by load.
 func laxIDList(raw selection.RawJSON) (ids []uint32, ok bool) {
+	return laxIDs(raw, true)
+}
+
+// laxIDs is laxIDList; a list of strings only is refused when
+// textIsBatch (the prompt itself: list[str] takes it), and read as ids
+// when not (a batch's element: only list[list[int]] can take a list).
+func laxIDs(raw selection.RawJSON, textIsBatch bool) (ids []uint32, ok bool) {
 	b := bytes.TrimSpace(raw)
 	if len(b) < 2 || b[0] != '[' {
 		return nil, false
@@ -37,7 +44,7 @@ func laxIDList(raw selection.RawJSON) (ids []uint32, ok bool) {
 		n++
 		allText = allText && b[i] == '"'
 	}
-	if n == 0 || allText {
+	if n == 0 || allText && textIsBatch {
 		return nil, false
 	}
 	ids = make([]uint32, 0, n)

@@ -107,7 +107,7 @@ func TestPromptOfOneCostsAsTheFlatList(t *testing.T) {
 		}
 	})
 	oneAlloc := leastAlloc(func() {
-		if _, ids, ok := promptOfOne(one); !ok || len(ids) != n+1 {
+		if _, ids, ok := promptOfOne(one, false); !ok || len(ids) != n+1 {
 			t.Fatalf("batch of one: %v %d", ok, len(ids))
 		}
 	})

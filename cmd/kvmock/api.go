@@ -221,7 +221,12 @@ func promptTokens(req *apiRequest) ([]uint32, error) {
 
 // decodePrompt decodes a non-empty prompt value into its text or its
 // token ids (never both).
-func decodePrompt(raw []byte) (string, []uint32, error) {
+func decodePrompt(raw []byte) (string, []uint32, error) { return decodePromptIn(raw, false) }
+
+// decodePromptIn is decodePrompt; inBatch says raw is a batch's element,
+// which only list[list[int]] can take when it is a list: its strings are
+// ids then, not texts.
+func decodePromptIn(raw []byte, inBatch bool) (string, []uint32, error) {
 	switch raw[0] {
 	case '"':
 		var s string
@@ -238,14 +243,14 @@ func decodePrompt(raw []byte) (string, []uint32, error) {
 		if err := json.Unmarshal(raw, &batch); err != nil {
 			return "", nil, badRequest("prompt must be a string, an array of token ids, or a batch of one: %v", err)
 		}
-		if ids, isIDs, err := laxTokenIDs(batch); isIDs {
+		if ids, isIDs, err := laxTokenIDs(batch, inBatch); isIDs {
 			return "", ids, err
 		}
 		if len(batch) != 1 {
 			return "", nil, badRequest("batched prompts are not supported (got %d)", len(batch))
 		}
 		if inner := bytes.TrimSpace(batch[0]); len(inner) > 0 && (inner[0] == '"' || inner[0] == '[') {
-			return decodePrompt(inner)
+			return decodePromptIn(inner, true)
 		}
 	}
 	return "", nil, badRequest("prompt must be a string or an array of token ids")

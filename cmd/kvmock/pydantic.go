@@ -102,8 +102,9 @@ func withoutDigitSeparators(s string) string {
 // batch of texts: isIDs false); a list of scalars otherwise can only be
 // list[int] in lax mode, each element a pyInt (7.0, "8", true), and one
 // that is not makes the request a 400. A list holding a list or an object
-// is not for this reading (isIDs false).
-func laxTokenIDs(items []json.RawMessage) (ids []uint32, isIDs bool, err error) {
+// is not for this reading (isIDs false). In a batch's element (inBatch),
+// only list[list[int]] can take the list: strings alone are ids too.
+func laxTokenIDs(items []json.RawMessage, inBatch bool) (ids []uint32, isIDs bool, err error) {
 	texts := 0
 	for _, it := range items {
 		switch t := strings.TrimSpace(string(it)); {
@@ -113,7 +114,7 @@ func laxTokenIDs(items []json.RawMessage) (ids []uint32, isIDs bool, err error) 
 			texts++
 		}
 	}
-	if len(items) == 0 || texts == len(items) {
+	if len(items) == 0 || texts == len(items) && !inBatch {
 		return nil, false, nil
 	}
 	for i, it := range items {

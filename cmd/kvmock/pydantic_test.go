@@ -43,7 +43,7 @@ func TestLaxTokenIDs(t *testing.T) {
 		if err := json.Unmarshal([]byte(tc.raw), &items); err != nil {
 			t.Fatal(err)
 		}
-		ids, isIDs, err := laxTokenIDs(items)
+		ids, isIDs, err := laxTokenIDs(items, false)
 		if isIDs != tc.isIDs || (err != nil) != tc.failed || !slices.Equal(ids, tc.ids) {
 			t.Errorf("%s: %v %v %v", tc.raw, ids, isIDs, err)
 		}
