@@ -33,3 +33,10 @@ func compareRanks(a, b Rank) int {
 	}
 	return cmp.Compare(a.DPRank, b.DPRank)
 }
+
+// hasRank reports whether r is one of p's ranks now.
+func (p *partition) hasRank(r Rank) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byRank[r] != nil
+}

@@ -4,11 +4,14 @@ package selection
 // per-origin bounds) for a booking of origin with blocks prompt blocks,
 // and reports whether there is room. While the table is full, an origin
 // holding less than its fair share of it (the table over the origins
-// holding bookings, this one counted) takes the place of a booking of the
-// origin holding most. Without it, the first origins to fill the table
+// holding bookings, this one counted) takes the place of a booking of an
+// origin holding more than its share: the one that held most when the
+// origins were last compared (m.hog), compared again once it is down to
+// its share. Without it, the first origins to fill the table
 // kept every other out for as long as they kept their bookings: eight
 // names claiming a ten-minute lease locked a real replica's bookings out
-// for ten minutes. m.mu is held.
+// for ten minutes. Comparing the origins at each eviction took 5 µs a
+// booking at a full table of 256. m.mu is held.
 func (m *RemoteBookings) makeRoom(origin string, blocks, maxPerOrigin int) bool {
 	capBookings, capBlocks := maxOriginsInFull*maxPerOrigin, maxOriginsInFull*m.maxBlocks
 	origins := len(m.origins)
@@ -25,12 +28,26 @@ func (m *RemoteBookings) makeRoom(origin string, blocks, maxPerOrigin int) bool 
 			fullBlocks && m.blocks[origin]+blocks > capBlocks/origins:
 			return false // it has its share already: it waits for its own frees
 		}
-		hog := m.largestOrigin(fullBlocks)
-		if hog == "" || hog == origin {
-			m.evictOne(hog)
+		share := capBookings / origins
+		if fullBlocks {
+			share = capBlocks / origins
 		}
-		m.evictOne(hog)
+		if m.hog == "" || m.hogByBlocks != fullBlocks || m.held(m.hog, fullBlocks) <= share {
+			m.hog, m.hogByBlocks = m.largestOrigin(fullBlocks), fullBlocks
+		}
+		if m.hog == "" || m.hog == origin || m.held(m.hog, fullBlocks) <= share {
+			return false
+		}
+		m.evictOne(m.hog)
 	}
+}
+
+// held is what origin holds: its blocks (byBlocks) or its bookings.
+func (m *RemoteBookings) held(origin string, byBlocks bool) int {
+	if byBlocks {
+		return m.blocks[origin]
+	}
+	return len(m.origins[origin])
 }
 
 // largestOrigin is the origin holding most blocks (byBlocks) or most

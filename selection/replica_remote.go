@@ -33,8 +33,11 @@ type RemoteBookings struct {
 	// which maxOriginsInFull bounds.
 	bookings, allBlocks int
 	// evicted counts bookings evicted to make an origin its fair share of
-	// a full table (makeRoom).
-	evicted atomic.Uint64
+	// a full table (makeRoom); hog is the origin makeRoom evicts from, by
+	// blocks or by bookings, until it is down to its share.
+	evicted     atomic.Uint64
+	hog         string
+	hogByBlocks bool
 }
 
 // maxOriginsInFull bounds the table as a whole: at most this many
@@ -86,20 +89,24 @@ func (m *RemoteBookings) Reserve(origin string, rec *BookingRecord, maxPerOrigin
 		return RemoteDuplicate
 	}
 	if maxPerOrigin > 0 && len(mine) >= maxPerOrigin ||
-		m.maxBlocks > 0 && m.blocks[origin]+len(rec.Hashes) > m.maxBlocks ||
-		!m.makeRoom(origin, len(rec.Hashes), maxPerOrigin) {
+		m.maxBlocks > 0 && m.blocks[origin]+len(rec.Hashes) > m.maxBlocks {
 		return RemoteOverBound
 	}
 	p := m.catalog.partition(rec.Partition.withDefaults())
-	if p == nil {
+	if p == nil || !p.hasRank(rec.Rank) {
 		return RemoteUnknownRank
+	}
+	// Room is made once the booking is known to apply: a booking for a
+	// rank this router lacks evicted another's and then took nothing.
+	if !m.makeRoom(origin, len(rec.Hashes), maxPerOrigin) {
+		return RemoteOverBound
 	}
 	cfg := m.cfg.get()
 	p.mu.Lock()
 	rs := p.byRank[rec.Rank]
 	if rs == nil {
 		p.mu.Unlock()
-		return RemoteUnknownRank
+		return RemoteUnknownRank // left meanwhile
 	}
 	b := &booking{id: rec.ID, key: p.key, part: p, rs: rs, hashes: rec.Hashes, prefill: rec.PrefillTokens,
 		client: origin, createdAt: m.now()}

@@ -191,9 +191,15 @@ func TestReplicaRemoteFairShare(t *testing.T) {
 	}
 	counts := rm.Counts()
 	for o := range maxOriginsInFull {
-		if n := counts[fmt.Sprint("hog", o)]; n < share || n > share+1 {
-			t.Fatalf("hog%d holds %d; the evictions should have levelled the hogs near %d", o, n, share)
+		if n := counts[fmt.Sprint("hog", o)]; n < share || n > perOrigin {
+			t.Fatalf("hog%d holds %d; evictions should take no origin below its share of %d", o, n, share)
 		}
+	}
+	// A booking for a rank this router lacks is refused before any room is
+	// made: it evicted another's, then took nothing.
+	evicted := rm.Evicted()
+	if got := rm.Reserve("stranger", &BookingRecord{ID: "x", Rank: Rank{WorkerID: 77}, PrefillTokens: 7}, perOrigin); got != RemoteUnknownRank || rm.Evicted() != evicted {
+		t.Fatalf("a booking for an unknown rank: %v, %d evicted; want unknown rank, none", got, rm.Evicted()-evicted)
 	}
 	// The load on the worker is what the table holds: 5 tokens a hog's
 	// booking, 7 the real one's.

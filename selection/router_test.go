@@ -10,7 +10,7 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
-func newTestRouter(t *testing.T, mutate func(*Config)) *Router {
+func newTestRouter(t testing.TB, mutate func(*Config)) *Router {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.UseKVEvents = false
@@ -28,7 +28,7 @@ func newTestRouter(t *testing.T, mutate func(*Config)) *Router {
 	return r
 }
 
-func addWorker(t *testing.T, r *Router, id uint64, mutate func(*WorkerRequest)) WorkerRecord {
+func addWorker(t testing.TB, r *Router, id uint64, mutate func(*WorkerRequest)) WorkerRecord {
 	t.Helper()
 	req := &WorkerRequest{WorkerID: ptr(id), Endpoint: ptr("127.0.0.1:9"), BlockSize: ptr(uint32(16))}
 	if mutate != nil {
