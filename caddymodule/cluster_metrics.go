@@ -29,6 +29,8 @@ var (
 		"Messages refused from replicas with other settings (fingerprint), another build (version) or this replica's name (own_name).", []string{"reason"}, nil)
 	clusterLeaseExpiriesDesc = prometheus.NewDesc("kvrouter_cluster_lease_expiries_total",
 		"Replicas whose bookings were dropped because they went silent for the lease.", nil, nil)
+	clusterEpochsRevertedDesc = prometheus.NewDesc("kvrouter_cluster_epochs_reverted_total",
+		"Replicas followed again under an older epoch after their newer one went silent for a lease (a forged epoch under their name, or a dead process's).", nil, nil)
 	clusterDigestDiffDesc = prometheus.NewDesc("kvrouter_cluster_index_digest_difference",
 		"How far another replica's prefix index was from this one's at its last digest (every tenth heartbeat): entries on one side and not the other, summed over partitions; 0 when they match.", []string{"replica"}, nil)
 	clusterOutagesDesc = prometheus.NewDesc("kvrouter_cluster_outages_total",
@@ -51,7 +53,7 @@ func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{clusterConnectedDesc, clusterPeersDesc, clusterRemoteBookingsDesc, clusterMessagesDesc,
 		clusterBytesDesc, clusterDroppedDesc, clusterRefusedDesc, clusterLeaseExpiriesDesc, clusterOutagesDesc, clusterDigestDiffDesc,
 		clusterCatalogSyncedDesc, clusterCatalogWritesDesc, clusterCatalogUnavailableDesc, clusterHealthDesc, clusterApproxAppliedDesc,
-		clusterRemoteByReplicaDesc, clusterRemoteEvictedDesc} {
+		clusterRemoteByReplicaDesc, clusterRemoteEvictedDesc, clusterEpochsRevertedDesc} {
 		ch <- d
 	}
 }
@@ -90,6 +92,7 @@ func (clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(clusterRefusedDesc, v, r)
 	}
 	counter(clusterLeaseExpiriesDesc, s.LeaseExpiries)
+	counter(clusterEpochsRevertedDesc, s.EpochsReverted)
 	counter(clusterOutagesDesc, s.Outages)
 	synced := 0.0
 	if s.CatalogSynced {

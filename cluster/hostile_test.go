@@ -277,3 +277,36 @@ func TestRemoteBlocksAreBounded(t *testing.T) {
 		t.Errorf("after a free: %d bookings held, %d dropped; want 2 and still 1", n, over)
 	}
 }
+
+// TestForgedFutureEpochHoldsForALeaseAtMost: one message under a real
+// replica's name with an epoch almost an hour ahead (within what clock
+// skew allows) and the longest lease made the real replica's messages
+// stale: its bookings were dropped and its next ones ignored for the
+// forged lease, ten minutes. The forged epoch now holds until it has been
+// silent for a lease (the receiver's, when shorter); then the real
+// replica is followed again and asked for its bookings.
+func TestForgedFutureEpochHoldsForALeaseAtMost(t *testing.T) {
+	s := natsServer(t, 0)
+	a, b := testRouter(t), testRouter(t)
+	_, rb := joinedPair(t, a, b, s.ClientURL(), nil) // lease 300ms
+	reserve(t, a, "a1", 1, []uint64{1, 2}, 40)
+	waitFor(t, 5*time.Second, "b holds a's booking", func() bool { return b.Remote().Count("a") == 1 })
+	forged := uint64(time.Now().Add(59 * time.Minute).UnixNano())
+	nc := hostilePeer(t, s.ClientURL())
+	data, err := encode(&envelope{Origin: "a", Fingerprint: 42, Version: "test", Epoch: forged,
+		LeaseMs: uint64(maxPeerLease / time.Millisecond), Events: []event{{Kind: kindHeartbeat}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish("kvrouter.r.a", data); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	waitFor(t, 5*time.Second, "the forged epoch drops a's booking", func() bool { return b.Remote().Count("a") == 0 })
+	reserve(t, a, "a2", 2, []uint64{3, 4}, 40)
+	took := waitFor(t, 5*time.Second, "b follows the real a again, both its bookings", func() bool { return b.Remote().Count("a") == 2 })
+	t.Logf("a followed again %v after its booking", took)
+	if n := rb.Stats().EpochsReverted; n != 1 {
+		t.Fatalf("%d epochs reverted, want 1", n)
+	}
+}

@@ -68,8 +68,23 @@ func (r *Replica) receive(msg *nats.Msg) {
 		// still had on its way. Applied, it would bring back bookings the
 		// newer epoch replaced, and its epoch would make the newer one's
 		// next message drop the live bookings in turn.
-		r.ctr.drop("stale_epoch")
-		return
+		if !r.newerEpochSilent(p) {
+			r.ctr.drop("stale_epoch")
+			return
+		}
+		// The newer epoch has said nothing for a lease while this one
+		// speaks: it was no process of the origin's (one message under
+		// its name, its epoch up to an hour ahead, hid the real replica's
+		// bookings for as long as its claimed lease, ten minutes), or a
+		// process that is gone. This one is the origin now; its bookings
+		// are asked for again.
+		r.router.Remote().DropOrigin(origin)
+		p.epoch = env.Epoch
+		r.ctr.epochsReverted.Add(1)
+		r.log.Warn("a replica's newer epoch went silent while an older one speaks: the older one is followed again",
+			zap.String("replica", origin))
+		r.helloWanted.Store(true)
+		r.poke()
 	} else if env.Epoch > p.epoch {
 		// A new epoch: the origin announces its bookings afresh.
 		r.router.Remote().DropOrigin(origin)
@@ -87,6 +102,13 @@ func (r *Replica) receive(msg *nats.Msg) {
 	for i := range env.Events {
 		r.apply(origin, &env.Events[i])
 	}
+}
+
+// newerEpochSilent reports whether p's current epoch has been silent for
+// a lease: p's own, or this replica's when shorter (a message's claimed
+// lease, ten minutes at most, must not say how long a forged epoch holds).
+func (r *Replica) newerEpochSilent(p *peer) bool {
+	return time.Since(p.lastSeen) >= min(p.lease, r.cfg.Lease)
 }
 
 // refusal names why a message is refused, or "".

@@ -27,6 +27,10 @@ type Stats struct {
 	Refused map[string]uint64
 	// LeaseExpiries counts replicas dropped because they went silent.
 	LeaseExpiries uint64
+	// EpochsReverted counts replicas followed again under an older epoch
+	// after their newer one went silent for a lease (a forged or dead
+	// process's epoch).
+	EpochsReverted uint64
 	// Outages counts losses of the NATS connection.
 	Outages uint64
 	// CatalogSynced is true while the catalog bucket is open and watched.
@@ -59,7 +63,7 @@ var (
 
 type counters struct {
 	sentMessages, sentBytes, sentEvents, recvMessages, recvBytes atomic.Uint64
-	leaseExpiries, outages, announcements                        atomic.Uint64
+	leaseExpiries, outages, announcements, epochsReverted        atomic.Uint64
 	catalogPublished, catalogApplied, catalogUnavailable         atomic.Uint64
 	healthShared, healthApplied, approxApplied                   atomic.Uint64
 	dropped                                                      map[string]*atomic.Uint64
@@ -84,6 +88,7 @@ func (c *counters) fill(s *Stats) {
 	s.SentMessages, s.SentBytes, s.SentEvents = c.sentMessages.Load(), c.sentBytes.Load(), c.sentEvents.Load()
 	s.RecvMessages, s.RecvBytes = c.recvMessages.Load(), c.recvBytes.Load()
 	s.LeaseExpiries, s.Outages, s.Announcements = c.leaseExpiries.Load(), c.outages.Load(), c.announcements.Load()
+	s.EpochsReverted = c.epochsReverted.Load()
 	s.CatalogPublished, s.CatalogApplied, s.CatalogUnavailable = c.catalogPublished.Load(), c.catalogApplied.Load(), c.catalogUnavailable.Load()
 	s.HealthShared, s.HealthApplied, s.ApproxApplied = c.healthShared.Load(), c.healthApplied.Load(), c.approxApplied.Load()
 	s.Dropped, s.Refused = map[string]uint64{}, map[string]uint64{}
