@@ -148,3 +148,18 @@ func BenchmarkLongestIDList(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLongestIDListObjects counts a 256 KiB batch of {} elements
+// (each object's search once ran to the batch's end) against a batch of
+// lists of the same size.
+func BenchmarkLongestIDListObjects(b *testing.B) {
+	for _, form := range []struct{ name, elem string }{{"objects", "{}"}, {"lists", "[1]"}} {
+		raw := selection.RawJSON("[" + strings.TrimSuffix(strings.Repeat(form.elem+",", (256<<10)/(len(form.elem)+1)), ",") + "]")
+		b.Run(form.name, func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				longestIDList(raw)
+			}
+		})
+	}
+}

@@ -32,28 +32,40 @@ func laxIDs(raw selection.RawJSON, textIsBatch bool) (ids []uint32, ok bool) {
 	if len(b) < 2 || b[0] != '[' {
 		return nil, false
 	}
-	// Two passes: the first counts the elements and sees that they are
-	// all scalars, not all strings, so that the ids are allocated once, at
-	// their size. Grown by append, they cost five times their size (16
-	// bytes a byte of a list of floats).
-	n, allText := 0, true
+	// The ids are allocated once, at their count: grown by append, they
+	// cost five times their size (16 bytes a byte of a list of floats).
+	// Without a string in the list, its commas count its elements; with
+	// one, a first pass counts them and sees that they are not all
+	// strings (a batch of texts).
+	var n int
+	if bytes.IndexByte(b, '"') < 0 {
+		n = bytes.Count(b, []byte{','}) + 1
+	} else {
+		allText := true
+		for i := range scalars(b) {
+			if i < 0 {
+				return nil, false // a list or an object
+			}
+			n++
+			allText = allText && b[i] == '"'
+		}
+		if allText && textIsBatch {
+			return nil, false
+		}
+	}
+	ids = make([]uint32, 0, n)
 	for i := range scalars(b) {
 		if i < 0 {
 			return nil, false // a list or an object
 		}
-		n++
-		allText = allText && b[i] == '"'
-	}
-	if n == 0 || allText && textIsBatch {
-		return nil, false
-	}
-	ids = make([]uint32, 0, n)
-	for i := range scalars(b) {
 		id, ok := laxID(b[i:scalarEnd(b, i)])
 		if !ok {
 			return nil, false
 		}
 		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil, false
 	}
 	return ids, true
 }
