@@ -130,7 +130,9 @@ func TestOverloadPredictedWaitSheds(t *testing.T) {
 // between admissions are the clients' pauses, not the workers' pace: a
 // newcomer is not refused on them. Requests 2.7 s apart on one worker,
 // each waiting 0.2 s, made a rate of 0.37 a second, and the next was
-// refused as if it would wait 2.7 s (over half of max_wait's 5 s).
+// refused as if it would wait 2.7 s (over half of max_wait's 5 s). The
+// rate reads the waits: 5 a second here, and under overload the pace at
+// which places free.
 func TestOverloadSparseTrafficIsNotShed(t *testing.T) {
 	s, _ := (&OverloadConfig{}).settings() // max_wait 5s
 	var busy atomic.Bool
@@ -154,9 +156,10 @@ func TestOverloadSparseTrafficIsNotShed(t *testing.T) {
 		q.settled(key)
 		now = now.Add(2500 * time.Millisecond)
 	}
-	// Under real overload the line stays backlogged and every gap counts:
-	// two waiters at a time, a place every 100 ms.
-	for range 10 {
+	// Under real overload the line stays backlogged: two waiters at a time,
+	// a place every 100 ms (a window's worth, so that the sparse requests'
+	// waits have left it).
+	for range rateWindow + 8 {
 		busy.Store(true)
 		for range 2 {
 			q.enqueue(key, &waiter{class: 1, wake: make(chan struct{}, 1), req: lr}, now)
