@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -38,12 +37,7 @@ func TestUsageCountsWhenTheClientLeavesAfterDone(t *testing.T) {
 	read := usageReportsTotal.WithLabelValues("m", "read")
 	before := metricValue(read)
 	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"prompt":` + tokensJSON(seqTokens(1, 40)) + `}`
-	req, _ := http.NewRequest(http.MethodPost, apiBase+"/v1/completions", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	res, err := tester.Client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := openCompletion(t, tester, body)
 	lines := bufio.NewScanner(res.Body)
 	for lines.Scan() && lines.Text() != "data: [DONE]" {
 	}

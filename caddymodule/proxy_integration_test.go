@@ -215,6 +215,19 @@ func TestProxyRoutesByPrefix(t *testing.T) {
 	}
 }
 
+// openCompletion posts body to /v1/completions and returns the answer
+// unread (a stream, which the caller reads as far as it means to).
+func openCompletion(t *testing.T, tester *testCaddy, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, apiBase+"/v1/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := tester.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func TestProxyStreamingAndRelease(t *testing.T) {
 	tester := newTester(t)
 	w1 := newTestWorker(t, 1)
@@ -226,12 +239,7 @@ func TestProxyStreamingAndRelease(t *testing.T) {
 	// The first SSE chunk arrives while the worker holds the rest: nothing
 	// is buffered. Meanwhile the reservation is live with prefill done.
 	w1.gate = make(chan struct{})
-	req, _ := http.NewRequest(http.MethodPost, apiBase+"/v1/completions", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	res, err := tester.Client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := openCompletion(t, tester, body)
 	rd := bufio.NewReader(res.Body)
 	first, err := rd.ReadString('\n')
 	if err != nil || !strings.Contains(first, `"chunk":0`) {
@@ -253,7 +261,7 @@ func TestProxyStreamingAndRelease(t *testing.T) {
 	// A client that goes away mid-request frees its reservation.
 	w1.hang.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, apiBase+"/v1/completions", strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, apiBase+"/v1/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	res, err = tester.Client.Do(req)
 	if err != nil {
