@@ -40,9 +40,11 @@ type discoverer struct {
 type nameWatch struct {
 	dnsSettings
 	resolver *net.Resolver
+	targets  *targetResolver   // SRV targets' addresses
 	failing  bool              // the last resolution failed (and was logged)
 	emptied  bool              // the last answer had no records (and was logged)
 	over     bool              // the last answer was past max_workers (and was logged)
+	unusable bool              // the last answer had unusable addresses (and was logged)
 	warned   map[uint64]string // per worker id, the skip last logged, so each is logged once
 }
 
@@ -75,7 +77,9 @@ func (c *DiscoveryConfig) join(catalog *selection.Catalog, blockSize uint32, log
 	d := &discoverer{catalog: catalog, ledger: ledgerFor(catalog), blockSize: blockSize, log: logger}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	for _, s := range settings {
-		d.watches = append(d.watches, &nameWatch{dnsSettings: s, resolver: newResolver(s.resolver), warned: map[uint64]string{}})
+		r := newResolver(s.resolver)
+		d.watches = append(d.watches, &nameWatch{dnsSettings: s, resolver: r, targets: newTargetResolver(s.resolver, r, s.maxWorkers),
+			warned: map[uint64]string{}})
 	}
 	d.ledger.mu.Lock()
 	d.ledger.running = append(d.ledger.running, d)
@@ -122,7 +126,7 @@ func (d *discoverer) refresh(ctx context.Context, w *nameWatch) {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, min(w.refresh, resolveTimeout))
-	ans, err := w.resolve(rctx, w.resolver, known)
+	ans, err := w.resolve(rctx, w.resolver, w.targets, known)
 	cancel()
 	if ctx.Err() != nil {
 		return
@@ -153,6 +157,16 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 		}
 	}
 	want := make(map[uint64]bool, len(ans.specs))
+	// Workers the answers have just lost stay for removeAfterMisses
+	// answers, and count against max_workers meanwhile: a name whose
+	// every answer was a new set of max_workers servers held twice
+	// max_workers (512 at the default), with their listeners.
+	held := 0
+	for _, o := range l.owned {
+		if o.name == w.key {
+			held++
+		}
+	}
 	for i := range ans.specs {
 		if ctx.Err() != nil {
 			return // stopping: the next config carries on from here
@@ -160,6 +174,13 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 		spec := &ans.specs[i]
 		id := discoveredID(w.key, spec.endpoint())
 		want[id] = true
+		if l.owned[id] == nil {
+			if held >= w.maxWorkers {
+				d.skip(w, id, spec, "over_max_workers", "the name holds max_workers workers, some of which its answers have just lost; this server waits until they leave")
+				continue
+			}
+			held++
+		}
 		d.ensureLocked(w, id, spec, holders)
 	}
 	for _, id := range slices.Sorted(maps.Keys(l.owned)) {
@@ -308,4 +329,12 @@ func (w *nameWatch) answered(log *zap.Logger, ans *answer) {
 		}
 	}
 	w.over = ans.dropped > 0
+	if ans.unusable > 0 {
+		discoverySkipped.WithLabelValues(w.key, "address").Add(float64(ans.unusable))
+		if !w.unusable {
+			log.Warn("DNS discovery: the name's answer has addresses no worker can have (unspecified, link-local, multicast, broadcast or reserved); they are left out",
+				zap.String("name", w.name), zap.Int("left_out", ans.unusable))
+		}
+	}
+	w.unusable = ans.unusable > 0
 }

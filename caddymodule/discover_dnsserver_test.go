@@ -35,7 +35,7 @@ type dnsKey struct {
 }
 
 // startTestDNS starts the server; the test's cleanup stops it.
-func startTestDNS(t *testing.T) *testDNS {
+func startTestDNS(t testing.TB) *testDNS {
 	t.Helper()
 	s := &testDNS{records: map[dnsKey][]dns.RR{}, asked: make(chan struct{}, 1)}
 	var pc net.PacketConn

@@ -48,9 +48,10 @@ func newResolver(server string) *net.Resolver {
 
 // answer is one resolution of a name.
 type answer struct {
-	specs   []workerSpec
-	dropped int  // servers past max_workers, left out
-	empty   bool // the name has no records (NXDOMAIN, or no data)
+	specs    []workerSpec
+	dropped  int  // servers past max_workers, left out
+	unusable int  // servers at addresses no worker can have (usableAddr), left out
+	empty    bool // the name has no records (NXDOMAIN, or no data)
 }
 
 // isNotFound reports a DNS answer that the name has no such records,
@@ -72,12 +73,12 @@ type knownServers struct {
 // past its bound keeps what it has and the same answer always gives the
 // same servers. An error means the answer could not be had (the resolver
 // failed or timed out).
-func (s *dnsSettings) resolve(ctx context.Context, r *net.Resolver, known knownServers) (answer, error) {
+func (s *dnsSettings) resolve(ctx context.Context, r *net.Resolver, t *targetResolver, known knownServers) (answer, error) {
 	var specs []workerSpec
 	var dropped int
 	var err error
 	if s.recordType == recordSRV {
-		specs, dropped, err = s.resolveSRV(ctx, r, known)
+		specs, dropped, err = s.resolveSRV(ctx, r, t, known)
 	} else {
 		specs, err = s.resolveAddrs(ctx, r)
 	}
@@ -87,6 +88,9 @@ func (s *dnsSettings) resolve(ctx context.Context, r *net.Resolver, known knownS
 	if err != nil {
 		return answer{}, err
 	}
+	n := len(specs)
+	specs = slices.DeleteFunc(specs, func(s workerSpec) bool { return !usableAddr(s.ip) })
+	unusable := n - len(specs)
 	slices.SortFunc(specs, func(a, b workerSpec) int {
 		ka, kb := known.endpoints[a.endpoint()], known.endpoints[b.endpoint()]
 		if ka != kb {
@@ -102,7 +106,23 @@ func (s *dnsSettings) resolve(ctx context.Context, r *net.Resolver, known knownS
 		dropped += len(specs) - s.maxWorkers
 		specs = specs[:s.maxWorkers]
 	}
-	return answer{specs: specs, dropped: dropped, empty: len(specs) == 0 && dropped == 0}, nil
+	return answer{specs: specs, dropped: dropped, unusable: unusable, empty: len(specs) == 0 && dropped == 0 && unusable == 0}, nil
+}
+
+// usableAddr reports whether a worker can be at ip: not an unspecified,
+// link-local, multicast, broadcast or reserved (240.0.0.0/4) address. A
+// DNS answer gave such addresses workers, and engine facts dialled them
+// (169.254.169.254, a cloud's metadata service, would have been read and
+// proxied to). Loopback stays: a gateway and its engines on one host.
+func usableAddr(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	switch {
+	case !ip.IsValid(), ip.IsUnspecified(), ip.IsLinkLocalUnicast(), ip.IsMulticast(), ip.IsInterfaceLocalMulticast():
+		return false
+	case ip.Is4():
+		return ip.As4()[0] < 240 // 240.0.0.0/4 reserved, 255.255.255.255 broadcast
+	}
+	return true
 }
 
 // resolveAddrs reads A or AAAA records: a server per address, on the
@@ -142,7 +162,7 @@ type srvRecord struct {
 // names when configured. Priorities and weights are ignored: every record
 // is a worker. At most maxWorkers records are followed to their targets,
 // those whose target the name holds first; it returns how many were not.
-func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, known knownServers) ([]workerSpec, int, error) {
+func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *targetResolver, known knownServers) ([]workerSpec, int, error) {
 	recs, err := lookupSRV(ctx, r, s.name)
 	if err != nil {
 		return nil, 0, err
@@ -172,7 +192,7 @@ func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, known kno
 			return nil, 0, fmt.Errorf("%s: %w", s.replaySRV, err)
 		}
 	}
-	addrs, err := lookupTargets(ctx, r, recs)
+	addrs, err := lookupTargets(ctx, t, recs)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -240,7 +260,7 @@ func siblingPorts(ctx context.Context, r *net.Resolver, name string) (map[string
 // lookupTargets finds the IPv4 addresses of the records' targets, a few at
 // once. A target without an address gives none; any other failure fails
 // the whole resolution, which then keeps the workers as they are.
-func lookupTargets(ctx context.Context, r *net.Resolver, recs []srvRecord) ([][]netip.Addr, error) {
+func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord) ([][]netip.Addr, error) {
 	addrs := make([][]netip.Addr, len(recs))
 	errs := make([]error, len(recs))
 	byTarget := map[string]int{} // the first record of each target: its lookup serves the others
@@ -254,7 +274,7 @@ func lookupTargets(ctx context.Context, r *net.Resolver, recs []srvRecord) ([][]
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ips, err := r.LookupNetIP(ctx, "ip4", rec.target+".")
+			ips, err := t.lookup4(ctx, rec.target+".")
 			if isNotFound(err) {
 				err = nil
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -259,6 +260,64 @@ func TestDiscoveryMaxWorkers(t *testing.T) {
 	srv.setA(name, append([]string{"10.4.0.0"}, ips...)...)
 	d.refreshAll()
 	wantEndpoints(t, r, "a lower address appeared", "10.4.0.1:8000", "10.4.0.2:8000", "10.4.0.3:8000")
+}
+
+// TestDiscoveryMaxWorkersCountsTheLeaving: the workers an answer has just
+// lost stay for another answer, and count against max_workers meanwhile.
+// A name whose every answer was a new set of max_workers servers held
+// twice max_workers (512 at the default), with their listeners.
+func TestDiscoveryMaxWorkersCountsTheLeaving(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const name = "pool.flap.kvrouter.test."
+	set := func(third int) []string {
+		return []string{fmt.Sprintf("10.6.%d.1", third), fmt.Sprintf("10.6.%d.2", third), fmt.Sprintf("10.6.%d.3", third)}
+	}
+	srv.setA(name, set(0)...)
+	d := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name, MaxWorkers: 3})
+	d.refreshAll()
+	wantEndpoints(t, r, "the first set", "10.6.0.1:8000", "10.6.0.2:8000", "10.6.0.3:8000")
+	for i := 1; i <= 6; i++ {
+		srv.setA(name, set(i)...)
+		d.refreshAll()
+		if n := len(r.Catalog().ListWorkers("", "")); n > 3 {
+			t.Fatalf("answer %d, a new set of 3: %d workers held, want 3 at most", i, n)
+		}
+	}
+	srv.setA(name, set(7)...)
+	d.refreshAll()
+	d.refreshAll()
+	d.refreshAll()
+	wantEndpoints(t, r, "a set that stays", "10.6.7.1:8000", "10.6.7.2:8000", "10.6.7.3:8000")
+}
+
+// TestDiscoveryLeavesOutUnusableAddresses: unspecified, link-local,
+// multicast, broadcast and reserved addresses are no worker's (a cloud's
+// metadata service at 169.254.169.254 was read and proxied to); they are
+// counted and warned about once.
+func TestDiscoveryLeavesOutUnusableAddresses(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	core, logs := observer.New(zap.WarnLevel)
+	const name = "pool.odd.kvrouter.test."
+	key := canonicalName(name)
+	skipped0 := testCounter(discoverySkipped.WithLabelValues(key, "address"))
+	srv.setA(name, "0.0.0.0", "169.254.169.254", "224.0.0.1", "255.255.255.255", "240.0.0.1", "10.7.0.1", "127.0.0.9")
+	d := joinDiscovery(t, r, srv, zap.New(core), DNSDiscovery{DNS: name})
+	d.refreshAll()
+	d.refreshAll()
+	wantEndpoints(t, r, "usable addresses only", "10.7.0.1:8000", "127.0.0.9:8000")
+	if n := testCounter(discoverySkipped.WithLabelValues(key, "address")) - skipped0; n != 10 {
+		t.Errorf("left out: %v over two refreshes, want 10", n)
+	}
+	if n := logs.FilterMessageSnippet("addresses no worker can have").Len(); n != 1 {
+		t.Errorf("%d warnings, want 1", n)
+	}
+	for _, ip := range []string{"fe80::1", "ff02::1", "::"} {
+		if usableAddr(netip.MustParseAddr(ip)) {
+			t.Errorf("%s taken as a worker's address", ip)
+		}
+	}
 }
 
 // TestDiscoveryBoundsAHostileAnswer: an answer of 2,000 addresses (over

@@ -1,0 +1,77 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+// TestTargetResolverReadsTheNameAsked: an SRV target's addresses are the
+// answer's A records of the name asked and of the CNAMEs it leads to, at
+// most maxAddrs of them; a record for another name in the answer is not
+// one (Go's resolver took it); a target without records is none, a
+// failing server an error.
+func TestTargetResolverReadsTheNameAsked(t *testing.T) {
+	d := startTestDNS(t)
+	a := func(name, ip string) dns.RR {
+		return &dns.A{Hdr: dns.RR_Header{Name: fqdn(name), Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: net.ParseIP(ip).To4()}
+	}
+	d.set(dnsKey{fqdn("t1.test"), dns.TypeA}, []dns.RR{a("other.test", "127.0.0.41"),
+		a("t1.test", "127.0.0.1"), a("t1.test", "127.0.0.2"), a("t1.test", "127.0.0.3"), a("t1.test", "127.0.0.4")})
+	d.set(dnsKey{fqdn("t2.test"), dns.TypeA}, []dns.RR{
+		&dns.CNAME{Hdr: dns.RR_Header{Name: fqdn("t2.test"), Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 5}, Target: fqdn("pod.t2.test")},
+		a("pod.t2.test", "127.0.0.9")})
+	r := newTargetResolver(d.addr, nil, 3)
+	ctx := context.Background()
+	for name, want := range map[string]string{"t1.test.": "[127.0.0.1 127.0.0.2 127.0.0.3]", "t2.test.": "[127.0.0.9]"} {
+		ips, err := r.lookup4(ctx, name)
+		if got := fmt.Sprint(ips); err != nil || got != want {
+			t.Errorf("%s: %s, %v; want %s", name, got, err, want)
+		}
+	}
+	if _, err := r.lookup4(ctx, "none.test."); !isNotFound(err) {
+		t.Errorf("a target without records: %v, want not found", err)
+	}
+	d.failWith(dns.RcodeServerFailure)
+	if _, err := r.lookup4(ctx, "t1.test."); err == nil || isNotFound(err) {
+		t.Errorf("a failing server: %v, want a failure", err)
+	}
+}
+
+// BenchmarkSRVTargetsOfManyAddresses looks up 16 targets of 1,000
+// addresses each: with Go's resolver, which sorts each answer's addresses
+// by RFC 6724 (a socket per address), and with the target resolver.
+func BenchmarkSRVTargetsOfManyAddresses(b *testing.B) {
+	d := startTestDNS(b)
+	ips := make([]string, 1000)
+	for i := range ips {
+		ips[i] = fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+	}
+	recs := make([]srvRecord, 16)
+	for i := range recs {
+		recs[i] = srvRecord{target: fmt.Sprintf("pod%d.test", i), port: 8000}
+		d.setA(recs[i].target, ips...)
+	}
+	goResolver := newResolver(d.addr)
+	ctx := context.Background()
+	b.Run("go resolver", func(b *testing.B) {
+		for b.Loop() {
+			for _, rec := range recs {
+				if ips, err := goResolver.LookupNetIP(ctx, "ip4", rec.target+"."); err != nil || len(ips) != 1000 {
+					b.Fatal(len(ips), err)
+				}
+			}
+		}
+	})
+	tr := newTargetResolver(d.addr, goResolver, 1000)
+	b.Run("target resolver", func(b *testing.B) {
+		for b.Loop() {
+			if addrs, err := lookupTargets(ctx, tr, recs); err != nil || len(addrs[15]) != 1000 {
+				b.Fatal(err)
+			}
+		}
+	})
+}
