@@ -40,12 +40,15 @@ type discoverer struct {
 type nameWatch struct {
 	dnsSettings
 	resolver *net.Resolver
-	targets  *targetResolver   // SRV targets' addresses
-	failing  bool              // the last resolution failed (and was logged)
-	emptied  bool              // the last answer had no records (and was logged)
-	over     bool              // the last answer was past max_workers (and was logged)
-	unusable bool              // the last answer had unusable addresses (and was logged)
-	warned   map[uint64]string // per worker id, the skip last logged, so each is logged once
+	targets  *targetResolver // SRV targets' addresses
+	// events and replay keep SRV targets' sibling ports through one
+	// answer that lacks them.
+	events, replay siblingGrace
+	failing        bool              // the last resolution failed (and was logged)
+	emptied        bool              // the last answer had no records (and was logged)
+	over           bool              // the last answer was past max_workers (and was logged)
+	unusable       bool              // the last answer had unusable addresses (and was logged)
+	warned         map[uint64]string // per worker id, the skip last logged, so each is logged once
 }
 
 // start starts following the names. It always joins the catalog's ledger,
@@ -136,6 +139,12 @@ func (d *discoverer) refresh(ctx context.Context, w *nameWatch) {
 		return
 	}
 	w.answered(d.log, &ans)
+	if w.eventsSRV != "" {
+		w.events.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.eventsPort })
+	}
+	if w.replaySRV != "" {
+		w.replay.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.replayPort })
+	}
 	d.apply(ctx, w, &ans)
 }
 

@@ -182,6 +182,25 @@ func TestDiscoveryFollowsSRVRecords(t *testing.T) {
 		t.Errorf("pod-a's id %d", a.WorkerID)
 	}
 
+	// One answer without the sibling name (NXDOMAIN) keeps each target's
+	// event port; the second drops it. One NXDOMAIN left every worker
+	// without its event endpoint at once: incomplete, with 503s until the
+	// next refresh.
+	srv.set(dnsKey{fqdn("_kv-events._tcp." + zone), dns.TypeSRV}, nil)
+	d.refreshAll()
+	if ep := strp(workersByEndpoint(r)["10.2.0.1:8001"].KVEventsEndpoint); ep != "tcp://10.2.0.1:6001" {
+		t.Errorf("one answer without the sibling: events %q, want kept", ep)
+	}
+	d.refreshAll()
+	if ep := strp(workersByEndpoint(r)["10.2.0.1:8001"].KVEventsEndpoint); ep != "<nil>" {
+		t.Errorf("two answers without the sibling: events %q, want none", ep)
+	}
+	srv.setSRV("_kv-events._tcp."+zone, srvTo{"pod-a." + zone, 6001}, srvTo{"pod-b." + zone, 6002})
+	d.refreshAll()
+	if ep := strp(workersByEndpoint(r)["10.2.0.1:8001"].KVEventsEndpoint); ep != "tcp://10.2.0.1:6001" {
+		t.Errorf("the sibling back: events %q", ep)
+	}
+
 	// The type inferred from the leading underscore; the ports from the
 	// settings.
 	r2 := discoveryRouter(t)
