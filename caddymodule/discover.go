@@ -84,7 +84,9 @@ func (c *DiscoveryConfig) join(catalog *selection.Catalog, blockSize uint32, log
 		d.watches = append(d.watches, &nameWatch{dnsSettings: s, resolver: r, targets: newTargetResolver(s.resolver, r, s.maxWorkers),
 			warned: map[uint64]string{}})
 	}
+	d.ledger.joining.Add(1)
 	d.ledger.mu.Lock()
+	d.ledger.joining.Add(-1)
 	d.ledger.running = append(d.ledger.running, d)
 	d.sweepLocked()
 	d.ledger.recount()
@@ -177,8 +179,8 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 		}
 	}
 	for i := range ans.specs {
-		if ctx.Err() != nil {
-			return // stopping: the next config carries on from here
+		if ctx.Err() != nil || l.joining.Load() > 0 {
+			return // stopping, or another config is starting: it carries on from here
 		}
 		spec := &ans.specs[i]
 		id := discoveredID(w.key, spec.endpoint())

@@ -33,6 +33,12 @@ type discoveryLedger struct {
 	// counts are the workers per name, for the gauge: a copy replaced
 	// after each change, so a scrape never waits for a refresh's writes.
 	counts atomic.Pointer[map[string]int]
+	// joining counts configs waiting for mu to join: a refresh's writes
+	// stop for them (the new config carries on from there). Each write may
+	// probe the endpoint (the catalog's check that it is not the gateway),
+	// two seconds for one that accepts and never answers: a reload waited
+	// 38 s behind a refresh writing 20 such workers.
+	joining atomic.Int32
 }
 
 // ownedWorker is a worker discovery created.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,6 +337,45 @@ func TestDiscoveryLeavesOutUnusableAddresses(t *testing.T) {
 		if usableAddr(netip.MustParseAddr(ip)) {
 			t.Errorf("%s taken as a worker's address", ip)
 		}
+	}
+}
+
+// TestDiscoveryRefreshGivesWayToAReload: a refresh's catalog writes stop
+// for a config that is starting. Each write may probe its endpoint (the
+// catalog's check that it is not the gateway), two seconds for one that
+// accepts and never answers: a reload waited 38 s behind a refresh
+// writing 20 such workers, all under the ledger's lock.
+func TestDiscoveryRefreshGivesWayToAReload(t *testing.T) {
+	srv := startTestDNS(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var checks atomic.Int32
+	r := discoveryRouter(t, selection.WithEndpointCheck(func(string) error {
+		if checks.Add(1) == 1 {
+			close(entered)
+		}
+		<-release
+		return nil
+	}))
+	const name = "pool.slow.kvrouter.test."
+	var ips []string
+	for i := 1; i <= 20; i++ {
+		ips = append(ips, fmt.Sprintf("10.8.0.%d", i))
+	}
+	srv.setA(name, ips...)
+	old := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name})
+	refreshed := make(chan struct{})
+	go func() { old.refreshAll(); close(refreshed) }()
+	<-entered // the refresh is in its first write
+	joined := make(chan struct{})
+	go func() { joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name}); close(joined) }()
+	for old.ledger.joining.Load() == 0 {
+		time.Sleep(time.Millisecond) // the new config waits for the ledger
+	}
+	close(release)
+	<-joined
+	<-refreshed
+	if n := checks.Load(); n != 1 {
+		t.Fatalf("the refresh wrote %d workers, checks and all, before the new config could start; want 1", n)
 	}
 }
 
