@@ -33,7 +33,15 @@ type discoverer struct {
 	ctx       context.Context // the goroutines' and their lookups', ended by stop
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	now       func() time.Time // tests move it on
 }
+
+// emptyGrace is how long a name must have had no records, answer after
+// answer, before its workers leave. Counted in answers alone, two
+// NXDOMAINs a refresh apart (a resolver answering NXDOMAIN half the time,
+// at refresh 1s) dropped the fleet, and its caches and bookings with it;
+// a Service scaled to zero is not in a hurry.
+const emptyGrace = 30 * time.Second
 
 // nameWatch is one name. Apart from its settings and resolver, its fields
 // belong to its goroutine.
@@ -48,6 +56,7 @@ type nameWatch struct {
 	emptied        bool              // the last answer had no records (and was logged)
 	over           bool              // the last answer was past max_workers (and was logged)
 	unusable       bool              // the last answer had unusable addresses (and was logged)
+	emptySince     time.Time         // the first of the answers in a row without records; zero after one with
 	warned         map[uint64]string // per worker id, the skip last logged, so each is logged once
 }
 
@@ -77,7 +86,7 @@ func (c *DiscoveryConfig) join(catalog *selection.Catalog, blockSize uint32, log
 		logger.Error("DNS discovery not started", zap.Error(err)) // Provision refuses such a config
 		return nil
 	}
-	d := &discoverer{catalog: catalog, ledger: ledgerFor(catalog), blockSize: blockSize, log: logger}
+	d := &discoverer{catalog: catalog, ledger: ledgerFor(catalog), blockSize: blockSize, log: logger, now: time.Now}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	for _, s := range settings {
 		r := newResolver(s.resolver)
@@ -141,6 +150,14 @@ func (d *discoverer) refresh(ctx context.Context, w *nameWatch) {
 		return
 	}
 	w.answered(d.log, &ans)
+	if !ans.empty {
+		w.emptySince = time.Time{}
+	} else if now := d.now(); w.emptySince.IsZero() || now.Sub(w.emptySince) < emptyGrace {
+		if w.emptySince.IsZero() {
+			w.emptySince = now
+		}
+		return // no records, not yet for long: the workers stay
+	}
 	if w.eventsSRV != "" {
 		w.events.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.eventsPort })
 	}

@@ -241,14 +241,33 @@ func TestDiscoveryResolverFailureKeepsWorkers(t *testing.T) {
 		t.Errorf("%d warnings for the failures, want 1: %v", n, logs.All())
 	}
 
+	// Without records now and then (a resolver answering NXDOMAIN half
+	// the time): the workers stay. Counted in answers, two in a row
+	// dropped the fleet.
 	srv.failWith(0)
+	clock := time.Unix(1000, 0)
+	d.now = func() time.Time { return clock }
+	for range 4 {
+		srv.setA(name)
+		d.refreshAll()
+		d.refreshAll()
+		wantEndpoints(t, r, "two answers in a row without records", "10.3.0.1:8000", "10.3.0.2:8000")
+		clock = clock.Add(20 * time.Second)
+		srv.setA(name, "10.3.0.1", "10.3.0.2")
+		d.refreshAll()
+	}
+	wantEndpoints(t, r, "answers without records now and then", "10.3.0.1:8000", "10.3.0.2:8000")
+	// Without records for emptyGrace: then the workers leave as a record
+	// that went away does, at the second answer.
 	srv.setA(name)
 	d.refreshAll()
-	wantEndpoints(t, r, "one answer without records", "10.3.0.1:8000", "10.3.0.2:8000")
+	clock = clock.Add(emptyGrace)
 	d.refreshAll()
-	wantEndpoints(t, r, "two answers without records")
-	if n := testCounter(discoveryResolutions.WithLabelValues(key, "empty")) - empty0; n != 2 {
-		t.Errorf("empty answers counted: %v, want 2", n)
+	wantEndpoints(t, r, "one answer without records past the grace", "10.3.0.1:8000", "10.3.0.2:8000")
+	d.refreshAll()
+	wantEndpoints(t, r, "two answers without records past the grace")
+	if n := testCounter(discoveryResolutions.WithLabelValues(key, "empty")) - empty0; n != 11 {
+		t.Errorf("empty answers counted: %v, want 11", n)
 	}
 }
 
@@ -438,6 +457,9 @@ func TestDiscoveryLeavesOtherWorkersAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.setA(name)
+	d.refreshAll()
+	clock := time.Now().Add(emptyGrace)
+	d.now = func() time.Time { return clock }
 	d.refreshAll()
 	d.refreshAll()
 	wantEndpoints(t, r, "every record gone", "10.6.0.1:8000", "10.6.0.9:8000", other)
