@@ -114,6 +114,13 @@ func TestDiscoverySettings(t *testing.T) {
 	if err != nil || s != want {
 		t.Errorf("SRV with a sibling and two ranks: %+v, %v", s, err)
 	}
+	for in, want := range map[string]string{"::1": "[::1]:53", "[::1]": "[::1]:53", "[::1]:5353": "[::1]:5353", "10.0.0.10": "10.0.0.10:53",
+		"dns.local": "dns.local:53", "[dns.local]": "", "[::1": "", "::1:": ""} {
+		got, err := resolverAddress(in)
+		if got != want || (err != nil) != (want == "") {
+			t.Errorf("resolver %q: %q, %v; want %q", in, got, err, want)
+		}
+	}
 	if s, err := (&DNSDiscovery{DNS: "_http._tcp.vllm", Type: "a", KVEventsPort: new(0)}).settings(); err != nil ||
 		s.recordType != recordA || s.eventsPort != 0 || s.httpPort != 8000 {
 		t.Errorf("type a given for a name with an underscore, events off: %+v, %v", s, err)

@@ -330,8 +330,15 @@ func resolverAddress(s string) (string, error) {
 		}
 		return s, nil
 	}
-	if _, err := netip.ParseAddr(s); err != nil && (strings.Contains(s, ":") || checkDNSName(s) != nil) {
+	host := s
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		host = s[1 : len(s)-1] // [::1], as in [::1]:53
+		if _, err := netip.ParseAddr(host); err != nil {
+			return "", fmt.Errorf("resolver %q is not host:port", s)
+		}
+	}
+	if _, err := netip.ParseAddr(host); err != nil && (strings.Contains(host, ":") || checkDNSName(host) != nil) {
 		return "", fmt.Errorf("resolver %q is not host:port", s)
 	}
-	return net.JoinHostPort(s, "53"), nil
+	return net.JoinHostPort(host, "53"), nil
 }
