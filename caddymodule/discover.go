@@ -48,16 +48,12 @@ const emptyGrace = 30 * time.Second
 type nameWatch struct {
 	dnsSettings
 	resolver *net.Resolver
-	targets  *targetResolver // SRV targets' addresses
-	// events and replay keep SRV targets' sibling ports through one
-	// answer that lacks them.
-	events, replay siblingGrace
-	failing        bool              // the last resolution failed (and was logged)
-	emptied        bool              // the last answer had no records (and was logged)
-	over           bool              // the last answer was past max_workers (and was logged)
-	unusable       bool              // the last answer had unusable addresses (and was logged)
-	emptySince     time.Time         // the first of the answers in a row without records; zero after one with
-	warned         map[uint64]string // per worker id, the skip last logged, so each is logged once
+	targets  *targetResolver   // SRV targets' addresses
+	failing  bool              // the last resolution failed (and was logged)
+	emptied  bool              // the last answer had no records (and was logged)
+	over     bool              // the last answer was past max_workers (and was logged)
+	unusable bool              // the last answer had unusable addresses (and was logged)
+	warned   map[uint64]string // per worker id, the skip last logged, so each is logged once
 }
 
 // start starts following the names. It always joins the catalog's ledger,
@@ -90,7 +86,7 @@ func (c *DiscoveryConfig) join(catalog *selection.Catalog, blockSize uint32, log
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	for _, s := range settings {
 		r := newResolver(s.resolver)
-		d.watches = append(d.watches, &nameWatch{dnsSettings: s, resolver: r, targets: newTargetResolver(s.resolver, r, s.maxWorkers),
+		d.watches = append(d.watches, &nameWatch{dnsSettings: s, resolver: r, targets: newTargetResolver(s.resolver, r),
 			warned: map[uint64]string{}})
 	}
 	d.ledger.joining.Add(1)
@@ -150,20 +146,6 @@ func (d *discoverer) refresh(ctx context.Context, w *nameWatch) {
 		return
 	}
 	w.answered(d.log, &ans)
-	if !ans.empty {
-		w.emptySince = time.Time{}
-	} else if now := d.now(); w.emptySince.IsZero() || now.Sub(w.emptySince) < emptyGrace {
-		if w.emptySince.IsZero() {
-			w.emptySince = now
-		}
-		return // no records, not yet for long: the workers stay
-	}
-	if w.eventsSRV != "" {
-		w.events.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.eventsPort })
-	}
-	if w.replaySRV != "" {
-		w.replay.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.replayPort })
-	}
 	d.apply(ctx, w, &ans)
 }
 
@@ -178,6 +160,24 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 		return
 	}
 	defer l.recount()
+	// The name's graces are the ledger's, so that a reload carries them
+	// on: kept by each config, a reload every 20 s kept a name without
+	// records at its workers for good.
+	mem := l.memoryOf(w.key)
+	if !ans.empty {
+		mem.emptySince = time.Time{}
+	} else if now := d.now(); mem.emptySince.IsZero() || now.Sub(mem.emptySince) < emptyGrace {
+		if mem.emptySince.IsZero() {
+			mem.emptySince = now
+		}
+		return // no records, not yet for long: the workers stay
+	}
+	if w.eventsSRV != "" {
+		mem.events.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.eventsPort })
+	}
+	if w.replaySRV != "" {
+		mem.replay.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.replayPort })
+	}
 	holders := map[string]uint64{} // endpoint → the id of the catalog worker there
 	for _, rec := range d.catalog.ListWorkers("", "") {
 		if ep := recordEndpoint(&rec); ep != "" {
@@ -185,15 +185,30 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 		}
 	}
 	want := make(map[uint64]bool, len(ans.specs))
+	for i := range ans.specs {
+		want[discoveredID(w.key, ans.specs[i].endpoint())] = true
+	}
 	// Workers the answers have just lost stay for removeAfterMisses
 	// answers, and count against max_workers meanwhile: a name whose
 	// every answer was a new set of max_workers servers held twice
-	// max_workers (512 at the default), with their listeners.
+	// max_workers (512 at the default), with their listeners. Those that
+	// reach it leave first, so that their places go to the answer's new
+	// servers at once (left for after the adds, a new set at every answer
+	// left the name without workers one answer in three). A target whose
+	// lookup failed keeps its workers: the answer says nothing of it.
 	held := 0
-	for _, o := range l.owned {
-		if o.name == w.key {
-			held++
+	for _, id := range slices.Sorted(maps.Keys(l.owned)) {
+		o := l.owned[id]
+		if o.name != w.key {
+			continue
 		}
+		if !want[id] && !ans.failedTargets[o.spec.target] {
+			if o.misses++; o.misses >= removeAfterMisses {
+				d.removeLocked(id, o, "its record went away")
+				continue
+			}
+		}
+		held++
 	}
 	for i := range ans.specs {
 		if ctx.Err() != nil || l.joining.Load() > 0 {
@@ -201,7 +216,6 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 		}
 		spec := &ans.specs[i]
 		id := discoveredID(w.key, spec.endpoint())
-		want[id] = true
 		if l.owned[id] == nil {
 			if held >= w.maxWorkers {
 				d.skip(w, id, spec, "over_max_workers", "the name holds max_workers workers, some of which its answers have just lost; this server waits until they leave")
@@ -210,15 +224,6 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 			held++
 		}
 		d.ensureLocked(w, id, spec, holders)
-	}
-	for _, id := range slices.Sorted(maps.Keys(l.owned)) {
-		o := l.owned[id]
-		if o.name != w.key || want[id] {
-			continue
-		}
-		if o.misses++; o.misses >= removeAfterMisses {
-			d.removeLocked(id, o, "its record went away")
-		}
 	}
 	maps.DeleteFunc(w.warned, func(id uint64, _ string) bool { return !want[id] })
 }
@@ -310,6 +315,7 @@ func (d *discoverer) sweepLocked() {
 			d.removeLocked(id, o, "the config no longer follows its name")
 		}
 	}
+	maps.DeleteFunc(d.ledger.names, func(name string, _ *nameMemory) bool { return !follows[name] })
 }
 
 // recordEndpoint is a record's endpoint as host:port, or "".

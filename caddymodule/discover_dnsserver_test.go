@@ -22,8 +22,9 @@ type testDNS struct {
 
 	mu      sync.Mutex
 	records map[dnsKey][]dns.RR
-	rcode   int  // when not 0, every query gets it (dns.RcodeServerFailure, say)
-	silent  bool // when set, queries get no answer at all
+	rcode   int            // when not 0, every query gets it (dns.RcodeServerFailure, say)
+	failing map[string]int // names whose queries get this rcode
+	silent  bool           // when set, queries get no answer at all
 	queries atomic.Int64
 	asked   chan struct{} // a query arrived (buffered: one pending signal)
 }
@@ -129,6 +130,16 @@ func (s *testDNS) failWith(rcode int) {
 	s.rcode = rcode
 }
 
+// failName makes the queries for name answer rcode (0: answer normally).
+func (s *testDNS) failName(name string, rcode int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failing == nil {
+		s.failing = map[string]int{}
+	}
+	s.failing[fqdn(name)] = rcode
+}
+
 // setSilent makes the server drop every query (or answer again).
 func (s *testDNS) setSilent(silent bool) {
 	s.mu.Lock()
@@ -147,6 +158,9 @@ func (s *testDNS) serve(w dns.ResponseWriter, r *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
+	if len(r.Question) == 1 && rcode == 0 {
+		rcode = s.failing[strings.ToLower(r.Question[0].Name)]
+	}
 	if rcode == 0 && len(r.Question) == 1 {
 		q := r.Question[0]
 		name := strings.ToLower(q.Name)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"weak"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -39,6 +40,32 @@ type discoveryLedger struct {
 	// two seconds for one that accepts and never answers: a reload waited
 	// 38 s behind a refresh writing 20 such workers.
 	joining atomic.Int32
+	// names are what the ledger remembers of each name between answers,
+	// whichever config wrote them.
+	names map[string]*nameMemory
+}
+
+// nameMemory is a name's state across answers and reloads.
+type nameMemory struct {
+	// emptySince is the first of the answers in a row without records;
+	// zero after one with.
+	emptySince time.Time
+	// events and replay keep SRV targets' sibling ports through one
+	// answer that lacks them.
+	events, replay siblingGrace
+}
+
+// memoryOf is name's memory, made on first use. Under mu.
+func (l *discoveryLedger) memoryOf(name string) *nameMemory {
+	if l.names == nil {
+		l.names = map[string]*nameMemory{}
+	}
+	m := l.names[name]
+	if m == nil {
+		m = &nameMemory{}
+		l.names[name] = m
+	}
+	return m
 }
 
 // ownedWorker is a worker discovery created.

@@ -18,20 +18,21 @@ import (
 // addresses: 256 targets of 4,000 took both cores, and every resolution
 // timed out. Its own query also keeps only the records of the name asked
 // and of the CNAMEs it leads to, where Go's took an answer's records for
-// any name.
+// any name. Unlike Go's, it reads no /etc/hosts and none of
+// /etc/resolv.conf's options (timeout, attempts, rotate): it asks each
+// name server in turn, within the resolution's time.
 type targetResolver struct {
 	servers  []string      // host:port; none: ask fallback
 	fallback *net.Resolver // when no server is known (no /etc/resolv.conf)
-	maxAddrs int           // addresses read a target, at most
 }
 
-// maxCNAMEs bounds the CNAME chain followed in one answer.
+// maxCNAMEs bounds the CNAME chain followed from the name asked.
 const maxCNAMEs = 8
 
 // newTargetResolver asks server (host:port) when set, else the name
 // servers of /etc/resolv.conf.
-func newTargetResolver(server string, fallback *net.Resolver, maxAddrs int) *targetResolver {
-	t := &targetResolver{fallback: fallback, maxAddrs: maxAddrs}
+func newTargetResolver(server string, fallback *net.Resolver) *targetResolver {
+	t := &targetResolver{fallback: fallback}
 	if server != "" {
 		t.servers = []string{server}
 	} else if conf, err := dns.ClientConfigFromFile("/etc/resolv.conf"); err == nil {
@@ -48,13 +49,13 @@ var errNoSuchTarget = &net.DNSError{Err: "no such host", IsNotFound: true}
 
 // lookup4 is name's IPv4 addresses (name is absolute), at most maxAddrs
 // of them; none, without an error, for a name with none.
-func (t *targetResolver) lookup4(ctx context.Context, name string) ([]netip.Addr, error) {
+func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int) ([]netip.Addr, error) {
 	if len(t.servers) == 0 {
 		ips, err := t.fallback.LookupNetIP(ctx, "ip4", name)
-		if len(ips) > t.maxAddrs {
-			ips = ips[:t.maxAddrs]
+		for j := range ips {
+			ips[j] = ips[j].Unmap()
 		}
-		return ips, err
+		return ips[:min(len(ips), maxAddrs)], err
 	}
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
@@ -70,48 +71,64 @@ func (t *targetResolver) lookup4(ctx context.Context, name string) ([]netip.Addr
 		case in.Rcode != dns.RcodeSuccess:
 			errs = append(errs, fmt.Errorf("%s: %s", server, dns.RcodeToString[in.Rcode]))
 		default:
-			return t.addresses(in, name), nil
+			return addresses(in, name, maxAddrs), nil
 		}
 	}
 	return nil, fmt.Errorf("looking up %s: %w", name, errors.Join(errs...))
 }
 
-// exchange sends q to server over UDP, and again over TCP when the answer
-// was truncated.
+// exchange sends q to server over UDP. A truncated answer is asked again
+// over TCP only when it holds no record: a target is one pod, and a
+// 4,096-byte answer already holds some 250 addresses (read over TCP, a
+// target's 4,000 cost its whole 64 KiB to unpack). The connection is
+// closed when ctx ends: the library heeds deadlines, not cancellation, and
+// a stopping config would wait out a silent server.
 func exchange(ctx context.Context, q *dns.Msg, server string) (*dns.Msg, error) {
-	in, _, err := (&dns.Client{Net: "udp"}).ExchangeContext(ctx, q, server)
-	if err == nil && in.Truncated {
-		in, _, err = (&dns.Client{Net: "tcp"}).ExchangeContext(ctx, q, server)
+	in, err := exchangeOver(ctx, "udp", q, server)
+	if err == nil && in.Truncated && len(in.Answer) == 0 {
+		in, err = exchangeOver(ctx, "tcp", q, server)
 	}
 	return in, err
 }
 
+func exchangeOver(ctx context.Context, network string, q *dns.Msg, server string) (*dns.Msg, error) {
+	c := &dns.Client{Net: network}
+	conn, err := c.DialContext(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	in, _, err := c.ExchangeWithConnContext(ctx, q, conn)
+	return in, err
+}
+
 // addresses are the answer's A records of name and of the CNAMEs it leads
-// to, in the answer's order, at most maxAddrs.
-func (t *targetResolver) addresses(in *dns.Msg, name string) []netip.Addr {
-	chain := map[string]bool{strings.ToLower(dns.Fqdn(name)): true}
-	for range maxCNAMEs {
-		grew := false
-		for _, rr := range in.Answer {
-			if c, ok := rr.(*dns.CNAME); ok && chain[strings.ToLower(c.Hdr.Name)] && !chain[strings.ToLower(c.Target)] {
-				chain[strings.ToLower(c.Target)], grew = true, true
-			}
+// to (a chain of maxCNAMEs at most), in the answer's order, at most
+// maxAddrs.
+func addresses(in *dns.Msg, name string, maxAddrs int) []netip.Addr {
+	aliases := map[string]string{}
+	for _, rr := range in.Answer {
+		if c, ok := rr.(*dns.CNAME); ok {
+			aliases[strings.ToLower(c.Hdr.Name)] = strings.ToLower(c.Target)
 		}
-		if !grew {
-			break
-		}
+	}
+	chain := map[string]bool{}
+	for n, links := strings.ToLower(dns.Fqdn(name)), 0; n != "" && !chain[n] && links <= maxCNAMEs; n, links = aliases[n], links+1 {
+		chain[n] = true
 	}
 	var out []netip.Addr
 	for _, rr := range in.Answer {
+		if len(out) == maxAddrs {
+			break
+		}
 		a, ok := rr.(*dns.A)
 		if !ok || !chain[strings.ToLower(a.Hdr.Name)] {
 			continue
 		}
 		if ip, ok := netip.AddrFromSlice(a.A); ok {
 			out = append(out, ip.Unmap())
-		}
-		if len(out) == t.maxAddrs {
-			break
 		}
 	}
 	return out
