@@ -128,8 +128,11 @@ func laxID(item []byte) (uint32, bool) {
 	}
 	var n int64
 	var ok bool
+	var buf [64]byte
 	if text, plain := plainText(item); plain {
 		n, ok = laxIntText(text) // read in place: no string made an element
+	} else if text, short := unescapeShort(item, buf[:]); short {
+		n, ok = laxIntText(unsafe.String(unsafe.SliceData(text), len(text)))
 	} else {
 		n, ok = laxInt(selection.RawJSON(item))
 	}

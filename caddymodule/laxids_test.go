@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -56,7 +57,7 @@ func TestLaxIDPromptsAreRoutedByTheirIDs(t *testing.T) {
 // times the body (256 MiB for floats).
 func TestLaxIDListAllocatesOnce(t *testing.T) {
 	for name, elem := range map[string]string{"floats": "1.0", "ints among floats": "1", "strings": `"12"`,
-		"underscores": `"1_2"`, "spaced": `" 7 "`, "bools": "true"} {
+		"underscores": `"1_2"`, "spaced": `" 7 "`, "bools": "true", "escaped": `"\u0031\u0032"`} {
 		raw := selection.RawJSON("[1.0," + strings.TrimSuffix(strings.Repeat(elem+",", 10_000), ",") + "]")
 		allocs := testing.AllocsPerRun(5, func() {
 			if ids, ok := laxIDList(raw); !ok || len(ids) != 10_001 {
@@ -73,7 +74,7 @@ func TestLaxIDListAllocatesOnce(t *testing.T) {
 // the same ids as JSON integers through the request decoder (which every
 // request pays).
 func BenchmarkLaxIDList(b *testing.B) {
-	for _, form := range []struct{ name, elem string }{{"floats", "123456.0"}, {"strings", `"12"`}, {"underscores", `"1_2"`}} {
+	for _, form := range []struct{ name, elem string }{{"floats", "123456.0"}, {"strings", `"12"`}, {"underscores", `"1_2"`}, {"escaped", `"\u0031\u0032"`}} {
 		raw := selection.RawJSON("[1," + strings.TrimSuffix(strings.Repeat(form.elem+",", (16<<20)/(len(form.elem)+1)), ",") + "]")
 		b.Run(form.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -96,4 +97,27 @@ func BenchmarkLaxIDList(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestUnescapeShortAsJSON: a short string's escapes decode as Go's JSON
+// decoder decodes them (lone surrogates to U+FFFD included); one that
+// does not fit the buffer is left to it.
+func TestUnescapeShortAsJSON(t *testing.T) {
+	for _, in := range []string{`"12"`, `"\u0031\u0032"`, `"\u00a07\u00A0"`, `"\t7\n"`, `"\/\"\\"`, `"\b\f\r"`,
+		`"\ud83d\ude00"`, `"\ud83d"`, `"\ude00x"`, `"\ud83d\u0041"`, `"é\u00e9"`, `""`} {
+		var want string
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		var buf [64]byte
+		got, ok := unescapeShort([]byte(in), buf[:])
+		if !ok || string(got) != want {
+			t.Errorf("%s: %q %v, want %q", in, got, ok, want)
+		}
+	}
+	long := `"` + strings.Repeat(`\u0030`, 30) + `"`
+	var buf [16]byte
+	if _, ok := unescapeShort([]byte(long), buf[:]); ok {
+		t.Error("a text longer than the buffer was decoded into it")
+	}
 }
