@@ -48,12 +48,15 @@ const emptyGrace = 30 * time.Second
 type nameWatch struct {
 	dnsSettings
 	resolver *net.Resolver
-	targets  *targetResolver   // SRV targets' addresses
-	failing  bool              // the last resolution failed (and was logged)
-	emptied  bool              // the last answer had no records (and was logged)
-	over     bool              // the last answer was past max_workers (and was logged)
-	unusable bool              // the last answer had unusable addresses (and was logged)
-	warned   map[uint64]string // per worker id, the skip last logged, so each is logged once
+	targets  *targetResolver // SRV targets' addresses
+	failing  bool            // the last resolution failed (and was logged)
+	emptied  bool            // the last answer had no records (and was logged)
+	over     bool            // the last answer was past max_workers (and was logged)
+	unusable bool            // the last answer had unusable addresses (and was logged)
+	// targetsFailing: the last answer had SRV targets whose lookup failed
+	// (and was logged).
+	targetsFailing bool
+	warned         map[uint64]string // per worker id, the skip last logged, so each is logged once
 }
 
 // start starts following the names. It always joins the catalog's ledger,
@@ -172,12 +175,8 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 		}
 		return // no records, not yet for long: the workers stay
 	}
-	if w.eventsSRV != "" {
-		mem.events.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.eventsPort })
-	}
-	if w.replaySRV != "" {
-		mem.replay.hold(ans.specs, func(s *workerSpec) *uint16 { return &s.replayPort })
-	}
+	mem.events.hold(w.eventsSRV, ans.specs, func(s *workerSpec) *uint16 { return &s.eventsPort })
+	mem.replay.hold(w.replaySRV, ans.specs, func(s *workerSpec) *uint16 { return &s.replayPort })
 	holders := map[string]uint64{} // endpoint → the id of the catalog worker there
 	for _, rec := range d.catalog.ListWorkers("", "") {
 		if ep := recordEndpoint(&rec); ep != "" {
@@ -371,4 +370,12 @@ func (w *nameWatch) answered(log *zap.Logger, ans *answer) {
 		}
 	}
 	w.unusable = ans.unusable > 0
+	if n := len(ans.failedTargets); n > 0 {
+		discoverySkipped.WithLabelValues(w.key, "target_failed").Add(float64(n))
+		if !w.targetsFailing {
+			log.Warn("DNS discovery: SRV targets could not be looked up; their workers stay as they are",
+				zap.String("name", w.name), zap.Int("targets", n))
+		}
+	}
+	w.targetsFailing = len(ans.failedTargets) > 0
 }

@@ -13,7 +13,7 @@ var (
 	}, []string{"name", "outcome"})
 	discoverySkipped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_discovery_skipped_total",
-		Help: "Servers a name's answer gave that did not become workers, by name and reason: over_max_workers (past the name's bound), refused (the catalog refused the worker), taken (its id or endpoint belongs to a worker discovery did not create), address (unspecified, link-local, multicast, broadcast or reserved). Counted at each refresh.",
+		Help: "Servers a name's answer gave that did not become workers, by name and reason: over_max_workers (past the name's bound), refused (the catalog refused the worker), taken (its id or endpoint belongs to a worker discovery did not create), address (unspecified, link-local, multicast, broadcast or reserved), target_failed (an SRV target whose lookup failed: its workers stay). Counted at each refresh.",
 	}, []string{"name", "reason"})
 	discoveryChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_discovery_changes_total",

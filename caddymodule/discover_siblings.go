@@ -8,14 +8,22 @@ package caddymodule
 // and requests got 503 until the next refresh. It belongs to its name's
 // goroutine.
 type siblingGrace struct {
-	last   map[string]uint16 // target → its port in the latest answer that had one
-	missed map[string]bool   // targets whose port the latest answer lacked
+	sibling string            // the sibling name the ports are of
+	last    map[string]uint16 // target → its port in the latest answer that had one
+	missed  map[string]bool   // targets whose port the latest answer lacked
 }
 
 // hold fills in, on specs, the port of each target that the answer lacks
 // but the answer before had, once; port selects the sibling's port of a
-// spec.
-func (g *siblingGrace) hold(specs []workerSpec, port func(*workerSpec) *uint16) {
+// spec. The ports are sibling's: another sibling name (a reload that
+// renames it), or none, starts afresh.
+func (g *siblingGrace) hold(sibling string, specs []workerSpec, port func(*workerSpec) *uint16) {
+	if sibling != g.sibling || sibling == "" {
+		*g = siblingGrace{sibling: sibling}
+		if sibling == "" {
+			return
+		}
+	}
 	last, missed := map[string]uint16{}, map[string]bool{}
 	for i := range specs {
 		t, p := specs[i].target, port(&specs[i])

@@ -62,7 +62,7 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int)
 	q.SetEdns0(4096, false)
 	var errs []error
 	for _, server := range t.servers {
-		in, err := exchange(ctx, q, server)
+		in, err := exchange(ctx, q, server, func(in *dns.Msg) bool { return len(addresses(in, name, maxAddrs)) == maxAddrs })
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -78,14 +78,17 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int)
 }
 
 // exchange sends q to server over UDP. A truncated answer is asked again
-// over TCP only when it holds no record: a target is one pod, and a
-// 4,096-byte answer already holds some 250 addresses (read over TCP, a
-// target's 4,000 cost its whole 64 KiB to unpack). The connection is
-// closed when ctx ends: the library heeds deadlines, not cancellation, and
-// a stopping config would wait out a silent server.
-func exchange(ctx context.Context, q *dns.Msg, server string) (*dns.Msg, error) {
+// over TCP only when it does not hold enough (a target's share of
+// addresses): a target is one pod, and a 4,096-byte answer already holds
+// some 250 addresses (read over TCP whatever it held, a target's 4,000
+// cost its whole 64 KiB to unpack; never read over TCP, a target of 300
+// addresses in rotation flapped between the 254 each answer held, and a
+// long CNAME chain cut short gave none). The connection is closed when
+// ctx ends: the library heeds deadlines, not cancellation, and a
+// stopping config would wait out a silent server.
+func exchange(ctx context.Context, q *dns.Msg, server string, enough func(*dns.Msg) bool) (*dns.Msg, error) {
 	in, err := exchangeOver(ctx, "udp", q, server)
-	if err == nil && in.Truncated && len(in.Answer) == 0 {
+	if err == nil && in.Truncated && !enough(in) {
 		in, err = exchangeOver(ctx, "tcp", q, server)
 	}
 	return in, err

@@ -88,4 +88,43 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	if err != nil || failed != nil || len(addrs[0]) != 2 || len(addrs[1]) != 2 {
 		t.Fatalf("addresses %v, failed %v, %v; want 2 a target", addrs, failed, err)
 	}
+	// A share a record: one target under four ports gets one address a
+	// record (a share a target built 256 ports × 256 addresses).
+	ports := []srvRecord{{"a.share.test", 1}, {"a.share.test", 2}, {"a.share.test", 3}, {"a.share.test", 4}}
+	if addrs, _, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
+		t.Fatalf("one target under four ports: %v, want one address a record", addrs)
+	}
+	// A truncated UDP answer holding less than the share is asked again
+	// over TCP: a target of 300 addresses in rotation flapped between the
+	// 254 each UDP answer held.
+	many := make([]string, 300)
+	for i := range many {
+		many[i] = fmt.Sprintf("10.1.%d.%d", i/200, i%200+1)
+	}
+	d.setA("big.share.test", many...)
+	big := []srvRecord{{"big.share.test", 1}}
+	if addrs, _, err := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512); err != nil || len(addrs[0]) != 300 {
+		t.Fatalf("300 addresses, share 512: %d read, %v", len(addrs[0]), err)
+	}
+}
+
+// TestSiblingGraceIsTheSiblings: a sibling port is held for the sibling
+// name it came from; another name (a reload that renames it), or none,
+// starts afresh.
+func TestSiblingGraceIsTheSiblings(t *testing.T) {
+	var g siblingGrace
+	port := func(s *workerSpec) *uint16 { return &s.eventsPort }
+	g.hold("kv-events", []workerSpec{{target: "a", eventsPort: 6001}}, port)
+	specs := []workerSpec{{target: "a"}}
+	g.hold("kv-new", specs, port)
+	if specs[0].eventsPort != 0 {
+		t.Fatalf("the old sibling's port %d held for the new one", specs[0].eventsPort)
+	}
+	g.hold("kv-new", []workerSpec{{target: "a", eventsPort: 7001}}, port)
+	g.hold("", []workerSpec{{target: "a"}}, port)
+	specs = []workerSpec{{target: "a"}}
+	g.hold("kv-new", specs, port)
+	if specs[0].eventsPort != 0 {
+		t.Fatalf("a port from before events were off held: %d", specs[0].eventsPort)
+	}
 }

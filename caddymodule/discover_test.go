@@ -375,6 +375,16 @@ func TestDiscoveryKeepsAFailedTargetsWorkers(t *testing.T) {
 	d.refreshAll()
 	d.refreshAll()
 	wantEndpoints(t, r, "pod-a failing, pod-b gone, pod-c new", "10.10.0.1:8001", "10.10.0.3:8003")
+	// Every target left failing: those gone from the answer still go.
+	key := canonicalName("_http._tcp." + zone)
+	failed0 := testCounter(discoverySkipped.WithLabelValues(key, "target_failed"))
+	srv.setSRV("_http._tcp."+zone, srvTo{"pod-a." + zone, 8001})
+	d.refreshAll()
+	d.refreshAll()
+	wantEndpoints(t, r, "pod-a failing alone, pod-c gone", "10.10.0.1:8001")
+	if n := testCounter(discoverySkipped.WithLabelValues(key, "target_failed")) - failed0; n != 2 {
+		t.Errorf("failed targets counted: %v, want 2", n)
+	}
 }
 
 // TestDiscoveryLeavesOutUnusableAddresses: unspecified, link-local,
