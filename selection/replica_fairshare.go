@@ -55,12 +55,8 @@ func (m *RemoteBookings) held(origin string, byBlocks bool) int {
 // at most maxPeers origins, and runs only while the table is full.
 func (m *RemoteBookings) largestOrigin(byBlocks bool) string {
 	largest, most := "", 0
-	for o, mine := range m.origins {
-		n := len(mine)
-		if byBlocks {
-			n = m.blocks[o]
-		}
-		if n > most {
+	for o := range m.origins {
+		if n := m.held(o, byBlocks); n > most {
 			largest, most = o, n
 		}
 	}
@@ -72,13 +68,8 @@ func (m *RemoteBookings) largestOrigin(byBlocks bool) string {
 // The origin's later free of it finds it unknown, as a free of one dropped
 // at its lease does. m.mu is held.
 func (m *RemoteBookings) evictOne(origin string) {
-	mine := m.origins[origin]
-	for id, b := range mine {
-		delete(mine, id)
-		if len(mine) == 0 {
-			delete(m.origins, origin)
-		}
-		m.releaseLocked(origin, b)
+	for id, b := range m.origins[origin] {
+		m.dropLocked(origin, id, b)
 		m.evicted.Add(1)
 		return
 	}

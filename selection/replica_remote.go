@@ -169,12 +169,18 @@ func (m *RemoteBookings) Free(origin, id string) bool {
 	if b == nil {
 		return false
 	}
+	m.dropLocked(origin, id, b)
+	return true
+}
+
+// dropLocked takes origin's booking id, b, out of the table and off its
+// rank; m.mu is held.
+func (m *RemoteBookings) dropLocked(origin, id string, b *booking) {
 	delete(m.origins[origin], id)
 	if len(m.origins[origin]) == 0 {
 		delete(m.origins, origin)
 	}
 	m.releaseLocked(origin, b)
-	return true
 }
 
 // DropOrigin releases every booking of origin (it went silent, restarted
