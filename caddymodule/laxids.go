@@ -54,11 +54,11 @@ func laxIDs(raw selection.RawJSON, textIsBatch bool) (ids []uint32, ok bool) {
 		}
 	}
 	ids = make([]uint32, 0, n)
-	for i := range scalars(b) {
+	for i, end := range scalars(b) {
 		if i < 0 {
 			return nil, false // a list or an object
 		}
-		id, ok := laxID(b[i:scalarEnd(b, i)])
+		id, ok := laxID(b[i:end])
 		if !ok {
 			return nil, false
 		}
@@ -70,18 +70,18 @@ func laxIDs(raw selection.RawJSON, textIsBatch bool) (ids []uint32, ok bool) {
 	return ids, true
 }
 
-// scalars yields where each element of the list b starts; -1, and no
-// more, at an element that is a list or an object. b is a JSON list,
-// space trimmed.
-func scalars(b []byte) func(yield func(int) bool) {
-	return func(yield func(int) bool) {
+// scalars yields where each element of the list b starts and ends; -1,
+// and no more, at an element that is a list or an object. b is a JSON
+// list, space trimmed.
+func scalars(b []byte) func(yield func(start, end int) bool) {
+	return func(yield func(start, end int) bool) {
 		for i := skipSpace(b, 1); i < len(b) && b[i] != ']'; {
 			end := scalarEnd(b, i)
 			if end < 0 {
-				yield(-1)
+				yield(-1, -1)
 				return
 			}
-			if !yield(i) {
+			if !yield(i, end) {
 				return
 			}
 			if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
