@@ -197,10 +197,7 @@ func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *target
 			return nil, 0, nil, fmt.Errorf("%s: %w", s.replaySRV, err)
 		}
 	}
-	addrs, failed, err := lookupTargets(ctx, t, recs, s.maxWorkers)
-	if err != nil {
-		return nil, 0, nil, err
-	}
+	addrs, failed := lookupTargets(ctx, t, recs, s.maxWorkers)
 	var specs []workerSpec
 	for i, rec := range recs {
 		for _, ip := range addrs[i] {
@@ -273,7 +270,7 @@ func siblingPorts(ctx context.Context, r *net.Resolver, name string) (map[string
 // failed the whole answer: 20 targets failing 10 % of the time left 27 of
 // 30 resolutions failed, and targets gone from the answer kept their
 // workers for as long as the others failed.
-func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, maxWorkers int) (addrs [][]netip.Addr, failed map[string]bool, err error) {
+func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, maxWorkers int) (addrs [][]netip.Addr, failed map[string]bool) {
 	addrs = make([][]netip.Addr, len(recs))
 	errs := make([]error, len(recs))
 	byTarget := map[string]int{} // the first record of each target: its lookup serves the others
@@ -311,5 +308,5 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	for i, rec := range recs {
 		addrs[i] = addrs[byTarget[rec.target]]
 	}
-	return addrs, failed, nil
+	return addrs, failed
 }

@@ -5,8 +5,8 @@ package caddymodule
 // it, as a record that went away keeps its worker through one answer.
 // One NXDOMAIN for the sibling name rewrote every worker without its
 // event endpoint at once: all became incomplete, the listeners stopped,
-// and requests got 503 until the next refresh. It belongs to its name's
-// goroutine.
+// and requests got 503 until the next refresh. It is the ledger's
+// (nameMemory), under its mu.
 type siblingGrace struct {
 	sibling string            // the sibling name the ports are of
 	last    map[string]uint16 // target → its port in the latest answer that had one

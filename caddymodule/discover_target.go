@@ -62,7 +62,7 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int)
 	q.SetEdns0(4096, false)
 	var errs []error
 	for _, server := range t.servers {
-		in, err := exchange(ctx, q, server, func(in *dns.Msg) bool { return len(addresses(in, name, maxAddrs)) == maxAddrs })
+		in, addrs, err := exchange(ctx, q, server, name, maxAddrs)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -71,27 +71,35 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int)
 		case in.Rcode != dns.RcodeSuccess:
 			errs = append(errs, fmt.Errorf("%s: %s", server, dns.RcodeToString[in.Rcode]))
 		default:
-			return addresses(in, name, maxAddrs), nil
+			return addrs, nil
 		}
 	}
 	return nil, fmt.Errorf("looking up %s: %w", name, errors.Join(errs...))
 }
 
-// exchange sends q to server over UDP. A truncated answer is asked again
-// over TCP only when it does not hold enough (a target's share of
-// addresses): a target is one pod, and a 4,096-byte answer already holds
-// some 250 addresses (read over TCP whatever it held, a target's 4,000
-// cost its whole 64 KiB to unpack; never read over TCP, a target of 300
-// addresses in rotation flapped between the 254 each answer held, and a
-// long CNAME chain cut short gave none). The connection is closed when
-// ctx ends: the library heeds deadlines, not cancellation, and a
-// stopping config would wait out a silent server.
-func exchange(ctx context.Context, q *dns.Msg, server string, enough func(*dns.Msg) bool) (*dns.Msg, error) {
+// exchange sends q, name's A query, to server over UDP, and reads the
+// answer's addresses of name, at most maxAddrs. A truncated answer is
+// asked again over TCP only when it does not hold maxAddrs (a target's
+// share): a target is one pod, and a 4,096-byte answer already holds some
+// 250 addresses (read over TCP whatever it held, a target's 4,000 cost its
+// whole 64 KiB to unpack; never read over TCP, a target of 300 addresses
+// in rotation flapped between the 254 each answer held, and a long CNAME
+// chain cut short gave none). The connection is closed when ctx ends: the
+// library heeds deadlines, not cancellation, and a stopping config would
+// wait out a silent server.
+func exchange(ctx context.Context, q *dns.Msg, server, name string, maxAddrs int) (*dns.Msg, []netip.Addr, error) {
 	in, err := exchangeOver(ctx, "udp", q, server)
-	if err == nil && in.Truncated && !enough(in) {
-		in, err = exchangeOver(ctx, "tcp", q, server)
+	if err != nil {
+		return nil, nil, err
 	}
-	return in, err
+	addrs := addresses(in, name, maxAddrs)
+	if in.Truncated && len(addrs) < maxAddrs {
+		if in, err = exchangeOver(ctx, "tcp", q, server); err != nil {
+			return nil, nil, err
+		}
+		addrs = addresses(in, name, maxAddrs)
+	}
+	return in, addrs, nil
 }
 
 func exchangeOver(ctx context.Context, network string, q *dns.Msg, server string) (*dns.Msg, error) {

@@ -69,8 +69,8 @@ func BenchmarkSRVTargetsOfManyAddresses(b *testing.B) {
 	tr := newTargetResolver(d.addr, goResolver)
 	b.Run("target resolver", func(b *testing.B) {
 		for b.Loop() {
-			if addrs, _, err := lookupTargets(ctx, tr, recs, 256); err != nil || len(addrs[15]) == 0 {
-				b.Fatal(err)
+			if addrs, failed := lookupTargets(ctx, tr, recs, 256); failed != nil || len(addrs[15]) == 0 {
+				b.Fatal(failed)
 			}
 		}
 	})
@@ -84,14 +84,14 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	recs := []srvRecord{{target: "a.share.test", port: 1}, {target: "b.share.test", port: 2}}
 	d.setA("a.share.test", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5")
 	d.setA("b.share.test", "10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.5")
-	addrs, failed, err := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), recs, 4)
-	if err != nil || failed != nil || len(addrs[0]) != 2 || len(addrs[1]) != 2 {
-		t.Fatalf("addresses %v, failed %v, %v; want 2 a target", addrs, failed, err)
+	addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), recs, 4)
+	if failed != nil || len(addrs[0]) != 2 || len(addrs[1]) != 2 {
+		t.Fatalf("addresses %v, failed %v; want 2 a target", addrs, failed)
 	}
 	// A share a record: one target under four ports gets one address a
 	// record (a share a target built 256 ports × 256 addresses).
 	ports := []srvRecord{{"a.share.test", 1}, {"a.share.test", 2}, {"a.share.test", 3}, {"a.share.test", 4}}
-	if addrs, _, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
+	if addrs, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
 		t.Fatalf("one target under four ports: %v, want one address a record", addrs)
 	}
 	// A truncated UDP answer holding less than the share is asked again
@@ -103,8 +103,8 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	}
 	d.setA("big.share.test", many...)
 	big := []srvRecord{{"big.share.test", 1}}
-	if addrs, _, err := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512); err != nil || len(addrs[0]) != 300 {
-		t.Fatalf("300 addresses, share 512: %d read, %v", len(addrs[0]), err)
+	if addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512); failed != nil || len(addrs[0]) != 300 {
+		t.Fatalf("300 addresses, share 512: %d read, failed %v", len(addrs[0]), failed)
 	}
 }
 
