@@ -35,11 +35,17 @@ func hostilePeer(t *testing.T, url string) *nats.Conn {
 // publishEnvelope sends events as origin, in the test replicas' settings.
 func publishEnvelope(t *testing.T, nc *nats.Conn, origin string, epoch uint64, events []event) {
 	t.Helper()
-	data, err := encode(&envelope{Origin: origin, Fingerprint: 42, Version: "test", Epoch: epoch, Events: events})
+	publish(t, nc, &envelope{Origin: origin, Fingerprint: 42, Version: "test", Epoch: epoch, Events: events})
+}
+
+// publish sends env on its origin's subject.
+func publish(t *testing.T, nc *nats.Conn, env *envelope) {
+	t.Helper()
+	data, err := encode(env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Publish("kvrouter.r."+origin, data); err != nil {
+	if err := nc.Publish("kvrouter.r."+env.Origin, data); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -293,14 +299,8 @@ func TestForgedFutureEpochHoldsForALeaseAtMost(t *testing.T) {
 	waitFor(t, 5*time.Second, "b holds a's booking", func() bool { return b.Remote().Count("a") == 1 })
 	forged := uint64(time.Now().Add(59 * time.Minute).UnixNano())
 	nc := hostilePeer(t, s.ClientURL())
-	data, err := encode(&envelope{Origin: "a", Fingerprint: 42, Version: "test", Epoch: forged,
+	publish(t, nc, &envelope{Origin: "a", Fingerprint: 42, Version: "test", Epoch: forged,
 		LeaseMs: uint64(maxPeerLease / time.Millisecond), Events: []event{{Kind: kindHeartbeat}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Publish("kvrouter.r.a", data); err != nil {
-		t.Fatal(err)
-	}
 	_ = nc.Flush()
 	waitFor(t, 5*time.Second, "the forged epoch drops a's booking", func() bool { return b.Remote().Count("a") == 0 })
 	reserve(t, a, "a2", 2, []uint64{3, 4}, 40)

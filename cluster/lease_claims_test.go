@@ -15,13 +15,7 @@ import (
 func publishLeased(t *testing.T, url, origin string, fp, leaseMs uint64, events []event) {
 	t.Helper()
 	nc := hostilePeer(t, url)
-	data, err := encode(&envelope{Origin: origin, Fingerprint: fp, Version: "test", Epoch: 1, LeaseMs: leaseMs, Events: events})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Publish("kvrouter.r."+origin, data); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, nc, &envelope{Origin: origin, Fingerprint: fp, Version: "test", Epoch: 1, LeaseMs: leaseMs, Events: events})
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
