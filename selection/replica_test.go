@@ -137,7 +137,11 @@ func TestReplicaRemoteTotalsAreBounded(t *testing.T) {
 	if n := rm.Total(); n != maxOriginsInFull*perOrigin || rm.Evicted() != 1 {
 		t.Fatalf("%d bookings held, %d evicted; want %d, 1", n, rm.Evicted(), maxOriginsInFull*perOrigin)
 	}
-	rm.Free("o0", "0")
+	// The eviction took one booking of whichever origin the map yielded
+	// first, so o0's "0" may be gone already: free one o0 still holds.
+	if !rm.Free("o0", "0") && !rm.Free("o0", "1") {
+		t.Fatal("o0 held neither booking")
+	}
 	if got := rm.Reserve("late", rec("1", 1), perOrigin); got != RemoteApplied {
 		t.Fatalf("after a free: %v, want applied", got)
 	}
