@@ -197,7 +197,7 @@ func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *target
 			return nil, 0, nil, fmt.Errorf("%s: %w", s.replaySRV, err)
 		}
 	}
-	addrs, failed := lookupTargets(ctx, t, recs, s.maxWorkers)
+	addrs, failed := lookupTargets(ctx, t, recs, s.maxWorkers, known.endpoints)
 	var specs []workerSpec
 	for i, rec := range recs {
 		for _, ip := range addrs[i] {
@@ -260,17 +260,22 @@ func siblingPorts(ctx context.Context, r *net.Resolver, name string) (map[string
 }
 
 // lookupTargets finds the IPv4 addresses of the records' targets, a few at
-// once, maxWorkers of them in all at most (a target's share of them, its
-// first in its answer: on Kubernetes a target is a pod, with one). Read
-// up to max_workers a target, 256 targets of 4,000 addresses took 287 MB
-// and a quarter of a core a resolution. A target without an address gives
+// once, maxWorkers of them in all at most (on Kubernetes a target is a
+// pod, with one). Each record has its share of maxWorkers, and a share a
+// record leaves unused goes to the others (shareOut); within a record's
+// share, the addresses the name holds on its port (known, endpoints) come
+// first, then the rest in answer order, so that a target answering more
+// than its share in rotation keeps its workers. Read up to max_workers a
+// target, 256 targets of 4,000 addresses took 287 MB and a quarter of a
+// core a resolution; a target's answer is read over TCP only when it does
+// not hold the record's even share. A target without an address gives
 // none. A target whose lookup failed is in failed (its workers stay),
 // and the rest of the answer stands, even when every target failed: the
 // SRV answer still says which targets are gone. One target failing
 // failed the whole answer: 20 targets failing 10 % of the time left 27 of
 // 30 resolutions failed, and targets gone from the answer kept their
 // workers for as long as the others failed.
-func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, maxWorkers int) (addrs [][]netip.Addr, failed map[string]bool) {
+func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, maxWorkers int, known map[string]bool) (addrs [][]netip.Addr, failed map[string]bool) {
 	addrs = make([][]netip.Addr, len(recs))
 	errs := make([]error, len(recs))
 	byTarget := map[string]int{} // the first record of each target: its lookup serves the others
@@ -282,14 +287,21 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	// A share a record, not a target: one target listed under many ports
 	// makes a server of each port and address (256 ports of 256
 	// addresses: 65,536 servers built and sorted a resolution).
-	share := max(1, (maxWorkers+len(recs)-1)/max(1, len(recs)))
+	even := max(1, (maxWorkers+len(recs)-1)/max(1, len(recs)))
+	knownIPs, knownEndpoints := map[netip.Addr]bool{}, map[netip.AddrPort]bool{}
+	for ep := range known {
+		if ap, err := netip.ParseAddrPort(ep); err == nil {
+			knownIPs[ap.Addr()], knownEndpoints[ap] = true, true
+		}
+	}
+	kept := func(ip netip.Addr) bool { return knownIPs[ip] }
 	sem := make(chan struct{}, targetLookups)
 	var wg sync.WaitGroup
 	for target, i := range byTarget {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ips, err := t.lookup4(ctx, target+".", share)
+			ips, err := t.lookup4(ctx, target+".", even, maxWorkers, kept)
 			if isNotFound(err) {
 				err = nil
 			}
@@ -305,8 +317,13 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 			failed[target] = true
 		}
 	}
+	counts := make([]int, len(recs))
 	for i, rec := range recs {
-		addrs[i] = addrs[byTarget[rec.target]]
+		counts[i] = len(addrs[byTarget[rec.target]])
+	}
+	shares := shareOut(counts, maxWorkers)
+	for i, rec := range recs {
+		addrs[i] = knownFirst(addrs[byTarget[rec.target]], rec.port, shares[i], knownEndpoints)
 	}
 	return addrs, failed
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -48,13 +49,16 @@ func newTargetResolver(server string, fallback *net.Resolver) *targetResolver {
 var errNoSuchTarget = &net.DNSError{Err: "no such host", IsNotFound: true}
 
 // lookup4 is name's IPv4 addresses (name is absolute), at most maxAddrs
-// of them; none, without an error, for a name with none.
-func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int) ([]netip.Addr, error) {
+// of them, those kept (a worker's already) first; none, without an error,
+// for a name with none. A truncated answer is asked again over TCP when it
+// holds fewer than want.
+func (t *targetResolver) lookup4(ctx context.Context, name string, want, maxAddrs int, kept func(netip.Addr) bool) ([]netip.Addr, error) {
 	if len(t.servers) == 0 {
 		ips, err := t.fallback.LookupNetIP(ctx, "ip4", name)
 		for j := range ips {
 			ips[j] = ips[j].Unmap()
 		}
+		slices.SortStableFunc(ips, func(a, b netip.Addr) int { return keptFirst(kept(a), kept(b)) })
 		return ips[:min(len(ips), maxAddrs)], err
 	}
 	q := new(dns.Msg)
@@ -62,7 +66,7 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int)
 	q.SetEdns0(4096, false)
 	var errs []error
 	for _, server := range t.servers {
-		in, addrs, err := exchange(ctx, q, server, name, maxAddrs)
+		in, addrs, err := exchange(ctx, q, server, name, want, maxAddrs, kept)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -79,7 +83,7 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int)
 
 // exchange sends q, name's A query, to server over UDP, and reads the
 // answer's addresses of name, at most maxAddrs. A truncated answer is
-// asked again over TCP only when it does not hold maxAddrs (a target's
+// asked again over TCP only when it does not hold want (a target's
 // share): a target is one pod, and a 4,096-byte answer already holds some
 // 250 addresses (read over TCP whatever it held, a target's 4,000 cost its
 // whole 64 KiB to unpack; never read over TCP, a target of 300 addresses
@@ -87,17 +91,17 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, maxAddrs int)
 // chain cut short gave none). The connection is closed when ctx ends: the
 // library heeds deadlines, not cancellation, and a stopping config would
 // wait out a silent server.
-func exchange(ctx context.Context, q *dns.Msg, server, name string, maxAddrs int) (*dns.Msg, []netip.Addr, error) {
+func exchange(ctx context.Context, q *dns.Msg, server, name string, want, maxAddrs int, kept func(netip.Addr) bool) (*dns.Msg, []netip.Addr, error) {
 	in, err := exchangeOver(ctx, "udp", q, server)
 	if err != nil {
 		return nil, nil, err
 	}
-	addrs := addresses(in, name, maxAddrs)
-	if in.Truncated && len(addrs) < maxAddrs {
+	addrs := addresses(in, name, maxAddrs, kept)
+	if in.Truncated && len(addrs) < want {
 		if in, err = exchangeOver(ctx, "tcp", q, server); err != nil {
 			return nil, nil, err
 		}
-		addrs = addresses(in, name, maxAddrs)
+		addrs = addresses(in, name, maxAddrs, kept)
 	}
 	return in, addrs, nil
 }
@@ -116,9 +120,11 @@ func exchangeOver(ctx context.Context, network string, q *dns.Msg, server string
 }
 
 // addresses are the answer's A records of name and of the CNAMEs it leads
-// to (a chain of maxCNAMEs at most), in the answer's order, at most
-// maxAddrs.
-func addresses(in *dns.Msg, name string, maxAddrs int) []netip.Addr {
+// to (a chain of maxCNAMEs at most), at most maxAddrs: those kept first,
+// then the others, each in the answer's order. Two passes over the answer
+// rather than all its addresses gathered and sorted: a target's answer
+// may hold 4,000.
+func addresses(in *dns.Msg, name string, maxAddrs int, kept func(netip.Addr) bool) []netip.Addr {
 	aliases := map[string]string{}
 	for _, rr := range in.Answer {
 		if c, ok := rr.(*dns.CNAME); ok {
@@ -130,17 +136,30 @@ func addresses(in *dns.Msg, name string, maxAddrs int) []netip.Addr {
 		chain[n] = true
 	}
 	var out []netip.Addr
-	for _, rr := range in.Answer {
-		if len(out) == maxAddrs {
-			break
-		}
-		a, ok := rr.(*dns.A)
-		if !ok || !chain[strings.ToLower(a.Hdr.Name)] {
-			continue
-		}
-		if ip, ok := netip.AddrFromSlice(a.A); ok {
-			out = append(out, ip.Unmap())
+	for _, keptPass := range [2]bool{true, false} {
+		for _, rr := range in.Answer {
+			if len(out) == maxAddrs {
+				return out
+			}
+			a, ok := rr.(*dns.A)
+			if !ok || !chain[strings.ToLower(a.Hdr.Name)] {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(a.A); ok && kept(ip.Unmap()) == keptPass {
+				out = append(out, ip.Unmap())
+			}
 		}
 	}
 	return out
+}
+
+// keptFirst orders a kept address before one not kept.
+func keptFirst(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -27,16 +28,16 @@ func TestTargetResolverReadsTheNameAsked(t *testing.T) {
 	r := newTargetResolver(d.addr, nil)
 	ctx := context.Background()
 	for name, want := range map[string]string{"t1.test.": "[127.0.0.1 127.0.0.2 127.0.0.3]", "t2.test.": "[127.0.0.9]"} {
-		ips, err := r.lookup4(ctx, name, 3)
+		ips, err := r.lookup4(ctx, name, 3, 3, noneKept)
 		if got := fmt.Sprint(ips); err != nil || got != want {
 			t.Errorf("%s: %s, %v; want %s", name, got, err, want)
 		}
 	}
-	if _, err := r.lookup4(ctx, "none.test.", 3); !isNotFound(err) {
+	if _, err := r.lookup4(ctx, "none.test.", 3, 3, noneKept); !isNotFound(err) {
 		t.Errorf("a target without records: %v, want not found", err)
 	}
 	d.failWith(dns.RcodeServerFailure)
-	if _, err := r.lookup4(ctx, "t1.test.", 3); err == nil || isNotFound(err) {
+	if _, err := r.lookup4(ctx, "t1.test.", 3, 3, noneKept); err == nil || isNotFound(err) {
 		t.Errorf("a failing server: %v, want a failure", err)
 	}
 }
@@ -69,7 +70,7 @@ func BenchmarkSRVTargetsOfManyAddresses(b *testing.B) {
 	tr := newTargetResolver(d.addr, goResolver)
 	b.Run("target resolver", func(b *testing.B) {
 		for b.Loop() {
-			if addrs, failed := lookupTargets(ctx, tr, recs, 256); failed != nil || len(addrs[15]) == 0 {
+			if addrs, failed := lookupTargets(ctx, tr, recs, 256, nil); failed != nil || len(addrs[15]) == 0 {
 				b.Fatal(failed)
 			}
 		}
@@ -84,14 +85,14 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	recs := []srvRecord{{target: "a.share.test", port: 1}, {target: "b.share.test", port: 2}}
 	d.setA("a.share.test", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5")
 	d.setA("b.share.test", "10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.5")
-	addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), recs, 4)
+	addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), recs, 4, nil)
 	if failed != nil || len(addrs[0]) != 2 || len(addrs[1]) != 2 {
 		t.Fatalf("addresses %v, failed %v; want 2 a target", addrs, failed)
 	}
 	// A share a record: one target under four ports gets one address a
 	// record (a share a target built 256 ports × 256 addresses).
 	ports := []srvRecord{{"a.share.test", 1}, {"a.share.test", 2}, {"a.share.test", 3}, {"a.share.test", 4}}
-	if addrs, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
+	if addrs, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4, nil); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
 		t.Fatalf("one target under four ports: %v, want one address a record", addrs)
 	}
 	// A truncated UDP answer holding less than the share is asked again
@@ -103,8 +104,53 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	}
 	d.setA("big.share.test", many...)
 	big := []srvRecord{{"big.share.test", 1}}
-	if addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512); failed != nil || len(addrs[0]) != 300 {
+	if addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512, nil); failed != nil || len(addrs[0]) != 300 {
 		t.Fatalf("300 addresses, share 512: %d read, failed %v", len(addrs[0]), failed)
+	}
+}
+
+// TestLookupTargetsPassOnAndKeepKnown: a share a record leaves unused goes
+// to the others (a single-pod target beside one of five addresses, at
+// max_workers 4, cut the second to 2 with a place empty), and within its
+// share a target keeps the addresses the name holds on the record's port
+// before the answer's first (which rotate).
+func TestLookupTargetsPassOnAndKeepKnown(t *testing.T) {
+	d := startTestDNS(t)
+	d.setA("one.keep.test", "10.0.2.1")
+	d.setA("five.keep.test", "10.0.3.1", "10.0.3.2", "10.0.3.3", "10.0.3.4", "10.0.3.5")
+	recs := []srvRecord{{target: "five.keep.test", port: 7}, {target: "one.keep.test", port: 7}}
+	r := newTargetResolver(d.addr, nil)
+	addrs, failed := lookupTargets(context.Background(), r, recs, 4, nil)
+	if got := fmt.Sprint(addrs); failed != nil || got != "[[10.0.3.1 10.0.3.2 10.0.3.3] [10.0.2.1]]" {
+		t.Fatalf("addresses %s, failed %v; want the single pod's unused place passed on", got, failed)
+	}
+	known := map[string]bool{"10.0.3.5:7": true, "10.0.3.4:7": true, "10.0.3.1:8": true}
+	addrs, _ = lookupTargets(context.Background(), r, recs, 4, known)
+	if got := fmt.Sprint(addrs[0]); got != "[10.0.3.4 10.0.3.5 10.0.3.1]" {
+		t.Fatalf("the five-address target kept %s; want the two it holds on port 7 first", got)
+	}
+}
+
+// TestShareOut: even shares, what a record cannot fill divided again
+// among those that can, the remainder to the first in record order, and
+// never more than a record can fill or than the total.
+func TestShareOut(t *testing.T) {
+	for _, c := range []struct {
+		counts []int
+		total  int
+		want   string
+	}{
+		{[]int{5, 5}, 4, "[2 2]"},
+		{[]int{5, 1}, 4, "[3 1]"},
+		{[]int{1, 1}, 4, "[1 1]"},
+		{[]int{9, 0, 9}, 5, "[3 0 2]"},
+		{[]int{2, 9, 9, 1}, 10, "[2 4 3 1]"},
+		{[]int{3, 3, 3}, 2, "[1 1 0]"},
+		{nil, 4, "[]"},
+	} {
+		if got := fmt.Sprint(shareOut(c.counts, c.total)); got != c.want {
+			t.Errorf("shareOut(%v, %d) = %s, want %s", c.counts, c.total, got, c.want)
+		}
 	}
 }
 
@@ -128,3 +174,5 @@ func TestSiblingGraceIsTheSiblings(t *testing.T) {
 		t.Fatalf("a port from before events were off held: %d", specs[0].eventsPort)
 	}
 }
+
+func noneKept(netip.Addr) bool { return false }
