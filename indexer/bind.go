@@ -254,8 +254,9 @@ func (b *BindListener) workerCounts() map[uint64]EventCounts {
 // run receives from the SUB until Stop.
 func (b *BindListener) run(sub *zmq.Socket) {
 	defer close(b.done)
-	defer b.mon.stop() // after the SUB is closed, which ends its monitoring
+	defer b.mon.stop() // after the SUB is closed
 	defer sub.Close()
+	defer b.mon.detach(sub)
 	defer b.gate.stop() // before the SUB closes: no publisher is passed to a closed SUB
 	defer b.wait.close()
 	receive(sub, b.wait, b.stop, nil, nil, b.stats, func(topic []byte, seq uint64, payload []byte) {

@@ -566,6 +566,7 @@ func (p *ingestLoop) shut(l *Listener) {
 	}
 	_ = syscall.EpollCtl(p.inner, syscall.EPOLL_CTL_DEL, l.fd, nil)
 	l.rx.Close()
+	l.mon.detach(l.sub)
 	l.sub.Close()
 }
 

@@ -165,13 +165,15 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 		return nil, fmt.Errorf("kv events %s: %w", cfg.Endpoint, err)
 	}
 	l.sub = sub
-	// Placed before the monitor starts: its redials go where l receives.
-	alone := !l.joinLoop()
-	if l.mon, err = startMonitor(zctx, sub, stats, log, &l.conn.up, l.askRedial); err != nil {
+	// Attached before an ingest loop owns the SUB, started after: its
+	// redials go where l receives.
+	if l.mon, err = newMonitor(zctx, sub, log); err != nil {
 		log.Warn("kv events: no socket monitor; a connection libzmq drops for an oversized message is not dialed again",
 			zap.String("endpoint", cfg.Endpoint), zap.Error(err))
 	}
 	l.conn.known = l.mon != nil
+	alone := !l.joinLoop()
+	l.mon.start(stats, &l.conn.up, l.askRedial)
 	if alone {
 		l.wait = waitFor(sub, log)
 		go l.run(sub)
@@ -287,7 +289,7 @@ func (l *Listener) Stop() {
 		}
 		l.loop.ask(askLeave, l)
 		<-l.unhooked
-		l.mon.stop() // after the SUB is closed, which ends its monitoring
+		l.mon.stop() // after the loop detached it and closed the SUB
 		close(l.done)
 	})
 	<-l.done
@@ -295,8 +297,9 @@ func (l *Listener) Stop() {
 
 func (l *Listener) run(sub *zmq.Socket) {
 	defer close(l.done)
-	defer l.mon.stop() // after the SUB is closed, which ends its monitoring
+	defer l.mon.stop() // after the SUB is closed
 	defer sub.Close()
+	defer l.mon.detach(sub)
 	defer l.wait.close()
 	receive(sub, l.wait, l.stop, l.redial, func() { l.dialAgain(sub) }, l.stats, func(_ []byte, seq uint64, payload []byte) {
 		l.stats.Messages.add(1)

@@ -30,22 +30,35 @@ import (
 // Cost: the monitor is two PAIR sockets (libzmq's, bound on inproc, and
 // ours) and a duplicated descriptor to park on, so three more descriptors
 // and two more sockets per SUB.
+//
+// Ending it: the SUB's owner detaches the monitor (zmq_socket_monitor with
+// no endpoint) before closing the SUB, and the monitor's goroutine reads
+// libzmq's last event, MONITOR_STOPPED, before closing its PAIR. A SUB
+// closed with its monitor attached left its three descriptors and sockets
+// in the context until the context ended (libzmq 4.3), and every socket
+// closed in that context afterwards too: a reload that toggled one such
+// worker grew the gateway by three descriptors each time.
 
 // monitorSeq numbers monitor endpoints, unique in the process.
 var monitorSeq atomic.Uint64
 
 // monitor reads a socket's disconnect events in its own goroutine.
 type monitor struct {
-	pair *zmq.Socket
-	wait *readWait // nil: receives with a timeout instead
-	quit chan struct{}
-	done chan struct{}
+	pair     *zmq.Socket
+	wait     *readWait // nil: receives with a timeout instead
+	quit     chan struct{}
+	done     chan struct{}
+	detached bool // libzmq was told to stop: its MONITOR_STOPPED ends run
 }
 
-// startMonitor watches sock, which the caller owns, sets up while it is
-// connected, and calls onDisconnect (from the monitor's goroutine) after
-// counting each dropped connection in stats.
-func startMonitor(zctx *zmq.Context, sock *zmq.Socket, stats *Stats, log *zap.Logger, up *atomic.Bool, onDisconnect func()) (*monitor, error) {
+// monitorStoppedWait bounds how long stop waits for MONITOR_STOPPED
+// before it ends the goroutine itself.
+const monitorStoppedWait = time.Second
+
+// newMonitor attaches a monitor to sock, which the caller owns and calls
+// it from (a libzmq socket is one goroutine's at a time); start begins
+// reading its events.
+func newMonitor(zctx *zmq.Context, sock *zmq.Socket, log *zap.Logger) (*monitor, error) {
 	addr := fmt.Sprintf("inproc://kvrouter-monitor-%d", monitorSeq.Add(1))
 	if err := sock.Monitor(addr, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED|zmq.EVENT_MONITOR_STOPPED); err != nil {
 		return nil, err
@@ -65,9 +78,33 @@ func startMonitor(zctx *zmq.Context, sock *zmq.Socket, stats *Stats, log *zap.Lo
 		_ = sock.Monitor("", 0)
 		return nil, err
 	}
-	mo := &monitor{pair: pair, wait: waitFor(pair, log), quit: make(chan struct{}), done: make(chan struct{})}
-	go mo.run(stats, up, onDisconnect)
-	return mo, nil
+	return &monitor{pair: pair, wait: waitFor(pair, log), quit: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+// start reads the monitor's events on a goroutine of its own, setting up
+// while the socket is connected and calling onDisconnect (from that
+// goroutine) after counting each dropped connection in stats. A nil
+// monitor starts nothing.
+func (mo *monitor) start(stats *Stats, up *atomic.Bool, onDisconnect func()) {
+	if mo != nil {
+		go mo.run(stats, up, onDisconnect)
+	}
+}
+
+// startMonitor is newMonitor and start.
+func startMonitor(zctx *zmq.Context, sock *zmq.Socket, stats *Stats, log *zap.Logger, up *atomic.Bool, onDisconnect func()) (*monitor, error) {
+	mo, err := newMonitor(zctx, sock, log)
+	mo.start(stats, up, onDisconnect)
+	return mo, err
+}
+
+// detach tells libzmq to stop monitoring sock; its owner calls it just
+// before closing sock. A nil monitor has nothing to detach; a context
+// that is ending refuses, and ends the monitor's reads itself.
+func (mo *monitor) detach(sock *zmq.Socket) {
+	if mo != nil {
+		mo.detached = sock.Monitor("", 0) == nil
+	}
 }
 
 func (mo *monitor) run(stats *Stats, up *atomic.Bool, onDisconnect func()) {
@@ -113,11 +150,20 @@ func (mo *monitor) run(stats *Stats, up *atomic.Bool, onDisconnect func()) {
 	}
 }
 
-// stop ends the monitor and waits until its socket is closed. A nil
-// monitor (one that could not start) has nothing to stop.
+// stop ends the monitor and waits until its socket is closed: once it has
+// read MONITOR_STOPPED when detached, else (or past monitorStoppedWait) at
+// once. A nil monitor (one that could not start) has nothing to stop.
 func (mo *monitor) stop() {
 	if mo == nil {
 		return
+	}
+	if mo.detached {
+		t := time.NewTimer(monitorStoppedWait)
+		select {
+		case <-mo.done:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	close(mo.quit)
 	mo.wait.interrupt()
