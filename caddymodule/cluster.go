@@ -138,10 +138,20 @@ func (s *ClusterSettings) config(fingerprint uint64, log *zap.Logger) (cluster.C
 // keeps the same cluster settings and fingerprint (Caddy starts the new
 // config before it stops the old, and two replicas of one name on one
 // router would fight over its remote bookings); other settings replace it.
+// A replaced link's config is still running until the new config's load
+// commits: a load that fails after its kv_router app started (another app
+// failing to start, or the replica itself) stops the new link and opens
+// the replaced one again. Closed for good, the running config stayed off
+// NATS, and posting it again was "config is unchanged".
 type clusterLink struct {
-	key  string // the settings and fingerprint it was started with
-	rep  *cluster.Replica
-	refs int // configs holding it
+	key    string // the settings and fingerprint it was started with
+	rep    *cluster.Replica
+	refs   int // configs holding it
+	router *selection.Router
+	cfg    cluster.Config
+	// replaced is the link this one closed when it started, until either
+	// stops; its config may still be running.
+	replaced *clusterLink
 }
 
 var (
@@ -169,16 +179,35 @@ func (c *ClusterConfig) start(router *selection.Router, fingerprint uint64, log 
 	if err != nil {
 		return nil, err
 	}
-	if link != nil {
-		link.rep.Close() // its config, still running, keeps a closed link until it stops
+	prev := link
+	if prev != nil {
+		prev.rep.Close() // its config, still running, keeps a closed link until it stops or this load fails
+		prev.replaced = nil
 		link = nil
 	}
 	rep, err := cluster.Start(router, cfg)
 	if err != nil {
+		prev.reopen()
 		return nil, fmt.Errorf("joining the replicas: %v", err)
 	}
-	link = &clusterLink{key: key, rep: rep, refs: 1}
+	link = &clusterLink{key: key, rep: rep, refs: 1, router: router, cfg: cfg, replaced: prev}
 	return link, nil
+}
+
+// reopen starts l's replica again when a config still holds l: the load
+// that replaced it failed. linkMu is held; a nil link has nothing to open.
+func (l *clusterLink) reopen() {
+	if l == nil || l.refs == 0 {
+		return
+	}
+	rep, err := cluster.Start(l.router, l.cfg)
+	if err != nil {
+		if l.cfg.Logger != nil {
+			l.cfg.Logger.Error("rejoining the replicas after a failed load", zap.Error(err))
+		}
+		return
+	}
+	l.rep, link = rep, l
 }
 
 // stop lets go of l; the last config holding it closes the replica.
@@ -192,7 +221,9 @@ func (l *clusterLink) stop() {
 		l.rep.Close()
 		if link == l {
 			link = nil
+			l.replaced.reopen() // still held: this link's load failed
 		}
+		l.replaced = nil
 	}
 }
 
