@@ -126,7 +126,7 @@ func (b *BindListener) started(err error) (*BindListener, error) {
 func (b *BindListener) startSub(endpoint string, gate *frameGate) error {
 	sub, err := b.zctx.NewSocket(zmq.SUB)
 	if err == nil {
-		if err = setupSub(sub, b.limits.maxMessageBytes); err == nil {
+		if err = setupSub(sub, b.limits.maxMessageBytes, endpoint); err == nil {
 			inner := endpoint
 			if gate != nil {
 				inner, err = gate.behindSub()

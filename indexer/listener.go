@@ -157,7 +157,7 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 		return nil, err
 	}
 	// One err for both steps: a failed connect must not go unnoticed.
-	if err = setupSub(sub, cfg.MaxMessageBytes); err == nil {
+	if err = setupSub(sub, cfg.MaxMessageBytes, cfg.Endpoint); err == nil {
 		err = sub.Connect(cfg.Endpoint)
 	}
 	if err != nil {
@@ -244,7 +244,7 @@ const subQueue = 64
 
 // setupSub configures a SUB; maxBytes follows ListenerConfig's
 // MaxMessageBytes convention.
-func setupSub(s *zmq.Socket, maxBytes int64) error {
+func setupSub(s *zmq.Socket, maxBytes int64, endpoint string) error {
 	for _, err := range []error{
 		s.SetLinger(0),
 		// libzmq reads a frame's size before its body and drops the
@@ -264,8 +264,8 @@ func setupSub(s *zmq.Socket, maxBytes int64) error {
 		s.SetTcpKeepalive(1),
 		// libzmq sockets speak IPv4 only unless told: a worker known by
 		// an IPv6 address (an AAAA record, a dual-stack pod) would never
-		// be heard.
-		s.SetIpv6(true),
+		// be heard. But see libzmqIPv6.
+		s.SetIpv6(libzmqIPv6(endpoint)),
 		s.SetRcvtimeo(100 * time.Millisecond), // without a readWait: wake up to notice Stop
 		s.SetSubscribe(""),
 	} {

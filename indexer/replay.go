@@ -122,7 +122,7 @@ func (l *stream) openZMQReplay(from uint64, deadline time.Time) (replies, error)
 	if err != nil {
 		return nil, err
 	}
-	for _, err := range []error{d.SetLinger(0), d.SetIpv6(true), d.SetMaxmsgsize(maxMsgSize(l.cfg.MaxMessageBytes)),
+	for _, err := range []error{d.SetLinger(0), d.SetIpv6(libzmqIPv6(l.cfg.Replay)), d.SetMaxmsgsize(maxMsgSize(l.cfg.MaxMessageBytes)),
 		d.SetRcvtimeo(50 * time.Millisecond), d.SetSndtimeo(l.cfg.replayTimeout()), d.Connect(l.cfg.Replay)} {
 		if err != nil {
 			d.Close()

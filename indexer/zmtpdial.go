@@ -70,6 +70,24 @@ func dialTargetOf(endpoint string) (t dialTarget, ok bool) {
 	return t, false
 }
 
+// libzmqIPv6 says whether a libzmq socket for endpoint may speak IPv6:
+// yes, unless the endpoint names a source (tcp://source;destination) and
+// its destination is an IPv4 address. With IPv6 on, libzmq takes a source
+// interface's IPv6 address (lo's ::1), from which an IPv4 destination is
+// never reached: tcp://lo:0;127.0.0.1:5557 never connected.
+func libzmqIPv6(endpoint string) bool {
+	src, dst, sourced := strings.Cut(strings.TrimPrefix(endpoint, "tcp://"), ";")
+	if !sourced || src == "" || !strings.HasPrefix(endpoint, "tcp://") {
+		return true
+	}
+	host, _, err := net.SplitHostPort(dst)
+	if err != nil {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.Unmap().Is4()
+}
+
 // sourceAddr reads the source of libzmq's "source;destination" form: an
 // address and a port, 0 or "*" for any.
 func sourceAddr(src string) (*net.TCPAddr, bool) {
