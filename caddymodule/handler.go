@@ -163,12 +163,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Cleanup answers the requests waiting in the overload queue with 429:
-// the handler is going away.
+// Cleanup answers the requests waiting in the overload queue with 429,
+// and closes the tokenizer's idle connections: the handler is going away.
 func (h *Handler) Cleanup() error {
 	if h.queue != nil {
 		h.queue.close()
 	}
+	h.tokenizer.close()
 	return nil
 }
 

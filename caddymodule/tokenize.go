@@ -26,8 +26,26 @@ type tokenizer struct {
 	cache   *tokenCache // nil when off
 }
 
+// newTokenizer asks r's workers, with connections of its own (kept for
+// the next request, and closed with the handler: on Go's shared transport
+// they outlived an unloaded config by its 90 s idle timeout), following no
+// redirect: the endpoint is the one the catalog vetted, not wherever a
+// worker points (a 307 re-sent the prompt anywhere, a cloud's metadata
+// address included).
 func newTokenizer(r *selection.Router, timeout time.Duration, cacheTokens int) *tokenizer {
-	return &tokenizer{workers: newContextLimits(r.Catalog()), timeout: timeout, client: &http.Client{}, cache: newTokenCache(cacheTokens)}
+	client := &http.Client{
+		Transport:     http.DefaultTransport.(*http.Transport).Clone(),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return &tokenizer{workers: newContextLimits(r.Catalog()), timeout: timeout, client: client, cache: newTokenCache(cacheTokens)}
+}
+
+// close lets the tokenizer's idle connections go (one still in use keeps
+// to the idle timeout once its request ends).
+func (t *tokenizer) close() {
+	if t != nil {
+		t.client.CloseIdleConnections()
+	}
 }
 
 // tokenizeResponse is the part of vLLM's /tokenize answer we read.

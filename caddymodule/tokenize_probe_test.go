@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -215,6 +216,72 @@ func BenchmarkTokenizeWorkers(b *testing.B) {
 	for b.Loop() {
 		if pc := tk.workers.of(part, ""); len(pc.tokenizers) != 1024 || pc.tokenizeLimit != 8192 {
 			b.Fatal(len(pc.tokenizers), pc.tokenizeLimit)
+		}
+	}
+}
+
+// tokenizeWorker is a worker of model "m" whose /tokenize is h.
+func tokenizeWorker(t *testing.T, h http.Handler) (*selection.Router, *httptest.Server) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	id, model, ep, bs := uint64(1), "m", srv.Listener.Addr().String(), uint32(16)
+	return routerWith(t, nil, selection.WorkerRequest{WorkerID: &id, ModelName: &model, Endpoint: &ep, BlockSize: &bs}), srv
+}
+
+// TestTokenizeFollowsNoRedirect: a worker that answers /tokenize with a
+// redirect is not followed: the prompt is not re-sent wherever it points
+// (Go's client followed a 307 with the body, to any address).
+func TestTokenizeFollowsNoRedirect(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		_, _ = w.Write([]byte(`{"tokens":[1,2,3]}`))
+	}))
+	t.Cleanup(other.Close)
+	router, _ := tokenizeWorker(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/tokenize", http.StatusTemporaryRedirect)
+	}))
+	h := &Handler{router: router, tokenizer: newTokenizer(router, 2*time.Second, 0), logger: zap.NewNop()}
+	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"secret"}`); toks != nil {
+		t.Errorf("tokens %v from a redirect, want none", toks)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect was followed: %d requests elsewhere", n)
+	}
+}
+
+// TestTokenizerClosesItsConnections: the handler's cleanup closes the
+// tokenizer's idle connections to the workers. On Go's shared transport
+// they stayed open for its 90 s idle timeout after the config that made
+// them was unloaded.
+func TestTokenizerClosesItsConnections(t *testing.T) {
+	var open atomic.Int64
+	router, srv := tokenizeWorker(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"tokens":[1,2,3]}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	h := &Handler{router: router, tokenizer: newTokenizer(router, 2*time.Second, 0)}
+	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"x"}`); len(toks) != 3 {
+		t.Fatalf("tokens %v", toks)
+	}
+	if n := open.Load(); n != 1 {
+		t.Fatalf("%d connections open after a tokenize, want the one kept", n)
+	}
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); open.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("%d connections still open 5 s after the handler's cleanup", open.Load())
 		}
 	}
 }
