@@ -53,6 +53,10 @@ type modelPredictions struct {
 	// NoUsage are answers (2xx, complete) without usage: a stream that
 	// did not ask for it, or an engine that does not write it.
 	NoUsage uint64 `json:"no_usage"`
+	// Implausible are usages left out of every count: prompt_tokens
+	// negative or past maxUsageTokens, cached_tokens negative or past
+	// prompt_tokens (usage.go, plausible).
+	Implausible uint64 `json:"implausible_usage"`
 	// NoCachedTokens are usages without prompt_tokens_details.cached_tokens
 	// before the model's engines ever reported one (vLLM without
 	// --enable-prompt-tokens-details, SGLang without
@@ -133,12 +137,18 @@ func (l *predictionLedger) record(p *prediction, u engineUsage, ok bool, logger 
 		usageReportsTotal.WithLabelValues(model, "absent").Inc()
 		return
 	}
-	usageReportsTotal.WithLabelValues(model, "read").Inc()
-	mismatch := p.promptTokens > 0 && u.PromptTokens != int64(p.promptTokens)
 	var reported *int64
 	if u.PromptTokensDetails != nil {
 		reported = u.PromptTokensDetails.CachedTokens
 	}
+	if !u.plausible() {
+		l.count(model, func(m *modelPredictions) { m.Implausible++ })
+		usageReportsTotal.WithLabelValues(model, "implausible").Inc()
+		l.warn(logger, model, "implausible usage", "usage out of bounds, left out of the counts", p, u)
+		return
+	}
+	usageReportsTotal.WithLabelValues(model, "read").Inc()
+	mismatch := p.promptTokens > 0 && u.PromptTokens != int64(p.promptTokens)
 	expected := p.expectedCached()
 	var accuracy float64
 	l.count(model, func(m *modelPredictions) {
@@ -270,7 +280,7 @@ func mismatchCause(p *prediction, u engineUsage, reported *int64, mismatch bool)
 var (
 	usageReportsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_usage_reports_total",
-		Help: "Complete 2xx answers to routed requests, by whether the gateway found the engine's usage in them (read) or not (absent: a stream without stream_options.include_usage).",
+		Help: "Complete 2xx answers to routed requests, by whether the gateway found the engine's usage in them (read) or not (absent: a stream without stream_options.include_usage), or found one out of bounds (implausible: left out of the other counts).",
 	}, []string{"model", "outcome"})
 	promptTokensMismatch = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kvrouter_prompt_tokens_mismatch_total",

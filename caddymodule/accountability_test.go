@@ -49,3 +49,24 @@ func TestPredictionLedger(t *testing.T) {
 		t.Fatalf("%d warnings (%d naming special tokens), want one", logs.Len(), n)
 	}
 }
+
+// TestImplausibleUsageIsLeftOut: a usage no engine can write (cached
+// tokens past the prompt's, negative or astronomical figures) is counted
+// as implausible and left out of every other count: one answer's
+// cached_tokens of 9e18 wrapped the model's reported-tokens counter and
+// took its accuracy from 1 to 0.73.
+func TestImplausibleUsageIsLeftOut(t *testing.T) {
+	l := newLedger()
+	p := prediction{model: "m", promptTokens: 64, cachedTokens: 32, blockSize: 16}
+	l.record(&p, usageOf(64, 32), true, zap.NewNop())
+	negative := usageOf(64, 0)
+	*negative.PromptTokensDetails.CachedTokens = -5
+	for _, u := range []engineUsage{usageOf(64, 9e18), usageOf(64, 65), usageOf(-1, -1), usageOf(1<<40, 0), negative} {
+		l.record(&p, u, true, zap.NewNop())
+	}
+	want := modelPredictions{Requests: 1, Implausible: 5, ReportsCached: true, CachedExact: 1,
+		PredictedCachedTokens: 32, ReportedCachedTokens: 32, Accuracy: 1}
+	if got := l.snapshot()["m"]; got != want {
+		t.Fatalf("counts %+v\nwant   %+v", got, want)
+	}
+}

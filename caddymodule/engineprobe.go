@@ -149,7 +149,11 @@ func (p *engineProbe) readModels(ctx context.Context, endpoint string, r *engine
 				adapters = append(adapters, card.ID)
 			default:
 				r.facts.Models = append(r.facts.Models, card.ID)
-				if card.MaxModelLen != nil && r.facts.MaxModelLen == 0 {
+				switch {
+				case card.MaxModelLen == nil || r.facts.MaxModelLen != 0:
+				case *card.MaxModelLen > selection.MaxContextTokens:
+					r.notes = append(r.notes, fmt.Sprintf("max_model_len %d, more than %d, left out", *card.MaxModelLen, selection.MaxContextTokens))
+				default:
 					r.facts.MaxModelLen = *card.MaxModelLen
 				}
 			}
@@ -178,7 +182,11 @@ func (p *engineProbe) readCacheConfig(ctx context.Context, endpoint string, r *e
 		r.facts.BlockSize = uint32(bs)
 		// num_gpu_blocks reads "None" until the engine has sized its cache.
 		if n, err := strconv.ParseUint(labels["num_gpu_blocks"], 10, 64); err == nil {
-			r.facts.TotalKVBlocks = n
+			if n > selection.MaxKVBlocks {
+				r.notes = append(r.notes, fmt.Sprintf("num_gpu_blocks %d, more than %d, left out", n, uint64(selection.MaxKVBlocks)))
+			} else {
+				r.facts.TotalKVBlocks = n
+			}
 		}
 		// Python's bool, as vLLM writes its config into the labels.
 		switch labels["enable_prefix_caching"] {

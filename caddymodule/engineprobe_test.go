@@ -86,6 +86,19 @@ func TestEngineProbeBounds(t *testing.T) {
 		r.facts.BlockSize != 32 || r.facts.TotalKVBlocks != 7 {
 		t.Fatalf("past the bounds: errs %v notes %v adapters %d facts %d/%d", r.errs, r.notes, len(r.facts.LoraAdapters), r.facts.BlockSize, r.facts.TotalKVBlocks)
 	}
+	// Figures past the catalog's bounds (2^61 made the /tokenize answer's
+	// bound negative, every prompt of the model refused as too long) are
+	// left out with a note; the rest of the reading stands.
+	models = func(rw http.ResponseWriter) {
+		fmt.Fprint(rw, `{"data":[{"id":"m","max_model_len":2305843009213693952}]}`)
+	}
+	metrics = func(rw http.ResponseWriter) {
+		fmt.Fprint(rw, `vllm:cache_config_info{block_size="16",num_gpu_blocks="18446744073709551615"} 1.0`+"\n")
+	}
+	if r = read(); len(r.errs) != 0 || r.facts.MaxModelLen != 0 || r.facts.TotalKVBlocks != 0 || r.facts.BlockSize != 16 ||
+		len(r.notes) != 2 || !slices.Equal(r.facts.Models, []string{"m"}) {
+		t.Fatalf("figures past their bounds: errs %v notes %v facts %+v", r.errs, r.notes, r.facts)
+	}
 	models = func(rw http.ResponseWriter) { fmt.Fprint(rw, `{"data":[`+strings.Repeat(" ", maxModelsBytes)+`]}`) }
 	metrics = func(rw http.ResponseWriter) { rw.WriteHeader(http.StatusNotFound) }
 	if r = read(); !r.failed() || !strings.Contains(r.errs[0].Error(), "over 1048576 bytes") || !strings.Contains(r.errs[1].Error(), "status 404") {

@@ -33,12 +33,18 @@ type tokenizer struct {
 // worker points (a 307 re-sent the prompt anywhere, a cloud's metadata
 // address included).
 func newTokenizer(r *selection.Router, timeout time.Duration, cacheTokens int) *tokenizer {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxResponseHeaderBytes = maxTokenizeHeader
 	client := &http.Client{
-		Transport:     http.DefaultTransport.(*http.Transport).Clone(),
+		Transport:     tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return &tokenizer{workers: newContextLimits(r.Catalog()), timeout: timeout, client: client, cache: newTokenCache(cacheTokens)}
 }
+
+// maxTokenizeHeader bounds a /tokenize answer's header (Go's default is
+// 10 MB): vLLM's is a few hundred bytes.
+const maxTokenizeHeader = 64 << 10
 
 // close lets the tokenizer's idle connections go (one still in use keeps
 // to the idle timeout once its request ends).
@@ -132,9 +138,16 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLe
 		return nil, true, err
 	}
 	defer res.Body.Close()
-	limit := int64(maxTokenizeAnswer)
+	// Bounded by the prompt as well as by the contexts: a worker that
+	// reports no context (or one that lies) otherwise had the 64 MiB
+	// bound read for any prompt, and answering each text request with
+	// 64 MiB of ids took the gateway to 3 GB.
+	limit := min(int64(maxTokenizeAnswer), int64(len(body)+templateTokens)*tokenAnswerBytes+tokenAnswerSlack)
+	contextLimit := int64(-1) // the context's bound, when it is the tighter
 	if maxLen > 0 {
-		limit = min(limit, int64(maxLen)*tokenAnswerBytes+tokenAnswerSlack)
+		if c := int64(min(maxLen, selection.MaxContextTokens))*tokenAnswerBytes + tokenAnswerSlack; c < limit {
+			limit, contextLimit = c, c
+		}
 	}
 	b, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
 	if err != nil {
@@ -144,10 +157,10 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLe
 		return nil, res.StatusCode >= 500, fmt.Errorf("tokenize: status %d", res.StatusCode)
 	}
 	if int64(len(b)) > limit {
-		if limit < maxTokenizeAnswer {
+		if limit == contextLimit {
 			return nil, false, fmt.Errorf("%w: an answer of more than %d bytes", errPastContext, limit)
 		}
-		return nil, false, fmt.Errorf("tokenize: an answer of more than %d bytes", limit)
+		return nil, false, fmt.Errorf("tokenize: an answer of more than %d bytes, past what the prompt can make", limit)
 	}
 	var out tokenizeResponse
 	if err := selection.UnmarshalPlain(b, &out); err != nil {
@@ -167,12 +180,18 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLe
 var errPastContext = errors.New("tokenize: a prompt past every worker's context")
 
 // Bounds of a /tokenize answer: at most maxTokenizeAnswer bytes, and
-// with the model's context length known, tokenAnswerBytes a token (ten
-// digits, a comma and a space) and tokenAnswerSlack for the rest.
+// tokenAnswerBytes a token (ten digits, a comma and a space) and
+// tokenAnswerSlack for the rest, for at most the model's context length
+// (when known) and at most a token a byte of the request plus
+// templateTokens. No tokenizer makes more tokens of a text than it has
+// bytes (byte-level BPE and byte fallback end at a token a byte); the
+// chat template's own text and a multimodal input's placeholders (an
+// image of some thousands of tokens, named by a short URL) come on top.
 const (
 	maxTokenizeAnswer = 64 << 20
 	tokenAnswerBytes  = 12
 	tokenAnswerSlack  = 64 << 10
+	templateTokens    = 1 << 18
 )
 
 // quoteJSON writes s as a JSON string.

@@ -1,9 +1,12 @@
 package caddymodule
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -283,5 +286,23 @@ func TestTokenizerClosesItsConnections(t *testing.T) {
 		if time.Since(start) > 5*time.Second {
 			t.Fatalf("%d connections still open 5 s after the handler's cleanup", open.Load())
 		}
+	}
+}
+
+// TestTokenizeAnswerBoundedByThePrompt: with no context known, a
+// /tokenize answer is read only as far as the prompt can make tokens
+// (a token a byte, and the template's): a worker answering a short prompt
+// with 4 million ids is refused, and not as a prompt past the context. A
+// worker that reported no context had every answer read up to 64 MiB,
+// and the gateway grew to 3 GB under eight clients.
+func TestTokenizeAnswerBoundedByThePrompt(t *testing.T) {
+	huge := []byte(`{"tokens":[` + strings.Repeat("1,", 4<<20) + `1]}`)
+	router, _ := tokenizeWorker(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(huge)
+	}))
+	tk := newTokenizer(router, 5*time.Second, 0)
+	toks, err := tk.tokenize(context.Background(), selection.PartitionKey{Model: "m"}, "", []byte(`{"model":"m","prompt":"hello"}`), false)
+	if toks != nil || err == nil || errors.Is(err, errPastContext) || !strings.Contains(err.Error(), "past what the prompt can make") {
+		t.Fatalf("%d tokens, error %v; want the answer refused as past what the prompt can make", len(toks), err)
 	}
 }

@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
 // What the engine says it did with a request: vLLM and SGLang end a
@@ -46,6 +48,25 @@ type engineUsage struct {
 	PromptTokensDetails *cachedDetail `json:"prompt_tokens_details"`
 }
 
+// maxUsageTokens bounds a plausible usage's prompt_tokens: past every
+// context an engine runs (the catalog's bound on max_model_len).
+const maxUsageTokens = selection.MaxContextTokens
+
+// plausible reports whether u can be an engine's account of a prompt:
+// prompt_tokens within 0..maxUsageTokens, cached_tokens within
+// 0..prompt_tokens. A worker's usage is taken as a fact about the model
+// as a whole: one answer's cached_tokens of 9e18 wrapped the model's
+// reported-tokens counter and brought its accuracy from 1 to 0.73.
+func (u *engineUsage) plausible() bool {
+	if u.PromptTokens < 0 || u.PromptTokens > maxUsageTokens {
+		return false
+	}
+	if d := u.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+		return *d.CachedTokens >= 0 && *d.CachedTokens <= u.PromptTokens
+	}
+	return true
+}
+
 // cachedDetail is a usage's prompt_tokens_details.
 type cachedDetail struct {
 	CachedTokens *int64 `json:"cached_tokens"`
@@ -83,10 +104,18 @@ func findUsage(tail []byte) (u engineUsage, ok bool) {
 	return u, findLast(tail, usageKey, &u)
 }
 
+// maxUsageDecodes bounds the objects findLast tries to decode: an
+// honest answer's last one decodes (one before it when the tail's start
+// cut the last usage's key off is rare). Each try may read to the tail's
+// end, and a worker's answer ending in some 900 unclosed {"usage":{
+// cost 28 ms and 21 MB of the gateway's a request, tried each.
+const maxUsageDecodes = 4
+
 // findLast decodes into v the object of the last member key in tail that
-// holds one and decodes; false when none does.
+// holds one and decodes, of the last maxUsageDecodes that hold an object;
+// false when none does.
 func findLast(tail, key []byte, v any) bool {
-	for end := len(tail); end > 0; {
+	for end, tries := len(tail), 0; end > 0 && tries < maxUsageDecodes; {
 		i := bytes.LastIndex(tail[:end], key)
 		if i < 0 {
 			return false
@@ -96,6 +125,7 @@ func findLast(tail, key []byte, v any) bool {
 		if len(obj) == 0 || obj[0] != '{' {
 			continue
 		}
+		tries++
 		// Decode reads the one object and ignores what follows it.
 		if err := json.NewDecoder(bytes.NewReader(obj)).Decode(v); err != nil {
 			continue

@@ -33,6 +33,16 @@ const (
 	// router_hint_source_control_endpoints, for the same reason as
 	// MaxTaints (topology labels become taints).
 	MaxMapEntries = 64
+	// MaxContextTokens bounds max_model_len and max_num_batched_tokens:
+	// 2^26 (some 67 million tokens) is past any context an engine runs
+	// today (10 million at most). Figures are multiplied by what a token
+	// costs elsewhere, and one of 2^61 read from an engine made the
+	// /tokenize answer's bound negative, so that every prompt of its model
+	// was refused as too long.
+	MaxContextTokens = 1 << 26
+	// MaxKVBlocks bounds total_kv_blocks: 2^32 blocks of 16 tokens is a
+	// cache of 68 billion tokens, past any device's.
+	MaxKVBlocks = 1 << 32
 )
 
 // maxRanksPerWorker is the effective per-worker rank bound.
@@ -63,6 +73,19 @@ func (w *WorkerRecord) checkBounds(cfg *Config) error {
 	if limit := cfg.maxRanksPerWorker(); uint64(w.DataParallelSize) > uint64(limit) {
 		return errorf(KindUnprocessable, "data_parallel_size %d exceeds the bound of %d ranks per worker (max_ranks_per_worker)",
 			w.DataParallelSize, limit)
+	}
+	for _, f := range []struct {
+		name  string
+		v     *uint64
+		limit uint64
+	}{
+		{"max_model_len", w.MaxModelLen, MaxContextTokens},
+		{"max_num_batched_tokens", w.MaxNumBatchedTokens, MaxContextTokens},
+		{"total_kv_blocks", w.TotalKVBlocks, MaxKVBlocks},
+	} {
+		if f.v != nil && *f.v > f.limit {
+			return errorf(KindUnprocessable, "%s %d exceeds the bound of %d", f.name, *f.v, f.limit)
+		}
 	}
 	if uint64(w.DataParallelStartRank)+uint64(w.DataParallelSize) > math.MaxUint32 {
 		return errorf(KindUnprocessable, "data_parallel_start_rank %d + data_parallel_size %d overflows a u32 rank",

@@ -56,6 +56,10 @@ func TestRegistrationBounds(t *testing.T) {
 			w.DataParallelStartRank, w.DataParallelSize = ptr(uint32(4)), ptr(uint32(2))
 			w.KVEventsEndpoints = map[string]string{"4": "tcp://a:1", "6": "tcp://a:2"}
 		}, 422, `kv_events_endpoints key "6" is not a dp_rank of the worker (4 to 5)`},
+		{"max_model_len 2^61", func(w *WorkerRequest) { w.MaxModelLen = ptr(uint64(1) << 61) }, 422,
+			"max_model_len 2305843009213693952 exceeds the bound of 67108864"},
+		{"max_num_batched_tokens", func(w *WorkerRequest) { w.MaxNumBatchedTokens = ptr(uint64(MaxContextTokens + 1)) }, 422, "max_num_batched_tokens"},
+		{"total_kv_blocks 2^64-1", func(w *WorkerRequest) { w.TotalKVBlocks = ptr(^uint64(0)) }, 422, "total_kv_blocks 18446744073709551615 exceeds"},
 		{"a non-canonical rank key", func(w *WorkerRequest) { w.KVEventsEndpoints = map[string]string{"00": "tcp://a:1"} }, 422, `key "00"`},
 		{"a long event endpoint", func(w *WorkerRequest) { w.KVEventsEndpoints = map[string]string{"0": *long(MaxEndpointBytes + 1)} }, 422, "kv_events_endpoints[0] is 2049 bytes"},
 		// At the bounds: accepted.
