@@ -265,7 +265,18 @@ func TestIndexDigestDifference(t *testing.T) {
 	if entries != 2 {
 		t.Fatalf("B's index holds %d entries, want A's second booking's 2", entries)
 	}
-	time.Sleep(100 * time.Millisecond) // a few digests
+	// A digest A took between its booking and B's record of it says 5
+	// (A's 5 entries against B's 0); it stands until A's next digest, ten
+	// heartbeats (100 ms) on, which a sleep of 100 ms raced. A digest B
+	// compares after it recorded the booking was sent after the record;
+	// wait for two such (one would do; the second is margin).
+	walks := func() int {
+		rb.digestMu.Lock()
+		defer rb.digestMu.Unlock()
+		return rb.digestWalks
+	}
+	after := walks()
+	waitFor(t, 5*time.Second, "two digests compared since B recorded the booking", func() bool { return walks() >= after+2 })
 	if d := rb.Stats().DigestDiff["a"]; d != 3 {
 		t.Fatalf("digest difference %d after a shared record, want 3", d)
 	}
