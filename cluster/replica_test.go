@@ -321,7 +321,9 @@ func TestOlderEpochsAreStale(t *testing.T) {
 	})
 	send(100, booking("old2")) // late, from the old process
 	send(200)                  // the new process's heartbeat
-	time.Sleep(200 * time.Millisecond)
+	// Waited for, not slept on: a's lease at B is 300 ms from its last
+	// message, and a sleep of 200 ms left a stall of 100 ms to drop it.
+	waitFor(t, 2*time.Second, "B counts the late message stale", func() bool { return rb.Stats().Dropped["stale_epoch"] >= 1 })
 	if got := load(b, 1).ActiveRequests; got != 1 {
 		t.Fatalf("B holds %d bookings of a, want the new process's 1", got)
 	}
