@@ -24,6 +24,7 @@ type tokenizer struct {
 	client  *http.Client
 	next    atomic.Uint64
 	cache   *tokenCache // nil when off
+	cooling tokenizerCooling
 }
 
 // newTokenizer asks r's workers, with connections of its own (kept for
@@ -100,14 +101,19 @@ func (t *tokenizer) askWorkers(ctx context.Context, part selection.PartitionKey,
 	if len(endpoints) == 0 {
 		return nil, errors.New("no worker to tokenize with")
 	}
+	client := ctx
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	first := t.next.Add(1)
+	var order [maxTokenizeTries]string
+	tries := t.cooling.order(endpoints, t.next.Add(1), order[:0], time.Now())
 	var err error
-	for i := range min(len(endpoints), maxTokenizeTries) {
+	for _, ep := range tries {
 		var toks []uint32
 		var retry bool
-		toks, retry, err = t.ask(ctx, endpoints[(first+uint64(i))%uint64(len(endpoints))], body, maxLen)
+		toks, retry, err = t.ask(ctx, ep, body, maxLen)
+		if err != nil && retry && client.Err() == nil {
+			t.cooling.add(ep, time.Now())
+		}
 		if err == nil || !retry || ctx.Err() != nil {
 			return toks, err
 		}

@@ -223,10 +223,14 @@ func BenchmarkTokenizeWorkers(b *testing.B) {
 	}
 }
 
-// tokenizeWorker is a worker of model "m" whose /tokenize is h.
-func tokenizeWorker(t *testing.T, h http.Handler) (*selection.Router, *httptest.Server) {
+// tokenizeWorker is a worker of model "m" whose /tokenize is h, its
+// server set up by configure (when given) before it starts.
+func tokenizeWorker(t *testing.T, h http.Handler, configure ...func(*http.Server)) (*selection.Router, *httptest.Server) {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
+	for _, c := range configure {
+		c(srv.Config)
+	}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	id, model, ep, bs := uint64(1), "m", srv.Listener.Addr().String(), uint32(16)
@@ -261,17 +265,18 @@ func TestTokenizeFollowsNoRedirect(t *testing.T) {
 // them was unloaded.
 func TestTokenizerClosesItsConnections(t *testing.T) {
 	var open atomic.Int64
-	router, srv := tokenizeWorker(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	router, _ := tokenizeWorker(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"tokens":[1,2,3]}`))
-	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			open.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			open.Add(-1)
+	}), func(srv *http.Server) {
+		srv.ConnState = func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				open.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				open.Add(-1)
+			}
 		}
-	}
+	})
 	h := &Handler{router: router, tokenizer: newTokenizer(router, 2*time.Second, 0)}
 	if toks := tokensOf(t, h, "/v1/completions", `{"model":"m","prompt":"x"}`); len(toks) != 3 {
 		t.Fatalf("tokens %v", toks)
@@ -304,5 +309,44 @@ func TestTokenizeAnswerBoundedByThePrompt(t *testing.T) {
 	toks, err := tk.tokenize(context.Background(), selection.PartitionKey{Model: "m"}, "", []byte(`{"model":"m","prompt":"hello"}`), false)
 	if toks != nil || err == nil || errors.Is(err, errPastContext) || !strings.Contains(err.Error(), "past what the prompt can make") {
 		t.Fatalf("%d tokens, error %v; want the answer refused as past what the prompt can make", len(toks), err)
+	}
+}
+
+// TestTokenizeSkipsASilentWorkerForAWhile: a worker whose /tokenize does
+// not answer within the time is asked after the others for a while.
+// Taking turns with the good ones, it took one request in two their whole
+// tokenize_timeout (all of a request's tries share it) and their prefix
+// routing.
+func TestTokenizeSkipsASilentWorkerForAWhile(t *testing.T) {
+	var silentCalls atomic.Int64
+	release := make(chan struct{})
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		silentCalls.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(silent.Close)
+	t.Cleanup(func() { close(release) })
+	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"tokens":[1,2,3]}`))
+	}))
+	t.Cleanup(good.Close)
+	ids, model, bs := []uint64{1, 2}, "m", uint32(16)
+	eps := []string{silent.Listener.Addr().String(), good.Listener.Addr().String()}
+	router := routerWith(t, nil,
+		selection.WorkerRequest{WorkerID: &ids[0], ModelName: &model, Endpoint: &eps[0], BlockSize: &bs},
+		selection.WorkerRequest{WorkerID: &ids[1], ModelName: &model, Endpoint: &eps[1], BlockSize: &bs})
+	tk := newTokenizer(router, 300*time.Millisecond, 0)
+	answered := 0
+	for range 8 {
+		toks, _ := tk.tokenize(context.Background(), selection.PartitionKey{Model: "m"}, "", []byte(`{"model":"m","prompt":"x"}`), false)
+		if len(toks) == 3 {
+			answered++
+		}
+	}
+	if n := silentCalls.Load(); n != 1 || answered < 7 {
+		t.Fatalf("the silent worker was asked %d times, and %d of 8 requests answered; want once, and 7", n, answered)
 	}
 }
