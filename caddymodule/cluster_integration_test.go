@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/kvrouter/caddy-kvrouter/cluster"
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -37,16 +36,7 @@ func clusterOptions(url string) string {
 // gateway whose config drops the cluster block stops counting on the peer
 // within the lease.
 func TestClusterGatewayAndPeer(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := startNATS(t, true)
 
 	// The peer shares the gateway's routing settings: its fingerprint is
 	// the one the gateway computes from the same options.

@@ -10,15 +10,15 @@ import (
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
-// TestFailedLoadKeepsTheRunningReplica: a load whose cluster settings
-// differ closes the running config's replica link before its own starts;
-// when that load fails (another app failing to start stops its kv_router
-// app, or its own replica failing to start), the running config's link is
-// opened again. It was left closed: the gateway that kept running stayed
-// off NATS, and posting its config again was "config is unchanged". A
-// load that commits keeps its own link, and the replaced one stays closed.
-func TestFailedLoadKeepsTheRunningReplica(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+// startNATS runs the official NATS server on a port the OS chose, with
+// JetStream (in the test's directory) when asked, until the test ends.
+func startNATS(t *testing.T, jetStream bool) *server.Server {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true}
+	if jetStream {
+		opts.JetStream, opts.StoreDir = true, t.TempDir()
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +27,18 @@ func TestFailedLoadKeepsTheRunningReplica(t *testing.T) {
 		t.Fatal("NATS server not ready")
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// TestFailedLoadKeepsTheRunningReplica: a load whose cluster settings
+// differ closes the running config's replica link before its own starts;
+// when that load fails (another app failing to start stops its kv_router
+// app, or its own replica failing to start), the running config's link is
+// opened again. It was left closed: the gateway that kept running stayed
+// off NATS, and posting its config again was "config is unchanged". A
+// load that commits keeps its own link, and the replaced one stays closed.
+func TestFailedLoadKeepsTheRunningReplica(t *testing.T) {
+	ns := startNATS(t, false)
 	cfg := selection.DefaultConfig()
 	cfg.UseKVEvents = false
 	router, err := selection.NewRouter(cfg)

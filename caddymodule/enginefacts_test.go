@@ -45,21 +45,29 @@ func TestEngineFactsOptions(t *testing.T) {
 	}
 }
 
-// TestEngineReaderStopsWithItsCallsInFlight: stopping the reader cancels
-// an engine's call that would otherwise wait for the whole timeout, and
-// waits for its goroutine.
-func TestEngineReaderStopsWithItsCallsInFlight(t *testing.T) {
-	var asked atomic.Int64
+// silentServer answers nothing until its client gives up or the test
+// ends; asked counts its requests.
+func silentServer(t *testing.T) (srv *httptest.Server, asked *atomic.Int64) {
+	t.Helper()
+	asked = new(atomic.Int64)
 	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+	srv = httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		asked.Add(1)
 		select {
 		case <-r.Context().Done():
 		case <-release:
 		}
 	}))
-	defer srv.Close()
-	defer close(release)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	return srv, asked
+}
+
+// TestEngineReaderStopsWithItsCallsInFlight: stopping the reader cancels
+// an engine's call that would otherwise wait for the whole timeout, and
+// waits for its goroutine.
+func TestEngineReaderStopsWithItsCallsInFlight(t *testing.T) {
+	srv, asked := silentServer(t)
 	id := uint64(1)
 	router := routerWith(t, nil, selection.WorkerRequest{WorkerID: &id, Endpoint: &srv.URL})
 	reader := (&EngineFactsConfig{EngineFactsTimeout: caddy.Duration(time.Minute)}).start(router.Catalog(), zap.NewNop())

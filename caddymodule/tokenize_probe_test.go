@@ -318,17 +318,7 @@ func TestTokenizeAnswerBoundedByThePrompt(t *testing.T) {
 // tokenize_timeout (all of a request's tries share it) and their prefix
 // routing.
 func TestTokenizeSkipsASilentWorkerForAWhile(t *testing.T) {
-	var silentCalls atomic.Int64
-	release := make(chan struct{})
-	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		silentCalls.Add(1)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(silent.Close)
-	t.Cleanup(func() { close(release) })
+	silent, silentCalls := silentServer(t)
 	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"tokens":[1,2,3]}`))
 	}))

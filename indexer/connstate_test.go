@@ -68,11 +68,7 @@ func TestListenerConnectionState(t *testing.T) {
 // through libzmq) connects. With IPv6 on, libzmq took lo's ::1 as the
 // source, from which the IPv4 publisher was never reached.
 func TestListenerFromANamedInterface(t *testing.T) {
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = zctx.Term() }()
+	zctx := testContext(t)
 	pub, _ := zctx.NewSocket(zmq.XPUB)
 	_ = pub.SetLinger(0)
 	if err := pub.Bind("tcp://127.0.0.1:*"); err != nil {

@@ -21,6 +21,18 @@ func openDescriptors(t *testing.T) int {
 	return len(fds)
 }
 
+// testContext is a ZMQ context ended when the test ends (after the
+// sockets the test closes in its own cleanups, registered later).
+func testContext(t *testing.T) *zmq.Context {
+	t.Helper()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = zctx.Term() })
+	return zctx
+}
+
 // TestLibzmqListenersReleaseTheirSockets: a listener read through libzmq
 // (connect mode, and bind mode on inproc) gives its SUB and its monitor's
 // sockets back when it stops, while the context lives on (a reload keeps
@@ -29,11 +41,7 @@ func openDescriptors(t *testing.T) int {
 // it ended: a reload toggling one such worker grew the gateway by 3 each
 // time, and every socket closed in that context afterwards leaked too.
 func TestLibzmqListenersReleaseTheirSockets(t *testing.T) {
-	zctx, err := zmq.NewContext()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = zctx.Term() }()
+	zctx := testContext(t)
 	x := New()
 	x.ConfigurePartition(part, lbs, false)
 	pub, _ := zctx.NewSocket(zmq.XPUB)
