@@ -241,6 +241,7 @@ type App struct {
 	settings selection.Config           // this config's router settings, applied in Start
 	workers  []*selection.WorkerRequest // this config's declared workers, applied in Start
 	loaded   bool                       // routers holds one reference for this App
+	running  bool                       // Start succeeded and Stop has not run
 	logger   *zap.Logger
 	facts    *engineReader // reads the engines from Start to Stop; nil when off
 	discover *discoverer   // follows the discovered names from Start to Stop
@@ -337,6 +338,7 @@ func (a *App) Start() (err error) {
 	}
 	a.facts = a.EngineFactsConfig.start(a.state.router.Catalog(), a.logger.Named("engine_facts"))
 	a.discover = a.DiscoveryConfig.start(a.state.router.Catalog(), a.BlockSize, a.logger.Named("discovery"))
+	a.running = true
 	return nil
 }
 
@@ -373,6 +375,7 @@ func (a *App) applySettings() error {
 // config). When this config's load failed after its Start, what Start
 // applied is undone.
 func (a *App) Stop() error {
+	a.running = false
 	a.facts.stop()
 	a.facts = nil
 	a.discover.stop()
@@ -384,8 +387,16 @@ func (a *App) Stop() error {
 }
 
 // Cleanup releases this config's reference to the pooled router; the last
-// release closes it.
+// release closes it. A config whose load failed after every app started
+// (Caddy's remote admin or config loader failing to set up) is cleaned up
+// without being stopped: Cleanup stops it first, so that its replica link,
+// engine reading and discovery end and the running config gets its
+// settings, workers and link back. Left running, the config that kept
+// running published under the refused config's cluster name.
 func (a *App) Cleanup() error {
+	if a.running {
+		_ = a.Stop()
+	}
 	if !a.loaded {
 		return nil
 	}

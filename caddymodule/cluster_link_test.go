@@ -1,10 +1,17 @@
 package caddymodule
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/kvrouter/caddy-kvrouter/selection"
@@ -30,6 +37,28 @@ func startNATS(t *testing.T, jetStream bool) *server.Server {
 	return ns
 }
 
+// waitConnections waits until the NATS server holds exactly these
+// replicas' connections (by their client names).
+func waitConnections(t *testing.T, ns *server.Server, what string, names ...string) {
+	t.Helper()
+	var got []string
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(10 * time.Millisecond) {
+		connz, err := ns.Connz(&server.ConnzOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, c := range connz.Conns {
+			got = append(got, c.Name)
+		}
+		slices.Sort(got)
+		if slices.Equal(got, names) {
+			return
+		}
+	}
+	t.Fatalf("%s: NATS connections %v, want %v", what, got, names)
+}
+
 // TestFailedLoadKeepsTheRunningReplica: a load whose cluster settings
 // differ closes the running config's replica link before its own starts;
 // when that load fails (another app failing to start stops its kv_router
@@ -49,26 +78,9 @@ func TestFailedLoadKeepsTheRunningReplica(t *testing.T) {
 	settings := func(name, credentials string) *ClusterConfig {
 		return &ClusterConfig{Cluster: &ClusterSettings{URLs: []string{ns.ClientURL()}, Name: name, Credentials: credentials}}
 	}
-	// connected waits until the NATS server holds exactly these replicas'
-	// connections.
 	connected := func(what string, names ...string) {
 		t.Helper()
-		var got []string
-		for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(10 * time.Millisecond) {
-			connz, err := ns.Connz(&server.ConnzOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = got[:0]
-			for _, c := range connz.Conns {
-				got = append(got, c.Name)
-			}
-			slices.Sort(got)
-			if slices.Equal(got, names) {
-				return
-			}
-		}
-		t.Fatalf("%s: NATS connections %v, want %v", what, got, names)
+		waitConnections(t, ns, what, names...)
 	}
 	running, err := settings("a", "").start(router, 1, nil)
 	if err != nil {
@@ -103,4 +115,48 @@ func TestFailedLoadKeepsTheRunningReplica(t *testing.T) {
 	if runningReplica() != nil {
 		t.Fatal("a replica left running with no config")
 	}
+}
+
+// TestLoadFailingAfterStartKeepsTheRunningReplica: a load that fails
+// after all its apps started (here its config loader, which Caddy sets up
+// last) is cleaned up by Caddy without being stopped. The running config
+// kept the failed config's replica link, under its name, and posting the
+// running config again was "config is unchanged".
+func TestLoadFailingAfterStartKeepsTheRunningReplica(t *testing.T) {
+	tester := newTester(t)
+	ns := startNATS(t, false)
+	named := func(name string) string {
+		return factsCaddyfile("/dev/null", strings.Replace(clusterOptions(ns.ClientURL()), "name gw", "name "+name, 1))
+	}
+	tester.InitServer(named("a"), "caddyfile")
+	waitConnections(t, ns, "the running config", "kvrouter-a")
+
+	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(named("b")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(adapted, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := cfg["admin"].(map[string]any)
+	if admin == nil {
+		t.Fatalf("the adapted config has no admin block: %s", adapted)
+	}
+	// A loader whose URL refuses connections: it fails once every app
+	// has started.
+	admin["config"] = map[string]any{"load": map[string]any{"module": "http", "url": "http://127.0.0.1:1/config"}}
+	body, _ := json.Marshal(cfg)
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", testAdminPort), bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := adminClient(20 * time.Second).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode == http.StatusOK {
+		t.Fatalf("the load with a failing config loader went through: %s", answer)
+	}
+	waitConnections(t, ns, "after the failed load", "kvrouter-a")
 }
