@@ -25,6 +25,8 @@ type testDNS struct {
 	rcode   int            // when not 0, every query gets it (dns.RcodeServerFailure, say)
 	failing map[string]int // names whose queries get this rcode
 	silent  bool           // when set, queries get no answer at all
+	rotate  bool           // when set, each answer starts 257 records further on: another window of a large set, as shuffling servers give
+	turns   int            // answers rotated so far
 	queries atomic.Int64
 	asked   chan struct{} // a query arrived (buffered: one pending signal)
 }
@@ -141,6 +143,12 @@ func (s *testDNS) failName(name string, rcode int) {
 }
 
 // setSilent makes the server drop every query (or answer again).
+func (s *testDNS) setRotating(rotate bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rotate = rotate
+}
+
 func (s *testDNS) setSilent(silent bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -164,7 +172,14 @@ func (s *testDNS) serve(w dns.ResponseWriter, r *dns.Msg) {
 	if rcode == 0 && len(r.Question) == 1 {
 		q := r.Question[0]
 		name := strings.ToLower(q.Name)
-		m.Answer = append(m.Answer, s.records[dnsKey{name, q.Qtype}]...)
+		rrs := s.records[dnsKey{name, q.Qtype}]
+		if s.rotate && len(rrs) > 0 {
+			s.turns++
+			k := s.turns * 257 % len(rrs)
+			m.Answer = append(append(m.Answer, rrs[k:]...), rrs[:k]...)
+		} else {
+			m.Answer = append(m.Answer, rrs...)
+		}
 		if len(m.Answer) == 0 && !s.knowsLocked(name) {
 			m.Rcode = dns.RcodeNameError
 		}

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -110,12 +111,15 @@ func (l *discoveryLedger) leave(d *discoverer) {
 
 // known returns what name holds. Under mu.
 func (l *discoveryLedger) known(name string) knownServers {
-	k := knownServers{endpoints: map[string]bool{}, targets: map[string]bool{}}
+	k := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
 	for _, o := range l.owned {
 		if o.name == name {
 			k.endpoints[o.spec.endpoint()] = true
-			if o.spec.target != "" {
-				k.targets[o.spec.target] = true
+			if t := o.spec.target; t != "" {
+				if k.targets[t] == nil {
+					k.targets[t] = map[netip.Addr]bool{}
+				}
+				k.targets[t][o.spec.ip] = true
 			}
 		}
 	}

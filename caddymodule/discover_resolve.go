@@ -65,10 +65,11 @@ func isNotFound(err error) bool {
 }
 
 // knownServers are what a name holds: its workers' endpoints and, for
-// SRV records, their targets. A name past its bound keeps them first.
+// SRV records, their targets with their addresses. A name past its bound
+// keeps them first.
 type knownServers struct {
 	endpoints map[string]bool
-	targets   map[string]bool
+	targets   map[string]map[netip.Addr]bool
 }
 
 // resolve reads the name's records as servers, at most maxWorkers of them:
@@ -175,7 +176,7 @@ func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *target
 	dropped := 0
 	if len(recs) > s.maxWorkers {
 		slices.SortStableFunc(recs, func(a, b srvRecord) int {
-			ka, kb := known.targets[a.target], known.targets[b.target]
+			ka, kb := len(known.targets[a.target]) > 0, len(known.targets[b.target]) > 0
 			switch {
 			case ka && !kb:
 				return -1
@@ -197,7 +198,7 @@ func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *target
 			return nil, 0, nil, fmt.Errorf("%s: %w", s.replaySRV, err)
 		}
 	}
-	addrs, failed := lookupTargets(ctx, t, recs, s.maxWorkers, known.endpoints)
+	addrs, failed := lookupTargets(ctx, t, recs, s.maxWorkers, known)
 	var specs []workerSpec
 	for i, rec := range recs {
 		for _, ip := range addrs[i] {
@@ -263,19 +264,22 @@ func siblingPorts(ctx context.Context, r *net.Resolver, name string) (map[string
 // once, maxWorkers of them in all at most (on Kubernetes a target is a
 // pod, with one). Each record has its share of maxWorkers, and a share a
 // record leaves unused goes to the others (shareOut); within a record's
-// share, the addresses the name holds on its port (known, endpoints) come
-// first, then the rest in answer order, so that a target answering more
-// than its share in rotation keeps its workers. Read up to max_workers a
-// target, 256 targets of 4,000 addresses took 287 MB and a quarter of a
-// core a resolution; a target's answer is read over TCP only when it does
-// not hold the record's even share. A target without an address gives
-// none. A target whose lookup failed is in failed (its workers stay),
-// and the rest of the answer stands, even when every target failed: the
-// SRV answer still says which targets are gone. One target failing
-// failed the whole answer: 20 targets failing 10 % of the time left 27 of
-// 30 resolutions failed, and targets gone from the answer kept their
-// workers for as long as the others failed.
-func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, maxWorkers int, known map[string]bool) (addrs [][]netip.Addr, failed map[string]bool) {
+// share, the addresses the name holds on its port come first, then the
+// rest in answer order, so that a target answering more than its share
+// in rotation keeps its workers. An endpoint an earlier record has (two
+// targets with the same addresses) counts once, and addresses no worker
+// can have count not at all: either took shares that went empty. Read up
+// to max_workers a target, 256 targets of 4,000 addresses took 287 MB and
+// a quarter of a core a resolution; a target's answer is read over TCP
+// only when it does not hold the record's even share or the addresses the
+// name holds of it. A target without an address gives none. A target
+// whose lookup failed is in failed (its workers stay), and the rest of
+// the answer stands, even when every target failed: the SRV answer still
+// says which targets are gone. One target failing failed the whole
+// answer: 20 targets failing 10 % of the time left 27 of 30 resolutions
+// failed, and targets gone from the answer kept their workers for as long
+// as the others failed.
+func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, maxWorkers int, known knownServers) (addrs [][]netip.Addr, failed map[string]bool) {
 	addrs = make([][]netip.Addr, len(recs))
 	errs := make([]error, len(recs))
 	byTarget := map[string]int{} // the first record of each target: its lookup serves the others
@@ -288,20 +292,14 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	// makes a server of each port and address (256 ports of 256
 	// addresses: 65,536 servers built and sorted a resolution).
 	even := max(1, (maxWorkers+len(recs)-1)/max(1, len(recs)))
-	knownIPs, knownEndpoints := map[netip.Addr]bool{}, map[netip.AddrPort]bool{}
-	for ep := range known {
-		if ap, err := netip.ParseAddrPort(ep); err == nil {
-			knownIPs[ap.Addr()], knownEndpoints[ap] = true, true
-		}
-	}
-	kept := func(ip netip.Addr) bool { return knownIPs[ip] }
 	sem := make(chan struct{}, targetLookups)
 	var wg sync.WaitGroup
 	for target, i := range byTarget {
 		sem <- struct{}{}
+		held := known.targets[target]
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ips, err := t.lookup4(ctx, target+".", even, maxWorkers, kept)
+			ips, err := t.lookup4(ctx, target+".", even, maxWorkers, held)
 			if isNotFound(err) {
 				err = nil
 			}
@@ -317,13 +315,27 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 			failed[target] = true
 		}
 	}
+	candidates := make([][]netip.Addr, len(recs))
 	counts := make([]int, len(recs))
+	taken := map[netip.AddrPort]bool{}
 	for i, rec := range recs {
-		counts[i] = len(addrs[byTarget[rec.target]])
+		for _, ip := range addrs[byTarget[rec.target]] {
+			if ep := netip.AddrPortFrom(ip, rec.port); !taken[ep] {
+				taken[ep] = true
+				candidates[i] = append(candidates[i], ip)
+			}
+		}
+		counts[i] = len(candidates[i])
+	}
+	knownEndpoints := map[netip.AddrPort]bool{}
+	for ep := range known.endpoints {
+		if ap, err := netip.ParseAddrPort(ep); err == nil {
+			knownEndpoints[ap] = true
+		}
 	}
 	shares := shareOut(counts, maxWorkers)
 	for i, rec := range recs {
-		addrs[i] = knownFirst(addrs[byTarget[rec.target]], rec.port, shares[i], knownEndpoints)
+		addrs[i] = knownFirst(candidates[i], rec.port, shares[i], knownEndpoints)
 	}
 	return addrs, failed
 }

@@ -28,16 +28,16 @@ func TestTargetResolverReadsTheNameAsked(t *testing.T) {
 	r := newTargetResolver(d.addr, nil)
 	ctx := context.Background()
 	for name, want := range map[string]string{"t1.test.": "[127.0.0.1 127.0.0.2 127.0.0.3]", "t2.test.": "[127.0.0.9]"} {
-		ips, err := r.lookup4(ctx, name, 3, 3, noneKept)
+		ips, err := r.lookup4(ctx, name, 3, 3, nil)
 		if got := fmt.Sprint(ips); err != nil || got != want {
 			t.Errorf("%s: %s, %v; want %s", name, got, err, want)
 		}
 	}
-	if _, err := r.lookup4(ctx, "none.test.", 3, 3, noneKept); !isNotFound(err) {
+	if _, err := r.lookup4(ctx, "none.test.", 3, 3, nil); !isNotFound(err) {
 		t.Errorf("a target without records: %v, want not found", err)
 	}
 	d.failWith(dns.RcodeServerFailure)
-	if _, err := r.lookup4(ctx, "t1.test.", 3, 3, noneKept); err == nil || isNotFound(err) {
+	if _, err := r.lookup4(ctx, "t1.test.", 3, 3, nil); err == nil || isNotFound(err) {
 		t.Errorf("a failing server: %v, want a failure", err)
 	}
 }
@@ -47,14 +47,14 @@ func TestTargetResolverReadsTheNameAsked(t *testing.T) {
 // by RFC 6724 (a socket per address), and with the target resolver.
 func BenchmarkSRVTargetsOfManyAddresses(b *testing.B) {
 	d := startTestDNS(b)
-	ips := make([]string, 1000)
-	for i := range ips {
-		ips[i] = fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
-	}
 	recs := make([]srvRecord, 16)
-	for i := range recs {
-		recs[i] = srvRecord{target: fmt.Sprintf("pod%d.test", i), port: 8000}
-		d.setA(recs[i].target, ips...)
+	for t := range recs {
+		ips := make([]string, 1000)
+		for i := range ips {
+			ips[i] = fmt.Sprintf("10.%d.%d.%d", t, i>>8&255, i&255)
+		}
+		recs[t] = srvRecord{target: fmt.Sprintf("pod%d.test", t), port: 8000}
+		d.setA(recs[t].target, ips...)
 	}
 	goResolver := newResolver(d.addr)
 	ctx := context.Background()
@@ -70,7 +70,7 @@ func BenchmarkSRVTargetsOfManyAddresses(b *testing.B) {
 	tr := newTargetResolver(d.addr, goResolver)
 	b.Run("target resolver", func(b *testing.B) {
 		for b.Loop() {
-			if addrs, failed := lookupTargets(ctx, tr, recs, 256, nil); failed != nil || len(addrs[15]) == 0 {
+			if addrs, failed := lookupTargets(ctx, tr, recs, 256, knownServers{}); failed != nil || len(addrs[15]) == 0 {
 				b.Fatal(failed)
 			}
 		}
@@ -85,14 +85,14 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	recs := []srvRecord{{target: "a.share.test", port: 1}, {target: "b.share.test", port: 2}}
 	d.setA("a.share.test", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5")
 	d.setA("b.share.test", "10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.5")
-	addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), recs, 4, nil)
+	addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), recs, 4, knownServers{})
 	if failed != nil || len(addrs[0]) != 2 || len(addrs[1]) != 2 {
 		t.Fatalf("addresses %v, failed %v; want 2 a target", addrs, failed)
 	}
 	// A share a record: one target under four ports gets one address a
 	// record (a share a target built 256 ports × 256 addresses).
 	ports := []srvRecord{{"a.share.test", 1}, {"a.share.test", 2}, {"a.share.test", 3}, {"a.share.test", 4}}
-	if addrs, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4, nil); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
+	if addrs, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4, knownServers{}); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
 		t.Fatalf("one target under four ports: %v, want one address a record", addrs)
 	}
 	// A truncated UDP answer holding less than the share is asked again
@@ -104,7 +104,7 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	}
 	d.setA("big.share.test", many...)
 	big := []srvRecord{{"big.share.test", 1}}
-	if addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512, nil); failed != nil || len(addrs[0]) != 300 {
+	if addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512, knownServers{}); failed != nil || len(addrs[0]) != 300 {
 		t.Fatalf("300 addresses, share 512: %d read, failed %v", len(addrs[0]), failed)
 	}
 }
@@ -120,14 +120,78 @@ func TestLookupTargetsPassOnAndKeepKnown(t *testing.T) {
 	d.setA("five.keep.test", "10.0.3.1", "10.0.3.2", "10.0.3.3", "10.0.3.4", "10.0.3.5")
 	recs := []srvRecord{{target: "five.keep.test", port: 7}, {target: "one.keep.test", port: 7}}
 	r := newTargetResolver(d.addr, nil)
-	addrs, failed := lookupTargets(context.Background(), r, recs, 4, nil)
+	addrs, failed := lookupTargets(context.Background(), r, recs, 4, knownServers{})
 	if got := fmt.Sprint(addrs); failed != nil || got != "[[10.0.3.1 10.0.3.2 10.0.3.3] [10.0.2.1]]" {
 		t.Fatalf("addresses %s, failed %v; want the single pod's unused place passed on", got, failed)
 	}
-	known := map[string]bool{"10.0.3.5:7": true, "10.0.3.4:7": true, "10.0.3.1:8": true}
+	held := func(ips ...string) map[netip.Addr]bool {
+		m := map[netip.Addr]bool{}
+		for _, ip := range ips {
+			m[netip.MustParseAddr(ip)] = true
+		}
+		return m
+	}
+	known := knownServers{endpoints: map[string]bool{"10.0.3.5:7": true, "10.0.3.4:7": true, "10.0.3.1:8": true},
+		targets: map[string]map[netip.Addr]bool{"five.keep.test": held("10.0.3.5", "10.0.3.4", "10.0.3.1")}}
 	addrs, _ = lookupTargets(context.Background(), r, recs, 4, known)
 	if got := fmt.Sprint(addrs[0]); got != "[10.0.3.4 10.0.3.5 10.0.3.1]" {
 		t.Fatalf("the five-address target kept %s; want the two it holds on port 7 first", got)
+	}
+}
+
+// TestLookupTargetsKeepARotatingTargetsWorkers: a target answering more
+// addresses than a UDP answer holds, in rotation (as round-robin servers
+// do), keeps the workers the name holds of it: the truncated answer
+// lacking some of them is asked again over TCP. Read from the UDP answer
+// alone, two targets of 1,000 addresses each kept 6 % of their workers an
+// answer at max_workers 256. And a target aliasing another's addresses,
+// or answering unusable ones, takes no share that would go empty.
+func TestLookupTargetsKeepARotatingTargetsWorkers(t *testing.T) {
+	d := startTestDNS(t)
+	for n, name := range []string{"a.rot.test", "b.rot.test"} {
+		ips := make([]string, 1000)
+		for i := range ips {
+			ips[i] = fmt.Sprintf("10.%d.%d.%d", 10+n, i/200, i%200+1)
+		}
+		d.setA(name, ips...)
+	}
+	d.setRotating(true)
+	r := newTargetResolver(d.addr, nil)
+	recs := []srvRecord{{target: "a.rot.test", port: 8000}, {target: "b.rot.test", port: 8000}}
+	var known knownServers
+	for round := range 6 {
+		addrs, failed := lookupTargets(context.Background(), r, recs, 256, known)
+		if failed != nil || len(addrs[0])+len(addrs[1]) != 256 {
+			t.Fatalf("round %d: %d + %d addresses, failed %v; want 256", round, len(addrs[0]), len(addrs[1]), failed)
+		}
+		next := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
+		kept := 0
+		for i, rec := range recs {
+			next.targets[rec.target] = map[netip.Addr]bool{}
+			for _, ip := range addrs[i] {
+				ep := netip.AddrPortFrom(ip, rec.port).String()
+				if known.endpoints[ep] {
+					kept++
+				}
+				next.endpoints[ep] = true
+				next.targets[rec.target][ip] = true
+			}
+		}
+		if round > 0 && kept != 256 {
+			t.Fatalf("round %d kept %d of the 256 workers the name held", round, kept)
+		}
+		known = next
+	}
+
+	d.setRotating(false)
+	d.setA("alias.rot.test", "10.0.9.1", "10.0.9.2", "10.0.9.3", "10.0.9.4")
+	d.setA("same.rot.test", "10.0.9.1", "10.0.9.2", "10.0.9.3", "10.0.9.4")
+	d.setA("linklocal.rot.test", "169.254.0.1", "169.254.0.2", "169.254.0.3", "169.254.0.4")
+	d.setA("other.rot.test", "10.0.8.1", "10.0.8.2", "10.0.8.3", "10.0.8.4")
+	recs = []srvRecord{{"alias.rot.test", 1}, {"linklocal.rot.test", 1}, {"other.rot.test", 1}, {"same.rot.test", 1}}
+	addrs, _ := lookupTargets(context.Background(), r, recs, 6, knownServers{})
+	if got := fmt.Sprint(addrs); got != "[[10.0.9.1 10.0.9.2 10.0.9.3] [] [10.0.8.1 10.0.8.2 10.0.8.3] []]" {
+		t.Fatalf("addresses %s; want the alias and the link-local target to take no share", got)
 	}
 }
 
@@ -174,5 +238,3 @@ func TestSiblingGraceIsTheSiblings(t *testing.T) {
 		t.Fatalf("a port from before events were off held: %d", specs[0].eventsPort)
 	}
 }
-
-func noneKept(netip.Addr) bool { return false }
