@@ -180,3 +180,20 @@ func TestFindUsageTriesAFew(t *testing.T) {
 		t.Errorf("the last whole usage: %+v %v", u, ok)
 	}
 }
+
+// BenchmarkFindUsage finds the usage in an honest stream's tail and in a
+// tail of unclosed usage objects (a hostile worker's).
+func BenchmarkFindUsage(b *testing.B) {
+	honest := []byte(strings.Repeat(`data: {"choices":[{"delta":{"content":"x"}}],"usage":null}`+"\n\n", 100) +
+		`data: {"choices":[],"usage":{"prompt_tokens":7,"total_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":4}}}` + "\n\ndata: [DONE]\n\n")
+	honest = honest[max(0, len(honest)-usageTailSize):]
+	hostile := []byte(strings.Repeat(`{"usage":{"prompt_tokens":1,`, usageTailSize/28))
+	for name, tail := range map[string][]byte{"honest": honest, "hostile": hostile} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				findUsage(tail)
+			}
+		})
+	}
+}
