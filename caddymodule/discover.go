@@ -57,6 +57,9 @@ type nameWatch struct {
 	// (and was logged).
 	targetsFailing bool
 	warned         map[uint64]string // per worker id, the skip last logged, so each is logged once
+	// again asks for a resolution now: the config writes again after a
+	// newer one's load failed (buffered: one pending request is enough).
+	again chan struct{}
 }
 
 // start starts following the names. It always joins the catalog's ledger,
@@ -90,7 +93,7 @@ func (c *DiscoveryConfig) join(catalog *selection.Catalog, blockSize uint32, log
 	for _, s := range settings {
 		r := newResolver(s.resolver)
 		d.watches = append(d.watches, &nameWatch{dnsSettings: s, resolver: r, targets: newTargetResolver(s.resolver, r),
-			warned: map[uint64]string{}})
+			warned: map[uint64]string{}, again: make(chan struct{}, 1)})
 	}
 	d.ledger.joining.Add(1)
 	d.ledger.mu.Lock()
@@ -124,6 +127,7 @@ func (d *discoverer) follow(ctx context.Context, w *nameWatch) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.again:
 		}
 	}
 }

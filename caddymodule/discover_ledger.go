@@ -101,11 +101,26 @@ func (l *discoveryLedger) writer() *discoverer {
 }
 
 // leave takes d out of the running discoverers; the one before it, if
-// any, writes again.
+// any, writes again. When d was the writer (its config's load failed: a
+// config that replaced it would be the writer), that one takes the
+// catalog back as it was: the workers of names only d followed go, and
+// its own names are resolved at once, where d's join had swept them. Left
+// to their next refresh, a refused config's workers stayed until the next
+// load, and the running config's came back only at their refresh.
 func (l *discoveryLedger) leave(d *discoverer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	wrote := l.writer() == d
 	l.running = slices.DeleteFunc(l.running, func(r *discoverer) bool { return r == d })
+	if back := l.writer(); wrote && back != nil {
+		back.sweepLocked()
+		for _, w := range back.watches {
+			select {
+			case w.again <- struct{}{}:
+			default:
+			}
+		}
+	}
 	l.recount()
 }
 

@@ -607,6 +607,50 @@ func TestDiscoveryReloadHandsOver(t *testing.T) {
 	wantEndpoints(t, r, "the new config stopped", "10.7.0.1:8000", "10.7.1.1:8000")
 }
 
+// TestDiscoveryFailedLoadGivesTheCatalogBack: a new config whose load
+// fails after its discovery joined (it swept the names only the running
+// config follows, and added its own) gives the catalog back at once: its
+// names' workers go, and the running config resolves its own again,
+// without waiting for its refresh (an hour here). A refused config's
+// workers stayed until the next load, and got traffic.
+func TestDiscoveryFailedLoadGivesTheCatalogBack(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const x, y, z = "x.failed.kvrouter.test.", "y.failed.kvrouter.test.", "z.failed.kvrouter.test."
+	srv.setA(x, "10.8.0.1")
+	srv.setA(y, "10.8.1.1")
+	srv.setA(z, "10.8.2.1")
+	hourly := func(names ...string) *DiscoveryConfig {
+		cfg := &DiscoveryConfig{}
+		for _, n := range names {
+			cfg.Discover = append(cfg.Discover, DNSDiscovery{DNS: n, Resolver: srv.addr, Refresh: caddy.Duration(time.Hour)})
+		}
+		if err := cfg.validate(); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	running := hourly(x, y).start(r.Catalog(), 0, zap.NewNop())
+	t.Cleanup(running.stop)
+	waitEndpoints := func(step string, want ...string) {
+		t.Helper()
+		for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+			got := slices.Sorted(maps.Keys(workersByEndpoint(r)))
+			if slices.Equal(got, want) {
+				return
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("%s: workers at %v, want %v", step, got, want)
+			}
+		}
+	}
+	waitEndpoints("the running config", "10.8.0.1:8000", "10.8.1.1:8000")
+	refused := hourly(x, z).start(r.Catalog(), 0, zap.NewNop())
+	waitEndpoints("the new config started", "10.8.0.1:8000", "10.8.2.1:8000")
+	refused.stop() // its load failed
+	waitEndpoints("after the failed load", "10.8.0.1:8000", "10.8.1.1:8000")
+}
+
 // TestDiscoveryStopsWithItsLookupInFlight: stopping cancels a lookup that
 // a silent resolver would otherwise hold for its whole timeout, and no
 // goroutine is left.
