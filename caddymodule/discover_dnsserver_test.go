@@ -27,7 +27,9 @@ type testDNS struct {
 	silent  bool           // when set, queries get no answer at all
 	rotate  bool           // when set, each answer starts 257 records further on: another window of a large set, as shuffling servers give
 	turns   int            // answers rotated so far
+	noTCP   bool           // when set, TCP queries get their connection closed (TCP/53 blocked)
 	queries atomic.Int64
+	tcp     atomic.Int64  // queries over TCP
 	asked   chan struct{} // a query arrived (buffered: one pending signal)
 }
 
@@ -143,6 +145,12 @@ func (s *testDNS) failName(name string, rcode int) {
 }
 
 // setSilent makes the server drop every query (or answer again).
+func (s *testDNS) setNoTCP(blocked bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noTCP = blocked
+}
+
 func (s *testDNS) setRotating(rotate bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,6 +165,16 @@ func (s *testDNS) setSilent(silent bool) {
 
 func (s *testDNS) serve(w dns.ResponseWriter, r *dns.Msg) {
 	s.queries.Add(1)
+	if w.LocalAddr().Network() == "tcp" {
+		s.tcp.Add(1)
+		s.mu.Lock()
+		blocked := s.noTCP
+		s.mu.Unlock()
+		if blocked {
+			_ = w.Close()
+			return
+		}
+	}
 	select {
 	case s.asked <- struct{}{}:
 	default:

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -271,11 +272,11 @@ func siblingPorts(ctx context.Context, r *net.Resolver, name string) (map[string
 // can have count not at all: either took shares that went empty. Read up
 // to max_workers a target, 256 targets of 4,000 addresses took 287 MB and
 // a quarter of a core a resolution; a target's answer is read over TCP
-// only when it does not hold the record's even share or the addresses the
-// name holds of it. A target without an address gives none. A target
-// whose lookup failed is in failed (its workers stay), and the rest of
-// the answer stands, even when every target failed: the SRV answer still
-// says which targets are gone. One target failing failed the whole
+// only when it does not hold the record's even share or, for a few
+// targets a resolution, the addresses the name holds of it. A target
+// without an address gives none. A target whose lookup failed is in
+// failed (its workers stay), and the rest of the answer stands, even when
+// every target failed: the SRV answer still says which targets are gone. One target failing failed the whole
 // answer: 20 targets failing 10 % of the time left 27 of 30 resolutions
 // failed, and targets gone from the answer kept their workers for as long
 // as the others failed.
@@ -294,12 +295,14 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	even := max(1, (maxWorkers+len(recs)-1)/max(1, len(recs)))
 	sem := make(chan struct{}, targetLookups)
 	var wg sync.WaitGroup
+	var heldRereads atomic.Int32
+	heldRereads.Store(maxHeldRereads)
 	for target, i := range byTarget {
 		sem <- struct{}{}
-		held := known.targets[target]
+		tq := targetQuery{want: even, maxAddrs: maxWorkers, held: known.targets[target], heldRereads: &heldRereads}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ips, err := t.lookup4(ctx, target+".", even, maxWorkers, held)
+			ips, err := t.lookup4(ctx, target+".", tq)
 			if isNotFound(err) {
 				err = nil
 			}

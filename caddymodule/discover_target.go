@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/miekg/dns"
 )
@@ -48,26 +49,41 @@ func newTargetResolver(server string, fallback *net.Resolver) *targetResolver {
 // SRV answer may name: no server, not a failure.
 var errNoSuchTarget = &net.DNSError{Err: "no such host", IsNotFound: true}
 
-// lookup4 is name's usable IPv4 addresses (name is absolute), at most
-// maxAddrs of them, those held (a worker's already) first; none, without
-// an error, for a name with none. A truncated answer is asked again over
-// TCP when it holds fewer than want, or not all those held.
-func (t *targetResolver) lookup4(ctx context.Context, name string, want, maxAddrs int, held map[netip.Addr]bool) ([]netip.Addr, error) {
+// targetQuery is what one target's lookup is to read: at most maxAddrs
+// addresses, those held (a worker's already) first, and over TCP when a
+// truncated answer holds fewer than want, or, while the resolution's
+// heldRereads last, not all those held.
+type targetQuery struct {
+	want, maxAddrs int
+	held           map[netip.Addr]bool
+	// heldRereads are the TCP reads the resolution may still make for
+	// held addresses alone, shared by its targets: a target answering
+	// thousands in rotation lacks some of them nearly every time, and 256
+	// such targets read over TCP at each refresh cost 280 MB and 0.4 s.
+	heldRereads *atomic.Int32
+}
+
+// maxHeldRereads bounds a resolution's TCP reads for held addresses.
+const maxHeldRereads = 8
+
+// lookup4 is name's usable IPv4 addresses (name is absolute), as tq
+// says; none, without an error, for a name with none.
+func (t *targetResolver) lookup4(ctx context.Context, name string, tq targetQuery) ([]netip.Addr, error) {
 	if len(t.servers) == 0 {
 		ips, err := t.fallback.LookupNetIP(ctx, "ip4", name)
 		for j := range ips {
 			ips[j] = ips[j].Unmap()
 		}
 		ips = slices.DeleteFunc(ips, func(ip netip.Addr) bool { return !usableAddr(ip) })
-		slices.SortStableFunc(ips, func(a, b netip.Addr) int { return keptFirst(held[a], held[b]) })
-		return ips[:min(len(ips), maxAddrs)], err
+		slices.SortStableFunc(ips, func(a, b netip.Addr) int { return keptFirst(tq.held[a], tq.held[b]) })
+		return ips[:min(len(ips), tq.maxAddrs)], err
 	}
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
 	q.SetEdns0(4096, false)
 	var errs []error
 	for _, server := range t.servers {
-		in, addrs, err := exchange(ctx, q, server, name, want, maxAddrs, held)
+		in, addrs, err := exchange(ctx, q, server, name, tq)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -83,27 +99,38 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, want, maxAddr
 }
 
 // exchange sends q, name's A query, to server over UDP, and reads the
-// answer's addresses of name, at most maxAddrs. A truncated answer is
-// asked again over TCP only when it does not hold want (a target's
-// share) or every address held: without them, a target of 4,000
-// addresses in rotation kept 6 % of its workers an answer. A target is one pod, and a 4,096-byte answer already holds some
+// answer's addresses of name as tq says. A truncated answer is asked
+// again over TCP only when it does not hold tq.want (a target's share),
+// or, within the resolution's budget, every address held (a target of
+// 4,000 addresses in rotation kept 6 % of its workers an answer without
+// it). A target is one pod, and a 4,096-byte answer already holds some
 // 250 addresses (read over TCP whatever it held, a target's 4,000 cost its
 // whole 64 KiB to unpack; never read over TCP, a target of 300 addresses
 // in rotation flapped between the 254 each answer held, and a long CNAME
-// chain cut short gave none). The connection is closed when ctx ends: the
-// library heeds deadlines, not cancellation, and a stopping config would
-// wait out a silent server.
-func exchange(ctx context.Context, q *dns.Msg, server, name string, want, maxAddrs int, held map[netip.Addr]bool) (*dns.Msg, []netip.Addr, error) {
+// chain cut short gave none). When TCP fails, a UDP answer that held any
+// address is used as it is: where TCP/53 is blocked, a target failing at
+// each refresh kept its workers, stale ones included, for good. The
+// connection is closed when ctx ends: the library heeds deadlines, not
+// cancellation, and a stopping config would wait out a silent server.
+func exchange(ctx context.Context, q *dns.Msg, server, name string, tq targetQuery) (*dns.Msg, []netip.Addr, error) {
 	in, err := exchangeOver(ctx, "udp", q, server)
 	if err != nil {
 		return nil, nil, err
 	}
-	addrs := addresses(in, name, maxAddrs, held)
-	if in.Truncated && (len(addrs) < want || heldIn(addrs, held) < min(len(held), maxAddrs)) {
-		if in, err = exchangeOver(ctx, "tcp", q, server); err != nil {
+	addrs := addresses(in, name, tq.maxAddrs, tq.held)
+	if !in.Truncated {
+		return in, addrs, nil
+	}
+	short := len(addrs) < tq.want
+	lacking := heldIn(addrs, tq.held) < min(len(tq.held), tq.maxAddrs)
+	if short || lacking && tq.heldRereads != nil && tq.heldRereads.Add(-1) >= 0 {
+		tcp, err := exchangeOver(ctx, "tcp", q, server)
+		switch {
+		case err == nil:
+			return tcp, addresses(tcp, name, tq.maxAddrs, tq.held), nil
+		case len(addrs) == 0 || ctx.Err() != nil:
 			return nil, nil, err
 		}
-		addrs = addresses(in, name, maxAddrs, held)
 	}
 	return in, addrs, nil
 }

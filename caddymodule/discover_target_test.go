@@ -28,16 +28,16 @@ func TestTargetResolverReadsTheNameAsked(t *testing.T) {
 	r := newTargetResolver(d.addr, nil)
 	ctx := context.Background()
 	for name, want := range map[string]string{"t1.test.": "[127.0.0.1 127.0.0.2 127.0.0.3]", "t2.test.": "[127.0.0.9]"} {
-		ips, err := r.lookup4(ctx, name, 3, 3, nil)
+		ips, err := r.lookup4(ctx, name, targetQuery{want: 3, maxAddrs: 3})
 		if got := fmt.Sprint(ips); err != nil || got != want {
 			t.Errorf("%s: %s, %v; want %s", name, got, err, want)
 		}
 	}
-	if _, err := r.lookup4(ctx, "none.test.", 3, 3, nil); !isNotFound(err) {
+	if _, err := r.lookup4(ctx, "none.test.", targetQuery{want: 3, maxAddrs: 3}); !isNotFound(err) {
 		t.Errorf("a target without records: %v, want not found", err)
 	}
 	d.failWith(dns.RcodeServerFailure)
-	if _, err := r.lookup4(ctx, "t1.test.", 3, 3, nil); err == nil || isNotFound(err) {
+	if _, err := r.lookup4(ctx, "t1.test.", targetQuery{want: 3, maxAddrs: 3}); err == nil || isNotFound(err) {
 		t.Errorf("a failing server: %v, want a failure", err)
 	}
 }
@@ -192,6 +192,57 @@ func TestLookupTargetsKeepARotatingTargetsWorkers(t *testing.T) {
 	addrs, _ := lookupTargets(context.Background(), r, recs, 6, knownServers{})
 	if got := fmt.Sprint(addrs); got != "[[10.0.9.1 10.0.9.2 10.0.9.3] [] [10.0.8.1 10.0.8.2 10.0.8.3] []]" {
 		t.Fatalf("addresses %s; want the alias and the link-local target to take no share", got)
+	}
+}
+
+// TestLookupTargetsBoundTheirTCPReads: targets answering thousands in
+// rotation are read again over TCP for their held addresses a few a
+// resolution, not each (256 such targets cost 280 MB and 0.4 s a
+// refresh); and where TCP/53 is blocked, a truncated UDP answer is used
+// as it is rather than failing its target, whose workers, stale ones
+// included, would otherwise stay for good.
+func TestLookupTargetsBoundTheirTCPReads(t *testing.T) {
+	d := startTestDNS(t)
+	recs := make([]srvRecord, 20)
+	for n := range recs {
+		recs[n] = srvRecord{target: fmt.Sprintf("t%d.tcp.test", n), port: 8000}
+		ips := make([]string, 1000)
+		for i := range ips {
+			ips[i] = fmt.Sprintf("10.%d.%d.%d", 100+n, i/200, i%200+1)
+		}
+		d.setA(recs[n].target, ips...)
+	}
+	d.setRotating(true)
+	r := newTargetResolver(d.addr, nil)
+	resolve := func(known knownServers) ([][]netip.Addr, map[string]bool, knownServers) {
+		addrs, failed := lookupTargets(context.Background(), r, recs, 256, known)
+		next := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
+		for i, rec := range recs {
+			next.targets[rec.target] = map[netip.Addr]bool{}
+			for _, ip := range addrs[i] {
+				next.endpoints[netip.AddrPortFrom(ip, rec.port).String()] = true
+				next.targets[rec.target][ip] = true
+			}
+		}
+		return addrs, failed, next
+	}
+	_, _, known := resolve(knownServers{})
+	for round := range 3 {
+		before := d.tcp.Load()
+		_, failed, next := resolve(known)
+		if n := d.tcp.Load() - before; failed != nil || n > maxHeldRereads {
+			t.Fatalf("round %d: %d TCP reads for 20 targets, failed %v; want at most %d", round, n, failed, maxHeldRereads)
+		}
+		known = next
+	}
+	d.setNoTCP(true)
+	addrs, failed, _ := resolve(known)
+	total := 0
+	for _, a := range addrs {
+		total += len(a)
+	}
+	if failed != nil || total != 256 {
+		t.Fatalf("TCP blocked: %d addresses, failed targets %v; want the UDP answers' 256", total, failed)
 	}
 }
 
