@@ -321,7 +321,18 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	candidates := make([][]netip.Addr, len(recs))
 	counts := make([]int, len(recs))
 	taken := map[netip.AddrPort]bool{}
-	for i, rec := range recs {
+	// The records with fewest addresses claim theirs first: a pod's one
+	// address, also in a large target's answer, stays the pod's, where
+	// the large target's share might have left it out.
+	order := make([]int, len(recs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return len(addrs[byTarget[recs[a].target]]) - len(addrs[byTarget[recs[b].target]])
+	})
+	for _, i := range order {
+		rec := recs[i]
 		for _, ip := range addrs[byTarget[rec.target]] {
 			if ep := netip.AddrPortFrom(ip, rec.port); !taken[ep] {
 				taken[ep] = true

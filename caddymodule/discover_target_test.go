@@ -193,6 +193,15 @@ func TestLookupTargetsKeepARotatingTargetsWorkers(t *testing.T) {
 	if got := fmt.Sprint(addrs); got != "[[10.0.9.1 10.0.9.2 10.0.9.3] [] [10.0.8.1 10.0.8.2 10.0.8.3] []]" {
 		t.Fatalf("addresses %s; want the alias and the link-local target to take no share", got)
 	}
+	// A pod whose one address a larger target also answers keeps it,
+	// where the larger target's share would have left it out.
+	d.setA("pod.rot.test", "10.0.8.4")
+	d.setA("third.rot.test", "10.0.6.1", "10.0.6.2", "10.0.6.3", "10.0.6.4")
+	recs = []srvRecord{{"other.rot.test", 1}, {"pod.rot.test", 1}, {"third.rot.test", 1}}
+	addrs, _ = lookupTargets(context.Background(), r, recs, 4, knownServers{})
+	if got := fmt.Sprint(addrs); got != "[[10.0.8.1 10.0.8.2] [10.0.8.4] [10.0.6.1]]" {
+		t.Fatalf("addresses %s; want the pod to keep its address", got)
+	}
 }
 
 // TestLookupTargetsBoundTheirTCPReads: targets answering thousands in
