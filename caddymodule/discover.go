@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,7 +35,11 @@ type discoverer struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	now       func() time.Time // tests move it on
+	gen       uint64           // this discoverer's number, unique in the process
 }
+
+// discovererGen numbers discoverers.
+var discovererGen atomic.Uint64
 
 // emptyGrace is how long a name must have had no records, answer after
 // answer, before its workers leave. Counted in answers alone, two
@@ -88,7 +93,8 @@ func (c *DiscoveryConfig) join(catalog *selection.Catalog, blockSize uint32, log
 		logger.Error("DNS discovery not started", zap.Error(err)) // Provision refuses such a config
 		return nil
 	}
-	d := &discoverer{catalog: catalog, ledger: ledgerFor(catalog), blockSize: blockSize, log: logger, now: time.Now}
+	d := &discoverer{catalog: catalog, ledger: ledgerFor(catalog), blockSize: blockSize, log: logger, now: time.Now,
+		gen: discovererGen.Add(1)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	for _, s := range settings {
 		r := newResolver(s.resolver)
@@ -268,11 +274,11 @@ func (d *discoverer) ensureLocked(w *nameWatch, id uint64, spec *workerSpec, hol
 		d.skip(w, id, spec, "refused", "the catalog refused a discovered worker: "+err.Error())
 		return
 	}
-	change := "added"
+	change, addedBy := "added", d.gen
 	if exists {
-		change = "updated"
+		change, addedBy = "updated", o.addedBy
 	}
-	l.owned[id] = &ownedWorker{name: w.key, spec: *spec}
+	l.owned[id] = &ownedWorker{name: w.key, spec: *spec, addedBy: addedBy}
 	delete(w.warned, id)
 	discoveryChanges.WithLabelValues(w.key, change).Inc()
 	d.log.Info("discovered worker "+change, zap.String("name", w.name), zap.Uint64("worker_id", id),

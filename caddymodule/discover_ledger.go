@@ -74,6 +74,9 @@ type ownedWorker struct {
 	name   string     // the canonical name it was found under
 	spec   workerSpec // what was last written
 	misses int        // answers in a row without its record
+	// addedBy is the discoverer that added it (its gen): a config whose
+	// load failed takes the workers it added with it.
+	addedBy uint64
 }
 
 // ledgerFor returns catalog's ledger, made on first use.
@@ -103,16 +106,22 @@ func (l *discoveryLedger) writer() *discoverer {
 // leave takes d out of the running discoverers; the one before it, if
 // any, writes again. When d was the writer (its config's load failed: a
 // config that replaced it would be the writer), that one takes the
-// catalog back as it was: the workers of names only d followed go, and
-// its own names are resolved at once, where d's join had swept them. Left
-// to their next refresh, a refused config's workers stayed until the next
-// load, and the running config's came back only at their refresh.
+// catalog back as it was: the workers d added go (another port, another
+// name), and its own names are resolved at once, where d's join had
+// swept them. Left to their next refresh, a refused config's workers
+// stayed until the next load, or a refresh of the running config, and
+// took traffic; the running config's came back only at their refresh.
 func (l *discoveryLedger) leave(d *discoverer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wrote := l.writer() == d
 	l.running = slices.DeleteFunc(l.running, func(r *discoverer) bool { return r == d })
 	if back := l.writer(); wrote && back != nil {
+		for _, id := range slices.Sorted(maps.Keys(l.owned)) {
+			if o := l.owned[id]; o.addedBy == d.gen {
+				back.removeLocked(id, o, "added by a config whose load failed")
+			}
+		}
 		back.sweepLocked()
 		for _, w := range back.watches {
 			select {

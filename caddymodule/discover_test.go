@@ -620,10 +620,11 @@ func TestDiscoveryFailedLoadGivesTheCatalogBack(t *testing.T) {
 	srv.setA(x, "10.8.0.1")
 	srv.setA(y, "10.8.1.1")
 	srv.setA(z, "10.8.2.1")
+	port := 8000
 	hourly := func(names ...string) *DiscoveryConfig {
 		cfg := &DiscoveryConfig{}
 		for _, n := range names {
-			cfg.Discover = append(cfg.Discover, DNSDiscovery{DNS: n, Resolver: srv.addr, Refresh: caddy.Duration(time.Hour)})
+			cfg.Discover = append(cfg.Discover, DNSDiscovery{DNS: n, Resolver: srv.addr, Refresh: caddy.Duration(time.Hour), HTTPPort: port})
 		}
 		if err := cfg.validate(); err != nil {
 			t.Fatal(err)
@@ -649,6 +650,16 @@ func TestDiscoveryFailedLoadGivesTheCatalogBack(t *testing.T) {
 	waitEndpoints("the new config started", "10.8.0.1:8000", "10.8.2.1:8000")
 	refused.stop() // its load failed
 	waitEndpoints("after the failed load", "10.8.0.1:8000", "10.8.1.1:8000")
+
+	// The same names on another port: the refused config's workers are
+	// no other name's, and went only at the running config's next
+	// refresh (an hour here).
+	port = 9000
+	refused = hourly(x, y).start(r.Catalog(), 0, zap.NewNop())
+	waitEndpoints("a config of the same names on another port started",
+		"10.8.0.1:8000", "10.8.0.1:9000", "10.8.1.1:8000", "10.8.1.1:9000")
+	refused.stop()
+	waitEndpoints("after its load failed", "10.8.0.1:8000", "10.8.1.1:8000")
 }
 
 // TestDiscoveryStopsWithItsLookupInFlight: stopping cancels a lookup that
