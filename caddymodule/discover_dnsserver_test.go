@@ -28,6 +28,7 @@ type testDNS struct {
 	rotate  bool           // when set, each answer starts 257 records further on: another window of a large set, as shuffling servers give
 	turns   int            // answers rotated so far
 	noTCP   bool           // when set, TCP queries get their connection closed (TCP/53 blocked)
+	tcpMute bool           // when set, TCP queries get no answer (TCP/53 dropped by a firewall)
 	queries atomic.Int64
 	tcp     atomic.Int64  // queries over TCP
 	asked   chan struct{} // a query arrived (buffered: one pending signal)
@@ -151,6 +152,12 @@ func (s *testDNS) setNoTCP(blocked bool) {
 	s.noTCP = blocked
 }
 
+func (s *testDNS) setTCPMute(mute bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tcpMute = mute
+}
+
 func (s *testDNS) setRotating(rotate bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,10 +175,13 @@ func (s *testDNS) serve(w dns.ResponseWriter, r *dns.Msg) {
 	if w.LocalAddr().Network() == "tcp" {
 		s.tcp.Add(1)
 		s.mu.Lock()
-		blocked := s.noTCP
+		blocked, mute := s.noTCP, s.tcpMute
 		s.mu.Unlock()
-		if blocked {
+		switch {
+		case blocked:
 			_ = w.Close()
+			return
+		case mute:
 			return
 		}
 	}

@@ -318,12 +318,33 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 			failed[target] = true
 		}
 	}
+	knownEndpoints := map[netip.AddrPort]bool{}
+	for ep := range known.endpoints {
+		if ap, err := netip.ParseAddrPort(ep); err == nil {
+			knownEndpoints[ap] = true
+		}
+	}
 	candidates := make([][]netip.Addr, len(recs))
 	counts := make([]int, len(recs))
 	taken := map[netip.AddrPort]bool{}
-	// The records with fewest addresses claim theirs first: a pod's one
-	// address, also in a large target's answer, stays the pod's, where
-	// the large target's share might have left it out.
+	claim := func(i int, ip netip.Addr) {
+		if ep := netip.AddrPortFrom(ip, recs[i].port); !taken[ep] {
+			taken[ep] = true
+			candidates[i] = append(candidates[i], ip)
+		}
+	}
+	// An endpoint the name holds under a target stays that target's (moved
+	// to another, its event and replay ports would follow the other's
+	// siblings). Then the records with fewest addresses claim theirs
+	// first: a pod's one address, also in a large target's answer, stays
+	// the pod's, where the large target's share might have left it out.
+	for i, rec := range recs {
+		for _, ip := range addrs[byTarget[rec.target]] {
+			if known.targets[rec.target][ip] && knownEndpoints[netip.AddrPortFrom(ip, rec.port)] {
+				claim(i, ip)
+			}
+		}
+	}
 	order := make([]int, len(recs))
 	for i := range order {
 		order[i] = i
@@ -332,20 +353,10 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 		return len(addrs[byTarget[recs[a].target]]) - len(addrs[byTarget[recs[b].target]])
 	})
 	for _, i := range order {
-		rec := recs[i]
-		for _, ip := range addrs[byTarget[rec.target]] {
-			if ep := netip.AddrPortFrom(ip, rec.port); !taken[ep] {
-				taken[ep] = true
-				candidates[i] = append(candidates[i], ip)
-			}
+		for _, ip := range addrs[byTarget[recs[i].target]] {
+			claim(i, ip)
 		}
 		counts[i] = len(candidates[i])
-	}
-	knownEndpoints := map[netip.AddrPort]bool{}
-	for ep := range known.endpoints {
-		if ap, err := netip.ParseAddrPort(ep); err == nil {
-			knownEndpoints[ap] = true
-		}
 	}
 	shares := shareOut(counts, maxWorkers)
 	for i, rec := range recs {

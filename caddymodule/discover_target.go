@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -107,9 +108,10 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, tq targetQuer
 // 250 addresses (read over TCP whatever it held, a target's 4,000 cost its
 // whole 64 KiB to unpack; never read over TCP, a target of 300 addresses
 // in rotation flapped between the 254 each answer held, and a long CNAME
-// chain cut short gave none). When TCP fails, a UDP answer that held any
-// address is used as it is: where TCP/53 is blocked, a target failing at
-// each refresh kept its workers, stale ones included, for good. The
+// chain cut short gave none). When TCP fails (refused, silent, or out of
+// time), a UDP answer that held any address is used as it is: where
+// TCP/53 is blocked, a target failing at each refresh kept its workers,
+// stale ones included, for good. The
 // connection is closed when ctx ends: the library heeds deadlines, not
 // cancellation, and a stopping config would wait out a silent server.
 func exchange(ctx context.Context, q *dns.Msg, server, name string, tq targetQuery) (*dns.Msg, []netip.Addr, error) {
@@ -124,15 +126,34 @@ func exchange(ctx context.Context, q *dns.Msg, server, name string, tq targetQue
 	short := len(addrs) < tq.want
 	lacking := heldIn(addrs, tq.held) < min(len(tq.held), tq.maxAddrs)
 	if short || lacking && tq.heldRereads != nil && tq.heldRereads.Add(-1) >= 0 {
-		tcp, err := exchangeOver(ctx, "tcp", q, server)
+		tcp, err := exchangeTCP(ctx, q, server)
 		switch {
 		case err == nil:
 			return tcp, addresses(tcp, name, tq.maxAddrs, tq.held), nil
-		case len(addrs) == 0 || ctx.Err() != nil:
+		case len(addrs) == 0:
 			return nil, nil, err
 		}
 	}
 	return in, addrs, nil
+}
+
+// maxTCPRead bounds a TCP re-read, and it takes half the resolution's
+// time left at most: a server that accepts TCP and never answers held
+// each read to the resolution's end (the library's 2 s at most), and with
+// it one of the few lookups at once, so that at refresh 1s 18 of 20
+// targets failed, keeping their workers, stale ones included.
+const maxTCPRead = time.Second
+
+// exchangeTCP asks q over TCP within maxTCPRead, and half of ctx's time
+// left.
+func exchangeTCP(ctx context.Context, q *dns.Msg, server string) (*dns.Msg, error) {
+	limit := maxTCPRead
+	if deadline, ok := ctx.Deadline(); ok {
+		limit = min(limit, time.Until(deadline)/2)
+	}
+	tctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	return exchangeOver(tctx, "tcp", q, server)
 }
 
 func exchangeOver(ctx context.Context, network string, q *dns.Msg, server string) (*dns.Msg, error) {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -204,6 +205,35 @@ func TestLookupTargetsKeepARotatingTargetsWorkers(t *testing.T) {
 	}
 }
 
+// TestLookupTargetsKeepAnEndpointsTarget: an endpoint two targets answer
+// stays with the target the name holds it under when the targets' sizes
+// change: moved, its event and replay ports would follow the other
+// target's sibling records.
+func TestLookupTargetsKeepAnEndpointsTarget(t *testing.T) {
+	d := startTestDNS(t)
+	d.setA("x.move.test", "10.5.0.1", "10.5.0.2", "10.5.0.3")
+	d.setA("y.move.test", "10.5.0.3", "10.5.0.4")
+	r := newTargetResolver(d.addr, nil)
+	recs := []srvRecord{{"x.move.test", 8000}, {"y.move.test", 8000}}
+	addrs, _ := lookupTargets(context.Background(), r, recs, 10, knownServers{})
+	if got := fmt.Sprint(addrs); got != "[[10.5.0.1 10.5.0.2] [10.5.0.3 10.5.0.4]]" {
+		t.Fatalf("first answer: %s", got)
+	}
+	known := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
+	for i, rec := range recs {
+		known.targets[rec.target] = map[netip.Addr]bool{}
+		for _, ip := range addrs[i] {
+			known.endpoints[netip.AddrPortFrom(ip, rec.port).String()] = true
+			known.targets[rec.target][ip] = true
+		}
+	}
+	d.setA("y.move.test", "10.5.0.3", "10.5.0.4", "10.5.0.5", "10.5.0.6")
+	addrs, _ = lookupTargets(context.Background(), r, recs, 10, known)
+	if got := fmt.Sprint(addrs); got != "[[10.5.0.1 10.5.0.2] [10.5.0.3 10.5.0.4 10.5.0.5 10.5.0.6]]" {
+		t.Fatalf("y grown: %s; want 10.5.0.3 to stay y's", got)
+	}
+}
+
 // TestLookupTargetsBoundTheirTCPReads: targets answering thousands in
 // rotation are read again over TCP for their held addresses a few a
 // resolution, not each (256 such targets cost 280 MB and 0.4 s a
@@ -223,8 +253,11 @@ func TestLookupTargetsBoundTheirTCPReads(t *testing.T) {
 	}
 	d.setRotating(true)
 	r := newTargetResolver(d.addr, nil)
+	within := time.Minute
 	resolve := func(known knownServers) ([][]netip.Addr, map[string]bool, knownServers) {
-		addrs, failed := lookupTargets(context.Background(), r, recs, 256, known)
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		addrs, failed := lookupTargets(ctx, r, recs, 256, known)
 		next := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
 		for i, rec := range recs {
 			next.targets[rec.target] = map[netip.Addr]bool{}
@@ -252,6 +285,20 @@ func TestLookupTargetsBoundTheirTCPReads(t *testing.T) {
 	}
 	if failed != nil || total != 256 {
 		t.Fatalf("TCP blocked: %d addresses, failed targets %v; want the UDP answers' 256", total, failed)
+	}
+	// TCP dropped, not refused, within a refresh of 1 s: a read that held
+	// to the resolution's end held one of the few lookups at once with
+	// it, and the targets waiting for one failed (18 of 20).
+	d.setNoTCP(false)
+	d.setTCPMute(true)
+	within = time.Second
+	addrs, failed, _ = resolve(known)
+	total = 0
+	for _, a := range addrs {
+		total += len(a)
+	}
+	if failed != nil || total != 256 {
+		t.Fatalf("TCP dropped: %d addresses, failed targets %v; want the UDP answers' 256", total, failed)
 	}
 }
 
