@@ -145,30 +145,25 @@ func (s *testDNS) failName(name string, rcode int) {
 	s.failing[fqdn(name)] = rcode
 }
 
+// locked runs f under the server's lock: the setters below change how
+// it answers.
+func (s *testDNS) locked(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+}
+
+// setNoTCP closes every TCP query's connection (TCP/53 blocked), or not.
+func (s *testDNS) setNoTCP(blocked bool) { s.locked(func() { s.noTCP = blocked }) }
+
+// setTCPMute leaves TCP queries unanswered (TCP/53 dropped), or not.
+func (s *testDNS) setTCPMute(mute bool) { s.locked(func() { s.tcpMute = mute }) }
+
+// setRotating starts each answer further on in its records, or not.
+func (s *testDNS) setRotating(rotate bool) { s.locked(func() { s.rotate = rotate }) }
+
 // setSilent makes the server drop every query (or answer again).
-func (s *testDNS) setNoTCP(blocked bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.noTCP = blocked
-}
-
-func (s *testDNS) setTCPMute(mute bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.tcpMute = mute
-}
-
-func (s *testDNS) setRotating(rotate bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rotate = rotate
-}
-
-func (s *testDNS) setSilent(silent bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.silent = silent
-}
+func (s *testDNS) setSilent(silent bool) { s.locked(func() { s.silent = silent }) }
 
 func (s *testDNS) serve(w dns.ResponseWriter, r *dns.Msg) {
 	s.queries.Add(1)
