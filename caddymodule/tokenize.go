@@ -148,7 +148,7 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLe
 	// reports no context (or one that lies) otherwise had the 64 MiB
 	// bound read for any prompt, and answering each text request with
 	// 64 MiB of ids took the gateway to 3 GB.
-	limit := min(int64(maxTokenizeAnswer), int64(len(body)+templateTokens)*tokenAnswerBytes+tokenAnswerSlack)
+	limit := min(int64(maxTokenizeAnswer), promptTokensAtMost(body)*tokenAnswerBytes+tokenAnswerSlack)
 	contextLimit := int64(-1) // the context's bound, when it is the tighter
 	if maxLen > 0 {
 		if c := int64(min(maxLen, selection.MaxContextTokens))*tokenAnswerBytes + tokenAnswerSlack; c < limit {
@@ -188,17 +188,38 @@ var errPastContext = errors.New("tokenize: a prompt past every worker's context"
 // Bounds of a /tokenize answer: at most maxTokenizeAnswer bytes, and
 // tokenAnswerBytes a token (ten digits, a comma and a space) and
 // tokenAnswerSlack for the rest, for at most the model's context length
-// (when known) and at most a token a byte of the request plus
-// templateTokens. No tokenizer makes more tokens of a text than it has
-// bytes (byte-level BPE and byte fallback end at a token a byte); the
-// chat template's own text and a multimodal input's placeholders (an
-// image of some thousands of tokens, named by a short URL) come on top.
+// (when known) and at most promptTokensAtMost(the request).
 const (
 	maxTokenizeAnswer = 64 << 20
 	tokenAnswerBytes  = 12
 	tokenAnswerSlack  = 64 << 10
 	templateTokens    = 1 << 18
+	mediaItemTokens   = 1 << 17
 )
+
+// mediaKeys name a chat content part that vLLM's multimodal processor
+// turns into many tokens (an image's patches, a video's frames, an
+// audio's windows).
+var mediaKeys = [][]byte{[]byte(`"image_url"`), []byte(`"input_image"`), []byte(`"image_pil"`), []byte(`"image_embeds"`),
+	[]byte(`"video_url"`), []byte(`"input_audio"`), []byte(`"audio_url"`)}
+
+// promptTokensAtMost is the most tokens an engine's honest /tokenize
+// answer to body holds: a token a byte (no tokenizer makes more of a
+// text: byte-level BPE and byte fallback end at a token a byte), the chat
+// template's own text (templateTokens), and mediaItemTokens for each
+// mention of a media part. Since vLLM 0.17 /tokenize expands each item
+// into its tokens: a Qwen2.5-VL image up to 16,384 of them, named by a
+// URL of some 60 bytes, and 29 such images passed the bound without the
+// media's share. Counted by mention, not parsed: a part names its type
+// twice, and a mention in text only loosens the bound, within
+// maxTokenizeAnswer.
+func promptTokensAtMost(body []byte) int64 {
+	n := int64(len(body) + templateTokens)
+	for _, k := range mediaKeys {
+		n += int64(bytes.Count(body, k)) * mediaItemTokens
+	}
+	return n
+}
 
 // quoteJSON writes s as a JSON string.
 func quoteJSON(s string) string {

@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -338,5 +340,29 @@ func TestTokenizeSkipsASilentWorkerForAWhile(t *testing.T) {
 	}
 	if n := silentCalls.Load(); n != 1 || answered < 7 {
 		t.Fatalf("the silent worker was asked %d times, and %d of 8 requests answered; want once, and 7", n, answered)
+	}
+}
+
+// TestTokenizeBoundAllowsExpandedMedia: vLLM's /tokenize (0.17 on)
+// expands each image into its tokens, some thousands named by a short
+// URL: an honest answer for 40 images of 16,386 tokens each is read
+// whole, where a text request's bound would have refused it.
+func TestTokenizeBoundAllowsExpandedMedia(t *testing.T) {
+	var parts []string
+	for i := range 40 {
+		parts = append(parts, fmt.Sprintf(`{"type":"image_url","image_url":{"url":"http://img/%d.png"}}`, i))
+	}
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":[` + strings.Join(parts, ",") + `]}]}`)
+	ids := strings.TrimSuffix(strings.Repeat("151655,", 40*16386), ",")
+	router, _ := tokenizeWorker(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"tokens":[`+ids+`]}`)
+	}))
+	tk := newTokenizer(router, 5*time.Second, 0)
+	toks, err := tk.tokenize(context.Background(), selection.PartitionKey{Model: "m"}, "", body, false)
+	if err != nil || len(toks) != 40*16386 {
+		t.Fatalf("%d tokens, %v; want the expanded images' %d", len(toks), err, 40*16386)
+	}
+	if n := promptTokensAtMost([]byte(`{"prompt":"hello"}`)); n != 18+templateTokens {
+		t.Errorf("a text request's bound: %d tokens", n)
 	}
 }
