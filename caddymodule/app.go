@@ -378,11 +378,15 @@ func (a *App) Stop() error {
 	a.running = false
 	a.facts.stop()
 	a.facts = nil
-	a.discover.stop()
-	a.discover = nil
+	a.discover.halt()
 	a.replica.stop()
 	a.replica = nil
 	a.state.stopped(a, a.logger)
+	// Handed over once the running config's declared workers are back
+	// (when this load failed): its discovery resolves at once, and found
+	// a declared worker's endpoint free, a worker of its own there.
+	a.discover.stop()
+	a.discover = nil
 	return nil
 }
 

@@ -118,9 +118,18 @@ func (d *discoverer) stop() {
 	if d == nil {
 		return
 	}
+	d.halt()
+	d.ledger.leave(d)
+}
+
+// halt stops the goroutines and waits for them, and leaves the ledger as
+// it is: stop, later, hands the catalog over.
+func (d *discoverer) halt() {
+	if d == nil {
+		return
+	}
 	d.cancel()
 	d.wg.Wait()
-	d.ledger.leave(d)
 }
 
 // follow resolves w's name now and every refresh until ctx ends.
@@ -187,9 +196,16 @@ func (d *discoverer) apply(ctx context.Context, w *nameWatch, ans *answer) {
 	}
 	mem.events.hold(w.eventsSRV, ans.specs, func(s *workerSpec) *uint16 { return &s.eventsPort })
 	mem.replay.hold(w.replaySRV, ans.specs, func(s *workerSpec) *uint16 { return &s.replayPort })
-	holders := map[string]uint64{} // endpoint → the id of the catalog worker there
+	// endpoint → the id of the catalog worker there, one discovery did
+	// not make first: a declared or registered worker's endpoint is its
+	// own, whatever discovery made there meanwhile.
+	holders := map[string]uint64{}
 	for _, rec := range d.catalog.ListWorkers("", "") {
-		if ep := recordEndpoint(&rec); ep != "" {
+		ep := recordEndpoint(&rec)
+		if ep == "" {
+			continue
+		}
+		if _, set := holders[ep]; !set || l.owned[rec.WorkerID] == nil {
 			holders[ep] = rec.WorkerID
 		}
 	}
@@ -257,6 +273,11 @@ func (d *discoverer) ensureLocked(w *nameWatch, id uint64, spec *workerSpec, hol
 		d.skip(w, id, spec, "taken", "a worker discovery did not create has the id this server would get")
 		return
 	case held && holder != id:
+		if o != nil && exists && l.owned[holder] == nil {
+			// Made while the endpoint was free; a declared or registered
+			// worker has it now.
+			d.removeLocked(id, o, "a worker discovery did not create has its endpoint")
+		}
 		d.skip(w, id, spec, "taken", "another worker has this server's endpoint")
 		return
 	}
@@ -297,19 +318,25 @@ func (d *discoverer) skip(w *nameWatch, id uint64, spec *workerSpec, reason, msg
 	d.log.Warn(msg, zap.String("name", w.name), zap.Uint64("worker_id", id), zap.String("endpoint", spec.endpoint()))
 }
 
-// removeLocked forgets an owned worker and deletes it from the catalog,
-// unless it is gone already or was registered again as another server.
+// removeLocked is the ledger's removeLocked in d's catalog.
 func (d *discoverer) removeLocked(id uint64, o *ownedWorker, why string) {
-	delete(d.ledger.owned, id)
-	rec, exists := d.catalog.Worker(id)
+	d.ledger.removeLocked(d.catalog, d.log, id, o, why)
+}
+
+// removeLocked forgets an owned worker and deletes it from catalog,
+// unless it is gone already or was registered again as another server.
+// Under mu.
+func (l *discoveryLedger) removeLocked(catalog *selection.Catalog, log *zap.Logger, id uint64, o *ownedWorker, why string) {
+	delete(l.owned, id)
+	rec, exists := catalog.Worker(id)
 	if !exists || recordEndpoint(&rec) != o.spec.endpoint() {
 		return
 	}
-	if _, err := d.catalog.DeleteWorker(id); err != nil {
+	if _, err := catalog.DeleteWorker(id); err != nil {
 		return // deleted meanwhile through the API
 	}
 	discoveryChanges.WithLabelValues(o.name, "removed").Inc()
-	d.log.Info("discovered worker removed", zap.String("name", o.name), zap.Uint64("worker_id", id),
+	log.Info("discovered worker removed", zap.String("name", o.name), zap.Uint64("worker_id", id),
 		zap.String("endpoint", o.spec.endpoint()), zap.String("reason", why))
 }
 

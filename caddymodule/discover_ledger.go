@@ -9,6 +9,8 @@ import (
 	"time"
 	"weak"
 
+	"go.uber.org/zap"
+
 	"github.com/kvrouter/caddy-kvrouter/selection"
 )
 
@@ -128,6 +130,23 @@ func (l *discoveryLedger) leave(d *discoverer) {
 			case w.again <- struct{}{}:
 			default:
 			}
+		}
+	}
+	l.recount()
+}
+
+// yield deletes the workers discovery made in catalog at endpoints
+// (host:port) that another worker is to have: a declared worker's
+// endpoint is its own.
+func (l *discoveryLedger) yield(catalog *selection.Catalog, endpoints map[string]bool, logger *zap.Logger) {
+	if len(endpoints) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(l.owned)) {
+		if o := l.owned[id]; endpoints[o.spec.endpoint()] {
+			l.removeLocked(catalog, logger, id, o, "a worker the config declares has its endpoint")
 		}
 	}
 	l.recount()

@@ -662,6 +662,51 @@ func TestDiscoveryFailedLoadGivesTheCatalogBack(t *testing.T) {
 	waitEndpoints("after its load failed", "10.8.0.1:8000", "10.8.1.1:8000")
 }
 
+// TestDiscoveryGivesWayToAWorkerOfItsEndpoint: a worker discovery made
+// while its endpoint was free gives way to a worker declared or
+// registered there later: the config's declarations take it at once
+// (syncWorkers), a registration at the next answer. Left, both took the
+// engine's traffic for good, and, the catalog full, a reload back to a
+// config declaring the worker was refused.
+func TestDiscoveryGivesWayToAWorkerOfItsEndpoint(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const n = "n.way.kvrouter.test."
+	srv.setA(n, "10.9.0.1", "10.9.0.2")
+	d := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: n})
+	d.refreshAll()
+	wantEndpoints(t, r, "discovered", "10.9.0.1:8000", "10.9.0.2:8000")
+
+	id, ep, bs := uint64(1), "10.9.0.1:8000", uint32(16)
+	state := &routerState{router: r, fromConfig: map[uint64]struct{}{}}
+	if _, err := state.syncWorkers([]*selection.WorkerRequest{{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}}, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	if got := workersByEndpoint(r); got[ep].WorkerID != id || len(got) != 2 {
+		t.Fatalf("after the declaration: %v; want worker 1 alone at %s", got, ep)
+	}
+	d.refreshAll()
+	if got := workersByEndpoint(r); got[ep].WorkerID != id || len(r.Catalog().ListWorkers("", "")) != 2 {
+		t.Fatalf("after a refresh: %d workers; want worker 1 alone at %s", len(r.Catalog().ListWorkers("", "")), ep)
+	}
+
+	// Registered through the API at a discovered endpoint: the discovered
+	// worker goes at the next answer.
+	id2, ep2 := uint64(2), "10.9.0.2:8000"
+	if _, err := r.Catalog().UpsertWorker(&selection.WorkerRequest{WorkerID: &id2, Endpoint: &ep2, BlockSize: &bs}); err != nil {
+		t.Fatal(err)
+	}
+	d.refreshAll()
+	var ids []uint64
+	for _, rec := range r.Catalog().ListWorkers("", "") {
+		ids = append(ids, rec.WorkerID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []uint64{1, 2}) {
+		t.Fatalf("after a registration and a refresh: workers %v; want 1 and 2 alone", ids)
+	}
+}
+
 // TestDiscoveryStopsWithItsLookupInFlight: stopping cancels a lookup that
 // a silent resolver would otherwise hold for its whole timeout, and no
 // goroutine is left.

@@ -54,6 +54,17 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 	defer s.mu.Unlock()
 	s.generation++
 	next := make(map[uint64]struct{}, len(reqs))
+	// A declared worker's endpoint is its own: a worker discovery made
+	// there meanwhile (while a config without the declaration ran) gives
+	// way. Left, both took the engine's traffic, or, the catalog full, the
+	// declaration was refused and the config could not be loaded again.
+	declared := make(map[string]bool, len(reqs))
+	for _, req := range reqs {
+		if req.Endpoint != nil {
+			declared[selection.HostPort(*req.Endpoint)] = true
+		}
+	}
+	ledgerFor(s.router.Catalog()).yield(s.router.Catalog(), declared, logger.Named("discovery"))
 	for _, req := range reqs {
 		if _, err := s.router.Catalog().UpsertWorker(req); err != nil {
 			for id := range next {
