@@ -156,21 +156,29 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 	if err != nil {
 		return nil, err
 	}
-	// One err for both steps: a failed connect must not go unnoticed.
-	if err = setupSub(sub, cfg.MaxMessageBytes, cfg.Endpoint); err == nil {
-		err = sub.Connect(cfg.Endpoint)
-	}
-	if err != nil {
+	if err = setupSub(sub, cfg.MaxMessageBytes, cfg.Endpoint); err != nil {
 		sub.Close()
 		return nil, fmt.Errorf("kv events %s: %w", cfg.Endpoint, err)
 	}
-	l.sub = sub
-	// Attached before an ingest loop owns the SUB, started after: its
-	// redials go where l receives.
+	// Attached before the SUB connects, so that it sees the first
+	// connection (attached after, a publisher already up was connected to
+	// before it looked, and the listener never said it was connected);
+	// before an ingest loop owns the SUB, and started after: its redials
+	// go where l receives.
 	if l.mon, err = newMonitor(zctx, sub, log); err != nil {
 		log.Warn("kv events: no socket monitor; a connection libzmq drops for an oversized message is not dialed again",
 			zap.String("endpoint", cfg.Endpoint), zap.Error(err))
 	}
+	if err = sub.Connect(cfg.Endpoint); err != nil {
+		if l.mon != nil {
+			l.mon.detach(sub)
+			l.mon.start(stats, &l.conn.up, nil) // to read MONITOR_STOPPED and close its PAIR
+			l.mon.stop()
+		}
+		sub.Close()
+		return nil, fmt.Errorf("kv events %s: %w", cfg.Endpoint, err)
+	}
+	l.sub = sub
 	l.conn.known = l.mon != nil
 	alone := !l.joinLoop()
 	l.mon.start(stats, &l.conn.up, l.askRedial)
