@@ -4,7 +4,9 @@ import (
 	"context"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +122,16 @@ func (d *discoverer) stop() {
 	}
 	d.halt()
 	d.ledger.leave(d)
+}
+
+// resolveAgain asks each of d's names to be resolved now.
+func (d *discoverer) resolveAgain() {
+	for _, w := range d.watches {
+		select {
+		case w.again <- struct{}{}:
+		default: // one pending request is enough
+		}
+	}
 }
 
 // halt stops the goroutines and waits for them, and leaves the ledger as
@@ -354,12 +366,25 @@ func (d *discoverer) sweepLocked() {
 	maps.DeleteFunc(d.ledger.names, func(name string, _ *nameMemory) bool { return !follows[name] })
 }
 
-// recordEndpoint is a record's endpoint as host:port, or "".
+// recordEndpoint is a record's endpoint as host:port (canonicalEndpoint),
+// or "".
 func recordEndpoint(rec *selection.WorkerRecord) string {
 	if rec.Endpoint == nil {
 		return ""
 	}
-	return selection.HostPort(*rec.Endpoint)
+	return canonicalEndpoint(*rec.Endpoint)
+}
+
+// canonicalEndpoint is an endpoint as host:port, an IP address written as
+// discovery writes it (IPv6 compressed and lower-case): a worker declared
+// at [FD00:0::5]:8000 is the one discovery finds at [fd00::5]:8000. A
+// host name stays as written; it is not resolved to be matched.
+func canonicalEndpoint(endpoint string) string {
+	hp := selection.HostPort(strings.TrimSpace(endpoint))
+	if ap, err := netip.ParseAddrPort(hp); err == nil {
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+	}
+	return hp
 }
 
 // failed counts a resolution that had no answer; the workers stay as they

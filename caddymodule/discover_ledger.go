@@ -125,12 +125,7 @@ func (l *discoveryLedger) leave(d *discoverer) {
 			}
 		}
 		back.sweepLocked()
-		for _, w := range back.watches {
-			select {
-			case w.again <- struct{}{}:
-			default:
-			}
-		}
+		back.resolveAgain()
 	}
 	l.recount()
 }
@@ -142,7 +137,11 @@ func (l *discoveryLedger) yield(catalog *selection.Catalog, endpoints map[string
 	if len(endpoints) == 0 {
 		return
 	}
+	// A refresh under way stops at its next write for this, as for a
+	// joining config: a reload waited behind a refresh's every write.
+	l.joining.Add(1)
 	l.mu.Lock()
+	l.joining.Add(-1)
 	defer l.mu.Unlock()
 	for _, id := range slices.Sorted(maps.Keys(l.owned)) {
 		if o := l.owned[id]; endpoints[o.spec.endpoint()] {
@@ -150,6 +149,17 @@ func (l *discoveryLedger) yield(catalog *selection.Catalog, endpoints map[string
 		}
 	}
 	l.recount()
+}
+
+// resolveAgain asks the writing discoverer to resolve its names now: a
+// config's declarations that made discovery's workers give way were
+// refused after all, and the engines would wait a refresh for theirs.
+func (l *discoveryLedger) resolveAgain() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := l.writer(); w != nil {
+		w.resolveAgain()
+	}
 }
 
 // known returns what name holds. Under mu.

@@ -455,6 +455,96 @@ func TestDiscoveryRefreshGivesWayToAReload(t *testing.T) {
 	}
 }
 
+// TestDiscoveryRefreshGivesWayToDeclarations: a reload's declared
+// workers make discovery's give way (syncWorkers), under the ledger's
+// lock; a refresh under way stops at its next write for them, as for a
+// joining config, where the reload waited for its every write.
+func TestDiscoveryRefreshGivesWayToDeclarations(t *testing.T) {
+	srv := startTestDNS(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var checks atomic.Int32
+	r := discoveryRouter(t, selection.WithEndpointCheck(func(string) error {
+		if checks.Add(1) == 1 {
+			close(entered)
+		}
+		<-release
+		return nil
+	}))
+	const name = "pool.declared.kvrouter.test."
+	var ips []string
+	for i := 1; i <= 20; i++ {
+		ips = append(ips, fmt.Sprintf("10.8.1.%d", i))
+	}
+	srv.setA(name, ips...)
+	d := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name})
+	refreshed := make(chan struct{})
+	go func() { d.refreshAll(); close(refreshed) }()
+	<-entered // the refresh is in its first write
+	synced := make(chan error, 1)
+	go func() {
+		id, ep, bs := uint64(1), "10.8.2.1:8000", uint32(16)
+		state := &routerState{router: r, fromConfig: map[uint64]struct{}{}}
+		_, err := state.syncWorkers([]*selection.WorkerRequest{{WorkerID: &id, Endpoint: &ep, BlockSize: &bs}}, zap.NewNop())
+		synced <- err
+	}()
+	for start := time.Now(); d.ledger.joining.Load() == 0 && time.Since(start) < 2*time.Second; {
+		time.Sleep(time.Millisecond) // the declarations wait for the ledger
+	}
+	close(release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	<-refreshed
+	if n := checks.Load(); n != 2 {
+		t.Fatalf("%d endpoint checks: the refresh wrote its workers before the declarations could be applied; want 2 (its first, the declared one)", n)
+	}
+}
+
+// TestRefusedDeclarationGivesTheEndpointBack: a declaration the catalog
+// refuses after discovery's worker at its endpoint gave way has the name
+// resolved at once, and the worker comes back, where the engine waited a
+// refresh (an hour here) without one.
+func TestRefusedDeclarationGivesTheEndpointBack(t *testing.T) {
+	srv := startTestDNS(t)
+	r := discoveryRouter(t)
+	const n = "refused.kvrouter.test."
+	srv.setA(n, "10.8.3.1")
+	cfg := &DiscoveryConfig{Discover: []DNSDiscovery{{DNS: n, Resolver: srv.addr, Refresh: caddy.Duration(time.Hour)}}}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.start(r.Catalog(), 0, zap.NewNop())
+	t.Cleanup(d.stop)
+	waitFor := func(step string, want int) {
+		t.Helper()
+		for start := time.Now(); len(r.Catalog().ListWorkers("", "")) != want; time.Sleep(10 * time.Millisecond) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("%s: %d workers, want %d", step, len(r.Catalog().ListWorkers("", "")), want)
+			}
+		}
+	}
+	waitFor("discovered", 1)
+	id, ep, bs, tooLong := uint64(1), "10.8.3.1:8000", uint32(16), uint64(1)<<40
+	state := &routerState{router: r, fromConfig: map[uint64]struct{}{}}
+	_, err := state.syncWorkers([]*selection.WorkerRequest{{WorkerID: &id, Endpoint: &ep, BlockSize: &bs, MaxModelLen: &tooLong}}, zap.NewNop())
+	if err == nil {
+		t.Fatal("a declaration past the bounds was applied")
+	}
+	waitFor("after the refused declaration", 1)
+}
+
+// TestCanonicalEndpoint: an endpoint as discovery writes it.
+func TestCanonicalEndpoint(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.1:8000": "10.0.0.1:8000", "http://10.0.0.1:8000/": "10.0.0.1:8000", " 10.0.0.1:8000": "10.0.0.1:8000",
+		"[FD00:0::5]:8000": "[fd00::5]:8000", "[::ffff:10.0.0.1]:8000": "10.0.0.1:8000", "worker-0:8000": "worker-0:8000",
+	} {
+		if got := canonicalEndpoint(in); got != want {
+			t.Errorf("canonicalEndpoint(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestDiscoveryBoundsAHostileAnswer: an answer of 2,000 addresses (over
 // TCP, as the UDP answer is truncated) becomes max_workers' default of
 // 256 workers.

@@ -61,15 +61,17 @@ func (s *routerState) syncWorkers(reqs []*selection.WorkerRequest, logger *zap.L
 	declared := make(map[string]bool, len(reqs))
 	for _, req := range reqs {
 		if req.Endpoint != nil {
-			declared[selection.HostPort(*req.Endpoint)] = true
+			declared[canonicalEndpoint(*req.Endpoint)] = true
 		}
 	}
-	ledgerFor(s.router.Catalog()).yield(s.router.Catalog(), declared, logger.Named("discovery"))
+	ledger := ledgerFor(s.router.Catalog())
+	ledger.yield(s.router.Catalog(), declared, logger.Named("discovery"))
 	for _, req := range reqs {
 		if _, err := s.router.Catalog().UpsertWorker(req); err != nil {
 			for id := range next {
 				s.fromConfig[id] = struct{}{}
 			}
+			ledger.resolveAgain() // what gave way for the refused declarations comes back now
 			return s.generation, fmt.Errorf("worker %d: %v", *req.WorkerID, err)
 		}
 		next[*req.WorkerID] = struct{}{}

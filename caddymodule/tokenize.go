@@ -194,29 +194,43 @@ const (
 	tokenAnswerBytes  = 12
 	tokenAnswerSlack  = 64 << 10
 	templateTokens    = 1 << 18
-	mediaItemTokens   = 1 << 17
 )
 
-// mediaKeys name a chat content part that vLLM's multimodal processor
-// turns into many tokens (an image's patches, a video's frames, an
-// audio's windows).
-var mediaKeys = [][]byte{[]byte(`"image_url"`), []byte(`"input_image"`), []byte(`"image_pil"`), []byte(`"image_embeds"`),
-	[]byte(`"video_url"`), []byte(`"input_audio"`), []byte(`"audio_url"`)}
+// mediaMention is a key naming a chat content part that vLLM's multimodal
+// processor turns into many tokens, and the tokens each mention may add:
+// a part names its type twice ({"type":"image_url","image_url":...}), so
+// an image may have 2^16 (a Qwen2.5-VL image has 16,384 at most), a video
+// or an audio 2^18 (frames and windows: no fixed ceiling).
+type mediaMention struct {
+	key    []byte
+	tokens int64
+}
+
+var mediaMentions = []mediaMention{
+	{[]byte(`"image_url"`), 1 << 15}, {[]byte(`"input_image"`), 1 << 15}, {[]byte(`"image_pil"`), 1 << 15},
+	{[]byte(`"image_embeds"`), 1 << 15}, {[]byte(`"video_url"`), 1 << 17}, {[]byte(`"input_audio"`), 1 << 17},
+	{[]byte(`"audio_url"`), 1 << 17}, {[]byte(`"audio_embeds"`), 1 << 17},
+}
+
+// messagesKey marks a chat body: only chat messages carry media parts.
+var messagesKey = []byte(`"messages"`)
 
 // promptTokensAtMost is the most tokens an engine's honest /tokenize
 // answer to body holds: a token a byte (no tokenizer makes more of a
 // text: byte-level BPE and byte fallback end at a token a byte), the chat
-// template's own text (templateTokens), and mediaItemTokens for each
-// mention of a media part. Since vLLM 0.17 /tokenize expands each item
-// into its tokens: a Qwen2.5-VL image up to 16,384 of them, named by a
-// URL of some 60 bytes, and 29 such images passed the bound without the
-// media's share. Counted by mention, not parsed: a part names its type
-// twice, and a mention in text only loosens the bound, within
-// maxTokenizeAnswer.
+// template's own text (templateTokens), and, in a chat body, the tokens
+// of each mention of a media part. Since vLLM 0.17 /tokenize expands each
+// item into its tokens: a Qwen2.5-VL image up to 16,384 of them, named by
+// a URL of some 60 bytes, and 29 such images passed the bound without the
+// media's share. Counted by mention, not parsed: a mention in text only
+// loosens the bound, within maxTokenizeAnswer.
 func promptTokensAtMost(body []byte) int64 {
 	n := int64(len(body) + templateTokens)
-	for _, k := range mediaKeys {
-		n += int64(bytes.Count(body, k)) * mediaItemTokens
+	if !bytes.Contains(body, messagesKey) {
+		return n
+	}
+	for _, m := range mediaMentions {
+		n += int64(bytes.Count(body, m.key)) * m.tokens
 	}
 	return n
 }

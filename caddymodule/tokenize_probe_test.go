@@ -365,4 +365,10 @@ func TestTokenizeBoundAllowsExpandedMedia(t *testing.T) {
 	if n := promptTokensAtMost([]byte(`{"prompt":"hello"}`)); n != 18+templateTokens {
 		t.Errorf("a text request's bound: %d tokens", n)
 	}
+	// Only a chat body's media count: a completion's prompt naming
+	// "image_url" 41 times opened the whole 64 MiB.
+	prompt := []byte(`{"prompt":[` + strings.TrimSuffix(strings.Repeat(`"image_url",`, 41), ",") + `]}`)
+	if n := promptTokensAtMost(prompt); n != int64(len(prompt))+templateTokens {
+		t.Errorf("a completion naming image_url: %d tokens", n)
+	}
 }
