@@ -416,32 +416,49 @@ func TestDiscoveryLeavesOutUnusableAddresses(t *testing.T) {
 	}
 }
 
+// slowRefresh is a refresh of name's 20 workers (10.8.<net>.x) held in
+// its first write: every endpoint check waits for release. checks counts
+// them; refreshed closes when the refresh ends.
+type slowRefresh struct {
+	srv       *testDNS
+	r         *selection.Router
+	d         *discoverer
+	checks    *atomic.Int32
+	release   chan struct{}
+	refreshed chan struct{}
+}
+
+func startSlowRefresh(t *testing.T, name string, net int) *slowRefresh {
+	t.Helper()
+	s := &slowRefresh{srv: startTestDNS(t), checks: new(atomic.Int32), release: make(chan struct{}), refreshed: make(chan struct{})}
+	entered := make(chan struct{})
+	s.r = discoveryRouter(t, selection.WithEndpointCheck(func(string) error {
+		if s.checks.Add(1) == 1 {
+			close(entered)
+		}
+		<-s.release
+		return nil
+	}))
+	var ips []string
+	for i := 1; i <= 20; i++ {
+		ips = append(ips, fmt.Sprintf("10.8.%d.%d", net, i))
+	}
+	s.srv.setA(name, ips...)
+	s.d = joinDiscovery(t, s.r, s.srv, nil, DNSDiscovery{DNS: name})
+	go func() { s.d.refreshAll(); close(s.refreshed) }()
+	<-entered // the refresh is in its first write
+	return s
+}
+
 // TestDiscoveryRefreshGivesWayToAReload: a refresh's catalog writes stop
 // for a config that is starting. Each write may probe its endpoint (the
 // catalog's check that it is not the gateway), two seconds for one that
 // accepts and never answers: a reload waited 38 s behind a refresh
 // writing 20 such workers, all under the ledger's lock.
 func TestDiscoveryRefreshGivesWayToAReload(t *testing.T) {
-	srv := startTestDNS(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var checks atomic.Int32
-	r := discoveryRouter(t, selection.WithEndpointCheck(func(string) error {
-		if checks.Add(1) == 1 {
-			close(entered)
-		}
-		<-release
-		return nil
-	}))
 	const name = "pool.slow.kvrouter.test."
-	var ips []string
-	for i := 1; i <= 20; i++ {
-		ips = append(ips, fmt.Sprintf("10.8.0.%d", i))
-	}
-	srv.setA(name, ips...)
-	old := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name})
-	refreshed := make(chan struct{})
-	go func() { old.refreshAll(); close(refreshed) }()
-	<-entered // the refresh is in its first write
+	sr := startSlowRefresh(t, name, 0)
+	srv, r, old, checks, release, refreshed := sr.srv, sr.r, sr.d, sr.checks, sr.release, sr.refreshed
 	joined := make(chan struct{})
 	go func() { joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name}); close(joined) }()
 	for old.ledger.joining.Load() == 0 {
@@ -460,26 +477,8 @@ func TestDiscoveryRefreshGivesWayToAReload(t *testing.T) {
 // lock; a refresh under way stops at its next write for them, as for a
 // joining config, where the reload waited for its every write.
 func TestDiscoveryRefreshGivesWayToDeclarations(t *testing.T) {
-	srv := startTestDNS(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var checks atomic.Int32
-	r := discoveryRouter(t, selection.WithEndpointCheck(func(string) error {
-		if checks.Add(1) == 1 {
-			close(entered)
-		}
-		<-release
-		return nil
-	}))
-	const name = "pool.declared.kvrouter.test."
-	var ips []string
-	for i := 1; i <= 20; i++ {
-		ips = append(ips, fmt.Sprintf("10.8.1.%d", i))
-	}
-	srv.setA(name, ips...)
-	d := joinDiscovery(t, r, srv, nil, DNSDiscovery{DNS: name})
-	refreshed := make(chan struct{})
-	go func() { d.refreshAll(); close(refreshed) }()
-	<-entered // the refresh is in its first write
+	sr := startSlowRefresh(t, "pool.declared.kvrouter.test.", 1)
+	r, d, checks, release, refreshed := sr.r, sr.d, sr.checks, sr.release, sr.refreshed
 	synced := make(chan error, 1)
 	go func() {
 		id, ep, bs := uint64(1), "10.8.2.1:8000", uint32(16)
