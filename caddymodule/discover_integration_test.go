@@ -92,7 +92,13 @@ func TestDiscoveredWorkersServeThroughCaddy(t *testing.T) {
 		t.Fatalf("after pod-2 left: status %d, worker %q", res.StatusCode, res.Header.Get("X-KVRouter-Worker"))
 	}
 	waitNoReservations(t)
-	if removed := logLines(t, logFile, "discovered worker removed"); len(removed) != 1 || removed[0]["worker_id"] != float64(id2) {
+	// The removal is logged just after the catalog's delete, which the
+	// wait above saw: waited for, not read once.
+	removed := logLines(t, logFile, "discovered worker removed")
+	for start := time.Now(); len(removed) == 0 && time.Since(start) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
+		removed = logLines(t, logFile, "discovered worker removed")
+	}
+	if len(removed) != 1 || removed[0]["worker_id"] != float64(id2) {
 		t.Errorf("log of the removal: %v", removed)
 	}
 
