@@ -80,11 +80,11 @@ type knownServers struct {
 // failed or timed out).
 func (s *dnsSettings) resolve(ctx context.Context, r *net.Resolver, t *targetResolver, known knownServers) (answer, error) {
 	var specs []workerSpec
-	var dropped int
+	var dropped, targetsUnusable int
 	var failed map[string]bool
 	var err error
 	if s.recordType == recordSRV {
-		specs, dropped, failed, err = s.resolveSRV(ctx, r, t, known)
+		specs, dropped, targetsUnusable, failed, err = s.resolveSRV(ctx, r, t, known)
 	} else {
 		specs, err = s.resolveAddrs(ctx, r)
 	}
@@ -96,7 +96,7 @@ func (s *dnsSettings) resolve(ctx context.Context, r *net.Resolver, t *targetRes
 	}
 	n := len(specs)
 	specs = slices.DeleteFunc(specs, func(s workerSpec) bool { return !usableAddr(s.ip) })
-	unusable := n - len(specs)
+	unusable := n - len(specs) + targetsUnusable
 	slices.SortFunc(specs, func(a, b workerSpec) int {
 		ka, kb := known.endpoints[a.endpoint()], known.endpoints[b.endpoint()]
 		if ka != kb {
@@ -169,12 +169,11 @@ type srvRecord struct {
 // names when configured. Priorities and weights are ignored: every record
 // is a worker. At most maxWorkers records are followed to their targets,
 // those whose target the name holds first; it returns how many were not.
-func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *targetResolver, known knownServers) ([]workerSpec, int, map[string]bool, error) {
+func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *targetResolver, known knownServers) (specs []workerSpec, dropped, unusable int, failed map[string]bool, err error) {
 	recs, err := lookupSRV(ctx, r, s.name)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, 0, nil, err
 	}
-	dropped := 0
 	if len(recs) > s.maxWorkers {
 		slices.SortStableFunc(recs, func(a, b srvRecord) int {
 			ka, kb := len(known.targets[a.target]) > 0, len(known.targets[b.target]) > 0
@@ -191,16 +190,15 @@ func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *target
 	var events, replay map[string]uint16
 	if s.eventsSRV != "" {
 		if events, err = siblingPorts(ctx, r, s.eventsSRV); err != nil {
-			return nil, 0, nil, fmt.Errorf("%s: %w", s.eventsSRV, err)
+			return nil, 0, 0, nil, fmt.Errorf("%s: %w", s.eventsSRV, err)
 		}
 	}
 	if s.replaySRV != "" {
 		if replay, err = siblingPorts(ctx, r, s.replaySRV); err != nil {
-			return nil, 0, nil, fmt.Errorf("%s: %w", s.replaySRV, err)
+			return nil, 0, 0, nil, fmt.Errorf("%s: %w", s.replaySRV, err)
 		}
 	}
-	addrs, failed := lookupTargets(ctx, t, recs, s.maxWorkers, known)
-	var specs []workerSpec
+	addrs, failed, unusable := lookupTargets(ctx, t, recs, s.maxWorkers, known)
 	for i, rec := range recs {
 		for _, ip := range addrs[i] {
 			spec := s.spec(ip, rec.port, rec.target)
@@ -216,7 +214,7 @@ func (s *dnsSettings) resolveSRV(ctx context.Context, r *net.Resolver, t *target
 			specs = append(specs, spec)
 		}
 	}
-	return specs, dropped, failed, nil
+	return specs, dropped, unusable, failed, nil
 }
 
 // lookupSRV reads a name's SRV records, without repeats, in (target, port)
@@ -280,7 +278,7 @@ func siblingPorts(ctx context.Context, r *net.Resolver, name string) (map[string
 // answer: 20 targets failing 10 % of the time left 27 of 30 resolutions
 // failed, and targets gone from the answer kept their workers for as long
 // as the others failed.
-func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, maxWorkers int, known knownServers) (addrs [][]netip.Addr, failed map[string]bool) {
+func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, maxWorkers int, known knownServers) (addrs [][]netip.Addr, failed map[string]bool, unusable int) {
 	addrs = make([][]netip.Addr, len(recs))
 	errs := make([]error, len(recs))
 	byTarget := map[string]int{} // the first record of each target: its lookup serves the others
@@ -295,11 +293,12 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	even := max(1, (maxWorkers+len(recs)-1)/max(1, len(recs)))
 	sem := make(chan struct{}, targetLookups)
 	var wg sync.WaitGroup
-	var heldRereads atomic.Int32
+	var heldRereads, unusableAddrs atomic.Int32
 	heldRereads.Store(maxHeldRereads)
 	for target, i := range byTarget {
 		sem <- struct{}{}
-		tq := targetQuery{want: even, maxAddrs: maxWorkers, held: known.targets[target], heldRereads: &heldRereads}
+		tq := targetQuery{want: even, maxAddrs: maxWorkers, held: known.targets[target], heldRereads: &heldRereads,
+			unusable: &unusableAddrs}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			ips, err := t.lookup4(ctx, target+".", tq)
@@ -362,5 +361,5 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	for i, rec := range recs {
 		addrs[i] = knownFirst(candidates[i], rec.port, shares[i], knownEndpoints)
 	}
-	return addrs, failed
+	return addrs, failed, int(unusableAddrs.Load())
 }

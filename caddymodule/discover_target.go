@@ -62,6 +62,9 @@ type targetQuery struct {
 	// thousands in rotation lacks some of them nearly every time, and 256
 	// such targets read over TCP at each refresh cost 280 MB and 0.4 s.
 	heldRereads *atomic.Int32
+	// unusable counts the addresses the resolution's answers left out
+	// (usableAddr); nil: not counted.
+	unusable *atomic.Int32
 }
 
 // maxHeldRereads bounds a resolution's TCP reads for held addresses.
@@ -75,7 +78,9 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, tq targetQuer
 		for j := range ips {
 			ips[j] = ips[j].Unmap()
 		}
+		n := len(ips)
 		ips = slices.DeleteFunc(ips, func(ip netip.Addr) bool { return !usableAddr(ip) })
+		tq.count(n - len(ips))
 		slices.SortStableFunc(ips, func(a, b netip.Addr) int { return keptFirst(tq.held[a], tq.held[b]) })
 		return ips[:min(len(ips), tq.maxAddrs)], err
 	}
@@ -119,8 +124,9 @@ func exchange(ctx context.Context, q *dns.Msg, server, name string, tq targetQue
 	if err != nil {
 		return nil, nil, err
 	}
-	addrs := addresses(in, name, tq.maxAddrs, tq.held)
+	addrs, unusable := addresses(in, name, tq.maxAddrs, tq.held)
 	if !in.Truncated {
+		tq.count(unusable)
 		return in, addrs, nil
 	}
 	short := len(addrs) < tq.want
@@ -129,12 +135,22 @@ func exchange(ctx context.Context, q *dns.Msg, server, name string, tq targetQue
 		tcp, err := exchangeTCP(ctx, q, server)
 		switch {
 		case err == nil:
-			return tcp, addresses(tcp, name, tq.maxAddrs, tq.held), nil
+			addrs, unusable = addresses(tcp, name, tq.maxAddrs, tq.held)
+			tq.count(unusable)
+			return tcp, addrs, nil
 		case len(addrs) == 0:
 			return nil, nil, err
 		}
 	}
+	tq.count(unusable)
 	return in, addrs, nil
+}
+
+// count adds n to the resolution's unusable addresses.
+func (tq *targetQuery) count(n int) {
+	if tq.unusable != nil && n > 0 {
+		tq.unusable.Add(int32(n))
+	}
 }
 
 // maxTCPRead bounds a TCP re-read, and it takes half the resolution's
@@ -173,8 +189,9 @@ func exchangeOver(ctx context.Context, network string, q *dns.Msg, server string
 // the CNAMEs it leads to (a chain of maxCNAMEs at most), at most maxAddrs:
 // those held first, then the others, each in the answer's order. Two
 // passes over the answer rather than all its addresses gathered and
-// sorted: a target's answer may hold 4,000.
-func addresses(in *dns.Msg, name string, maxAddrs int, held map[netip.Addr]bool) []netip.Addr {
+// sorted: a target's answer may hold 4,000. unusable counts those left
+// out for it.
+func addresses(in *dns.Msg, name string, maxAddrs int, held map[netip.Addr]bool) (out []netip.Addr, unusable int) {
 	aliases := map[string]string{}
 	for _, rr := range in.Answer {
 		if c, ok := rr.(*dns.CNAME); ok {
@@ -185,22 +202,28 @@ func addresses(in *dns.Msg, name string, maxAddrs int, held map[netip.Addr]bool)
 	for n, links := strings.ToLower(dns.Fqdn(name)), 0; n != "" && !chain[n] && links <= maxCNAMEs; n, links = aliases[n], links+1 {
 		chain[n] = true
 	}
-	var out []netip.Addr
 	for _, heldPass := range [2]bool{true, false} {
 		for _, rr := range in.Answer {
 			if len(out) == maxAddrs {
-				return out
+				return out, unusable
 			}
 			a, ok := rr.(*dns.A)
 			if !ok || !chain[strings.ToLower(a.Hdr.Name)] {
 				continue
 			}
-			if ip, ok := netip.AddrFromSlice(a.A); ok && usableAddr(ip) && held[ip.Unmap()] == heldPass {
+			ip, ok := netip.AddrFromSlice(a.A)
+			switch {
+			case !ok:
+			case !usableAddr(ip):
+				if heldPass {
+					unusable++
+				}
+			case held[ip.Unmap()] == heldPass:
 				out = append(out, ip.Unmap())
 			}
 		}
 	}
-	return out
+	return out, unusable
 }
 
 // heldIn counts the addresses of addrs in held: its first, as addresses

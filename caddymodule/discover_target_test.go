@@ -71,7 +71,7 @@ func BenchmarkSRVTargetsOfManyAddresses(b *testing.B) {
 	tr := newTargetResolver(d.addr, goResolver)
 	b.Run("target resolver", func(b *testing.B) {
 		for b.Loop() {
-			if addrs, failed := lookupTargets(ctx, tr, recs, 256, knownServers{}); failed != nil || len(addrs[15]) == 0 {
+			if addrs, failed, _ := lookupTargets(ctx, tr, recs, 256, knownServers{}); failed != nil || len(addrs[15]) == 0 {
 				b.Fatal(failed)
 			}
 		}
@@ -86,14 +86,14 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	recs := []srvRecord{{target: "a.share.test", port: 1}, {target: "b.share.test", port: 2}}
 	d.setA("a.share.test", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5")
 	d.setA("b.share.test", "10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.5")
-	addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), recs, 4, knownServers{})
+	addrs, failed, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), recs, 4, knownServers{})
 	if failed != nil || len(addrs[0]) != 2 || len(addrs[1]) != 2 {
 		t.Fatalf("addresses %v, failed %v; want 2 a target", addrs, failed)
 	}
 	// A share a record: one target under four ports gets one address a
 	// record (a share a target built 256 ports × 256 addresses).
 	ports := []srvRecord{{"a.share.test", 1}, {"a.share.test", 2}, {"a.share.test", 3}, {"a.share.test", 4}}
-	if addrs, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4, knownServers{}); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
+	if addrs, _, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), ports, 4, knownServers{}); len(addrs[0]) != 1 || len(addrs[3]) != 1 {
 		t.Fatalf("one target under four ports: %v, want one address a record", addrs)
 	}
 	// A truncated UDP answer holding less than the share is asked again
@@ -105,7 +105,7 @@ func TestLookupTargetsShareMaxWorkers(t *testing.T) {
 	}
 	d.setA("big.share.test", many...)
 	big := []srvRecord{{"big.share.test", 1}}
-	if addrs, failed := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512, knownServers{}); failed != nil || len(addrs[0]) != 300 {
+	if addrs, failed, _ := lookupTargets(context.Background(), newTargetResolver(d.addr, nil), big, 512, knownServers{}); failed != nil || len(addrs[0]) != 300 {
 		t.Fatalf("300 addresses, share 512: %d read, failed %v", len(addrs[0]), failed)
 	}
 }
@@ -121,7 +121,7 @@ func TestLookupTargetsPassOnAndKeepKnown(t *testing.T) {
 	d.setA("five.keep.test", "10.0.3.1", "10.0.3.2", "10.0.3.3", "10.0.3.4", "10.0.3.5")
 	recs := []srvRecord{{target: "five.keep.test", port: 7}, {target: "one.keep.test", port: 7}}
 	r := newTargetResolver(d.addr, nil)
-	addrs, failed := lookupTargets(context.Background(), r, recs, 4, knownServers{})
+	addrs, failed, _ := lookupTargets(context.Background(), r, recs, 4, knownServers{})
 	if got := fmt.Sprint(addrs); failed != nil || got != "[[10.0.3.1 10.0.3.2 10.0.3.3] [10.0.2.1]]" {
 		t.Fatalf("addresses %s, failed %v; want the single pod's unused place passed on", got, failed)
 	}
@@ -134,7 +134,7 @@ func TestLookupTargetsPassOnAndKeepKnown(t *testing.T) {
 	}
 	known := knownServers{endpoints: map[string]bool{"10.0.3.5:7": true, "10.0.3.4:7": true, "10.0.3.1:8": true},
 		targets: map[string]map[netip.Addr]bool{"five.keep.test": held("10.0.3.5", "10.0.3.4", "10.0.3.1")}}
-	addrs, _ = lookupTargets(context.Background(), r, recs, 4, known)
+	addrs, _, _ = lookupTargets(context.Background(), r, recs, 4, known)
 	if got := fmt.Sprint(addrs[0]); got != "[10.0.3.4 10.0.3.5 10.0.3.1]" {
 		t.Fatalf("the five-address target kept %s; want the two it holds on port 7 first", got)
 	}
@@ -161,7 +161,7 @@ func TestLookupTargetsKeepARotatingTargetsWorkers(t *testing.T) {
 	recs := []srvRecord{{target: "a.rot.test", port: 8000}, {target: "b.rot.test", port: 8000}}
 	var known knownServers
 	for round := range 6 {
-		addrs, failed := lookupTargets(context.Background(), r, recs, 256, known)
+		addrs, failed, _ := lookupTargets(context.Background(), r, recs, 256, known)
 		if failed != nil || len(addrs[0])+len(addrs[1]) != 256 {
 			t.Fatalf("round %d: %d + %d addresses, failed %v; want 256", round, len(addrs[0]), len(addrs[1]), failed)
 		}
@@ -190,16 +190,17 @@ func TestLookupTargetsKeepARotatingTargetsWorkers(t *testing.T) {
 	d.setA("linklocal.rot.test", "169.254.0.1", "169.254.0.2", "169.254.0.3", "169.254.0.4")
 	d.setA("other.rot.test", "10.0.8.1", "10.0.8.2", "10.0.8.3", "10.0.8.4")
 	recs = []srvRecord{{"alias.rot.test", 1}, {"linklocal.rot.test", 1}, {"other.rot.test", 1}, {"same.rot.test", 1}}
-	addrs, _ := lookupTargets(context.Background(), r, recs, 6, knownServers{})
-	if got := fmt.Sprint(addrs); got != "[[10.0.9.1 10.0.9.2 10.0.9.3] [] [10.0.8.1 10.0.8.2 10.0.8.3] []]" {
-		t.Fatalf("addresses %s; want the alias and the link-local target to take no share", got)
+	addrs, _, unusable := lookupTargets(context.Background(), r, recs, 6, knownServers{})
+	if got := fmt.Sprint(addrs); got != "[[10.0.9.1 10.0.9.2 10.0.9.3] [] [10.0.8.1 10.0.8.2 10.0.8.3] []]" || unusable != 4 {
+		t.Fatalf("addresses %s, %d unusable; want the alias and the link-local target to take no share, and its 4 counted",
+			got, unusable)
 	}
 	// A pod whose one address a larger target also answers keeps it,
 	// where the larger target's share would have left it out.
 	d.setA("pod.rot.test", "10.0.8.4")
 	d.setA("third.rot.test", "10.0.6.1", "10.0.6.2", "10.0.6.3", "10.0.6.4")
 	recs = []srvRecord{{"other.rot.test", 1}, {"pod.rot.test", 1}, {"third.rot.test", 1}}
-	addrs, _ = lookupTargets(context.Background(), r, recs, 4, knownServers{})
+	addrs, _, _ = lookupTargets(context.Background(), r, recs, 4, knownServers{})
 	if got := fmt.Sprint(addrs); got != "[[10.0.8.1 10.0.8.2] [10.0.8.4] [10.0.6.1]]" {
 		t.Fatalf("addresses %s; want the pod to keep its address", got)
 	}
@@ -215,7 +216,7 @@ func TestLookupTargetsKeepAnEndpointsTarget(t *testing.T) {
 	d.setA("y.move.test", "10.5.0.3", "10.5.0.4")
 	r := newTargetResolver(d.addr, nil)
 	recs := []srvRecord{{"x.move.test", 8000}, {"y.move.test", 8000}}
-	addrs, _ := lookupTargets(context.Background(), r, recs, 10, knownServers{})
+	addrs, _, _ := lookupTargets(context.Background(), r, recs, 10, knownServers{})
 	if got := fmt.Sprint(addrs); got != "[[10.5.0.1 10.5.0.2] [10.5.0.3 10.5.0.4]]" {
 		t.Fatalf("first answer: %s", got)
 	}
@@ -228,7 +229,7 @@ func TestLookupTargetsKeepAnEndpointsTarget(t *testing.T) {
 		}
 	}
 	d.setA("y.move.test", "10.5.0.3", "10.5.0.4", "10.5.0.5", "10.5.0.6")
-	addrs, _ = lookupTargets(context.Background(), r, recs, 10, known)
+	addrs, _, _ = lookupTargets(context.Background(), r, recs, 10, known)
 	if got := fmt.Sprint(addrs); got != "[[10.5.0.1 10.5.0.2] [10.5.0.3 10.5.0.4 10.5.0.5 10.5.0.6]]" {
 		t.Fatalf("y grown: %s; want 10.5.0.3 to stay y's", got)
 	}
@@ -257,7 +258,7 @@ func TestLookupTargetsBoundTheirTCPReads(t *testing.T) {
 	resolve := func(known knownServers) ([][]netip.Addr, map[string]bool, knownServers) {
 		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
-		addrs, failed := lookupTargets(ctx, r, recs, 256, known)
+		addrs, failed, _ := lookupTargets(ctx, r, recs, 256, known)
 		next := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
 		for i, rec := range recs {
 			next.targets[rec.target] = map[netip.Addr]bool{}
