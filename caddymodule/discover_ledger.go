@@ -164,10 +164,10 @@ func (l *discoveryLedger) resolveAgain() {
 
 // known returns what name holds. Under mu.
 func (l *discoveryLedger) known(name string) knownServers {
-	k := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
+	k := knownServers{endpoints: map[netip.AddrPort]bool{}, targets: map[string]map[netip.Addr]bool{}}
 	for _, o := range l.owned {
 		if o.name == name {
-			k.endpoints[o.spec.endpoint()] = true
+			k.endpoints[o.spec.addrPort()] = true
 			if t := o.spec.target; t != "" {
 				if k.targets[t] == nil {
 					k.targets[t] = map[netip.Addr]bool{}

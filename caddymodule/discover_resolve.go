@@ -69,7 +69,7 @@ func isNotFound(err error) bool {
 // SRV records, their targets with their addresses. A name past its bound
 // keeps them first.
 type knownServers struct {
-	endpoints map[string]bool
+	endpoints map[netip.AddrPort]bool
 	targets   map[string]map[netip.Addr]bool
 }
 
@@ -98,7 +98,7 @@ func (s *dnsSettings) resolve(ctx context.Context, r *net.Resolver, t *targetRes
 	specs = slices.DeleteFunc(specs, func(s workerSpec) bool { return !usableAddr(s.ip) })
 	unusable := n - len(specs) + targetsUnusable
 	slices.SortFunc(specs, func(a, b workerSpec) int {
-		ka, kb := known.endpoints[a.endpoint()], known.endpoints[b.endpoint()]
+		ka, kb := known.endpoints[a.addrPort()], known.endpoints[b.addrPort()]
 		if ka != kb {
 			if ka {
 				return -1
@@ -317,12 +317,6 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 			failed[target] = true
 		}
 	}
-	knownEndpoints := map[netip.AddrPort]bool{}
-	for ep := range known.endpoints {
-		if ap, err := netip.ParseAddrPort(ep); err == nil {
-			knownEndpoints[ap] = true
-		}
-	}
 	candidates := make([][]netip.Addr, len(recs))
 	counts := make([]int, len(recs))
 	taken := map[netip.AddrPort]bool{}
@@ -339,7 +333,7 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	// the pod's, where the large target's share might have left it out.
 	for i, rec := range recs {
 		for _, ip := range addrs[byTarget[rec.target]] {
-			if known.targets[rec.target][ip] && knownEndpoints[netip.AddrPortFrom(ip, rec.port)] {
+			if known.targets[rec.target][ip] && known.endpoints[netip.AddrPortFrom(ip, rec.port)] {
 				claim(i, ip)
 			}
 		}
@@ -359,7 +353,7 @@ func lookupTargets(ctx context.Context, t *targetResolver, recs []srvRecord, max
 	}
 	shares := shareOut(counts, maxWorkers)
 	for i, rec := range recs {
-		addrs[i] = knownFirst(candidates[i], rec.port, shares[i], knownEndpoints)
+		addrs[i] = knownFirst(candidates[i], rec.port, shares[i], known.endpoints)
 	}
 	return addrs, failed, int(unusableAddrs.Load())
 }

@@ -132,12 +132,29 @@ func TestLookupTargetsPassOnAndKeepKnown(t *testing.T) {
 		}
 		return m
 	}
-	known := knownServers{endpoints: map[string]bool{"10.0.3.5:7": true, "10.0.3.4:7": true, "10.0.3.1:8": true},
+	ep := netip.MustParseAddrPort
+	known := knownServers{endpoints: map[netip.AddrPort]bool{ep("10.0.3.5:7"): true, ep("10.0.3.4:7"): true, ep("10.0.3.1:8"): true},
 		targets: map[string]map[netip.Addr]bool{"five.keep.test": held("10.0.3.5", "10.0.3.4", "10.0.3.1")}}
 	addrs, _, _ = lookupTargets(context.Background(), r, recs, 4, known)
 	if got := fmt.Sprint(addrs[0]); got != "[10.0.3.4 10.0.3.5 10.0.3.1]" {
 		t.Fatalf("the five-address target kept %s; want the two it holds on port 7 first", got)
 	}
+}
+
+// heldAfter is what a name holds once the addresses lookupTargets gave
+// recs are its workers, as the ledger's known reports it.
+func heldAfter(recs []srvRecord, addrs [][]netip.Addr) knownServers {
+	k := knownServers{endpoints: map[netip.AddrPort]bool{}, targets: map[string]map[netip.Addr]bool{}}
+	for i, rec := range recs {
+		if k.targets[rec.target] == nil {
+			k.targets[rec.target] = map[netip.Addr]bool{}
+		}
+		for _, ip := range addrs[i] {
+			k.endpoints[netip.AddrPortFrom(ip, rec.port)] = true
+			k.targets[rec.target][ip] = true
+		}
+	}
+	return k
 }
 
 // TestLookupTargetsKeepARotatingTargetsWorkers: a target answering more
@@ -165,17 +182,11 @@ func TestLookupTargetsKeepARotatingTargetsWorkers(t *testing.T) {
 		if failed != nil || len(addrs[0])+len(addrs[1]) != 256 {
 			t.Fatalf("round %d: %d + %d addresses, failed %v; want 256", round, len(addrs[0]), len(addrs[1]), failed)
 		}
-		next := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
+		next := heldAfter(recs, addrs)
 		kept := 0
-		for i, rec := range recs {
-			next.targets[rec.target] = map[netip.Addr]bool{}
-			for _, ip := range addrs[i] {
-				ep := netip.AddrPortFrom(ip, rec.port).String()
-				if known.endpoints[ep] {
-					kept++
-				}
-				next.endpoints[ep] = true
-				next.targets[rec.target][ip] = true
+		for ep := range next.endpoints {
+			if known.endpoints[ep] {
+				kept++
 			}
 		}
 		if round > 0 && kept != 256 {
@@ -220,14 +231,7 @@ func TestLookupTargetsKeepAnEndpointsTarget(t *testing.T) {
 	if got := fmt.Sprint(addrs); got != "[[10.5.0.1 10.5.0.2] [10.5.0.3 10.5.0.4]]" {
 		t.Fatalf("first answer: %s", got)
 	}
-	known := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
-	for i, rec := range recs {
-		known.targets[rec.target] = map[netip.Addr]bool{}
-		for _, ip := range addrs[i] {
-			known.endpoints[netip.AddrPortFrom(ip, rec.port).String()] = true
-			known.targets[rec.target][ip] = true
-		}
-	}
+	known := heldAfter(recs, addrs)
 	d.setA("y.move.test", "10.5.0.3", "10.5.0.4", "10.5.0.5", "10.5.0.6")
 	addrs, _, _ = lookupTargets(context.Background(), r, recs, 10, known)
 	if got := fmt.Sprint(addrs); got != "[[10.5.0.1 10.5.0.2] [10.5.0.3 10.5.0.4 10.5.0.5 10.5.0.6]]" {
@@ -259,15 +263,7 @@ func TestLookupTargetsBoundTheirTCPReads(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), within)
 		defer cancel()
 		addrs, failed, _ := lookupTargets(ctx, r, recs, 256, known)
-		next := knownServers{endpoints: map[string]bool{}, targets: map[string]map[netip.Addr]bool{}}
-		for i, rec := range recs {
-			next.targets[rec.target] = map[netip.Addr]bool{}
-			for _, ip := range addrs[i] {
-				next.endpoints[netip.AddrPortFrom(ip, rec.port).String()] = true
-				next.targets[rec.target][ip] = true
-			}
-		}
-		return addrs, failed, next
+		return addrs, failed, heldAfter(recs, addrs)
 	}
 	_, _, known := resolve(knownServers{})
 	for round := range 3 {

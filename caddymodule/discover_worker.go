@@ -22,9 +22,14 @@ type workerSpec struct {
 	dpSize     uint32
 }
 
+// addrPort is the worker's HTTP endpoint.
+func (s *workerSpec) addrPort() netip.AddrPort {
+	return netip.AddrPortFrom(s.ip, s.httpPort)
+}
+
 // endpoint is the worker's HTTP endpoint, ip:port.
 func (s *workerSpec) endpoint() string {
-	return netip.AddrPortFrom(s.ip, s.httpPort).String()
+	return s.addrPort().String()
 }
 
 // zmqEndpoint is tcp://ip:port.
