@@ -14,11 +14,7 @@ import (
 // cut to 128 with 127 places empty.
 func shareOut(counts []int, total int) []int {
 	shares := make([]int, len(counts))
-	order := make([]int, len(counts)) // records by count, fewest first
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return counts[a] - counts[b] })
+	order := fewestFirst(len(counts), func(i int) int { return counts[i] })
 	left := total
 	for k, i := range order {
 		rest := len(order) - k
@@ -40,6 +36,17 @@ func shareOut(counts []int, total int) []int {
 		left -= counts[i]
 	}
 	return shares
+}
+
+// fewestFirst is the indices 0..n-1 by count, fewest first, in index
+// order among equals.
+func fewestFirst(n int, count func(i int) int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return count(a) - count(b) })
+	return order
 }
 
 // knownFirst is n of ips on port: those whose endpoint the name holds
