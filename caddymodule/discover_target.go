@@ -116,9 +116,9 @@ func (t *targetResolver) lookup4(ctx context.Context, name string, tq targetQuer
 // chain cut short gave none). When TCP fails (refused, silent, or out of
 // time), a UDP answer that held any address is used as it is: where
 // TCP/53 is blocked, a target failing at each refresh kept its workers,
-// stale ones included, for good. The
-// connection is closed when ctx ends: the library heeds deadlines, not
-// cancellation, and a stopping config would wait out a silent server.
+// stale ones included, for good. The connection is closed when ctx ends:
+// the library heeds deadlines, not cancellation, and a stopping config
+// would wait out a silent server.
 func exchange(ctx context.Context, q *dns.Msg, server, name string, tq targetQuery) (*dns.Msg, []netip.Addr, error) {
 	in, err := exchangeOver(ctx, "udp", q, server)
 	if err != nil {

@@ -151,7 +151,9 @@ func (t *tokenizer) ask(ctx context.Context, endpoint string, body []byte, maxLe
 	limit := min(int64(maxTokenizeAnswer), promptTokensAtMost(body)*tokenAnswerBytes+tokenAnswerSlack)
 	contextLimit := int64(-1) // the context's bound, when it is the tighter
 	if maxLen > 0 {
-		if c := int64(min(maxLen, selection.MaxContextTokens))*tokenAnswerBytes + tokenAnswerSlack; c < limit {
+		// maxLen is at most selection.MaxContextTokens (the catalog's
+		// bound on max_model_len): the product cannot overflow.
+		if c := int64(maxLen)*tokenAnswerBytes + tokenAnswerSlack; c < limit {
 			limit, contextLimit = c, c
 		}
 	}
