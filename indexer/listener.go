@@ -170,11 +170,7 @@ func StartListener(zctx *zmq.Context, index *Index, stats *Stats, log *zap.Logge
 			zap.String("endpoint", cfg.Endpoint), zap.Error(err))
 	}
 	if err = sub.Connect(cfg.Endpoint); err != nil {
-		if l.mon != nil {
-			l.mon.detach(sub)
-			l.mon.start(stats, &l.conn.up, nil) // to read MONITOR_STOPPED and close its PAIR
-			l.mon.stop()
-		}
+		l.mon.discard(sub)
 		sub.Close()
 		return nil, fmt.Errorf("kv events %s: %w", cfg.Endpoint, err)
 	}

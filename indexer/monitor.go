@@ -150,6 +150,18 @@ func (mo *monitor) run(stats *Stats, up *atomic.Bool, onDisconnect func()) {
 	}
 }
 
+// discard ends a monitor that never started, its socket failing before
+// it could: detached, its PAIR is closed here. A nil monitor has nothing
+// to discard.
+func (mo *monitor) discard(sock *zmq.Socket) {
+	if mo == nil {
+		return
+	}
+	mo.detach(sock)
+	mo.wait.close()
+	mo.pair.Close()
+}
+
 // stop ends the monitor and waits until its socket is closed: once it has
 // read MONITOR_STOPPED when detached, else (or past monitorStoppedWait) at
 // once. A nil monitor (one that could not start) has nothing to stop.

@@ -85,3 +85,31 @@ func TestLibzmqListenersReleaseTheirSockets(t *testing.T) {
 		t.Fatalf("%d listener cycles: descriptors %d -> %d; want them given back", cycles, before, after)
 	}
 }
+
+// TestListenerRefusedAtConnectReleasesItsSockets: a libzmq listener whose
+// endpoint libzmq refuses at connect gives its SUB and its monitor's
+// sockets back.
+func TestListenerRefusedAtConnectReleasesItsSockets(t *testing.T) {
+	zctx := testContext(t)
+	x := New()
+	x.ConfigurePartition(part, lbs, false)
+	start := func() {
+		if _, err := StartListener(zctx, x, new(Stats), nil, ListenerConfig{Endpoint: "nosuch://endpoint", Partition: part,
+			Rank: selection.Rank{WorkerID: 4}, viaLibzmq: true}); err == nil {
+			t.Fatal("an endpoint of no transport was connected")
+		}
+	}
+	start() // the context's own first costs
+	time.Sleep(100 * time.Millisecond)
+	before := openDescriptors(t)
+	for range 30 {
+		start()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for openDescriptors(t) > before+4 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if after := openDescriptors(t); after > before+4 {
+		t.Fatalf("30 refused listeners: descriptors %d -> %d; want them given back", before, after)
+	}
+}
